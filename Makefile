@@ -1,0 +1,118 @@
+# libkvtier - plain Makefile in the style of liburing.
+#   make                 library (shared + static), kvbench, examples
+#   make check           build and run the test suite
+#   make check-asan      the same under AddressSanitizer + UBSan (build/asan)
+#   make check-tsan      the same under ThreadSanitizer (build/tsan)
+#   make install PREFIX=/usr/local DESTDIR=
+VERSION  := 0.1.0
+MAJOR    := 0
+
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+BUILD  ?= build
+SAN    ?=
+CC     ?= cc
+CFLAGS ?= -O2 -g
+
+WARN    := -Wall -Wextra -Werror
+BASE    := -std=gnu11 -D_GNU_SOURCE -fPIC -fvisibility=hidden -Iinclude -Ilib -pthread
+ifneq ($(SAN),)
+BASE    += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+SANLD   := -fsanitize=$(SAN)
+endif
+ALLCFLAGS = $(BASE) $(WARN) $(CFLAGS) -MMD -MP
+LIBS    := -luring -ljansson -lnuma -libverbs -lrdmacm -lpthread -lm
+
+LIB_SRC   := $(sort $(wildcard lib/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+EX_SRC    := $(sort $(wildcard examples/*.c))
+
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+
+SONAME  := libkvtier.so.$(MAJOR)
+SHLIB   := $(BUILD)/libkvtier.so.$(VERSION)
+STLIB   := $(BUILD)/libkvtier.a
+KVBENCH := $(BUILD)/kvbench
+
+.PHONY: all check check-asan check-tsan check-all install uninstall clean
+all: $(SHLIB) $(BUILD)/libkvtier.so $(STLIB) $(KVBENCH) $(EX_BIN) $(BUILD)/kvtier.pc
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -c $< -o $@
+
+$(SHLIB): $(LIB_OBJ) lib/libkvtier.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/libkvtier.map \
+		-Wl,--no-undefined $(SANLD) -o $@ $(LIB_OBJ) $(LIBS)
+
+$(BUILD)/libkvtier.so: $(SHLIB)
+	ln -sf libkvtier.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+$(STLIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(KVBENCH): $(BENCH_OBJ) $(STLIB)
+	$(CC) $(SANLD) -pthread -o $@ $(BENCH_OBJ) $(STLIB) $(LIBS)
+
+$(BUILD)/examples/%: examples/%.c $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -o $@ $< $(STLIB) $(SANLD) $(LIBS)
+
+# Unit tests link the static library, so they can reach internal functions
+# through lib/*.h; test helpers shared by several tests live in tests/util.[ch].
+TEST_UTIL := $(wildcard tests/util.c)
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(STLIB) $(KVBENCH)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -Itests -o $@ $< $(TEST_UTIL) $(STLIB) $(SANLD) $(LIBS) -lcmocka
+
+$(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
+	@mkdir -p $(BUILD)
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' $< > $@
+
+check: all $(TEST_BIN)
+	BUILD=$(BUILD) SAN=$(SAN) sh tests/run.sh $(TEST_BIN)
+
+check-asan:
+	$(MAKE) check BUILD=build/asan SAN=address,undefined CFLAGS="-O1 -g"
+
+check-tsan:
+	$(MAKE) check BUILD=build/tsan SAN=thread CFLAGS="-O1 -g"
+
+check-all: check check-asan check-tsan
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) \
+		$(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 include/kvtier.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf libkvtier.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvtier.so
+	install -m 644 $(STLIB) $(DESTDIR)$(LIBDIR)/
+	install -m 644 $(BUILD)/kvtier.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	install -m 755 $(KVBENCH) $(DESTDIR)$(BINDIR)/
+	for s in 1 3 5 7; do \
+		ls man/*.$$s >/dev/null 2>&1 || continue; \
+		install -d $(DESTDIR)$(MANDIR)/man$$s; \
+		install -m 644 man/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/kvtier.h $(DESTDIR)$(LIBDIR)/libkvtier.* \
+		$(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc $(DESTDIR)$(BINDIR)/kvbench
+	for f in man/*.[1357]; do rm -f $(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; done
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)

@@ -1,0 +1,57 @@
+/*
+ * config.h - the store's configuration: parsed from JSON text (jansson),
+ * validated, with defaults. Knows nothing about how the values are used.
+ */
+#ifndef KVT_CONFIG_H
+#define KVT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kvt_tri { KVT_OFF = 0, KVT_TRY = 1, KVT_REQUIRE = 2 };
+enum kvt_write_policy { KVT_WRITE_ON_EVICT = 0, KVT_WRITE_THROUGH = 1 };
+
+struct kvt_config {
+	/* ram */
+	uint64_t ram_capacity;    /* bytes; "ram.capacity", default 1 GiB */
+	uint32_t lease_ms;        /* "ram.lease_ms", default 5000 */
+	double lease_cap;         /* "ram.lease_cap": fraction of capacity, default 0.5 */
+	double high_watermark;    /* "ram.high_watermark", default 0.95 */
+	double low_watermark;     /* "ram.low_watermark", default 0.85 */
+	enum kvt_tri hugepages;   /* "ram.hugepages": false|true|"try", default false */
+	enum kvt_tri mlock;       /* "ram.mlock": false|true|"try", default "try" */
+	int numa_node;            /* "ram.numa_node": -1 (none, default) or a node */
+	uint64_t max_block;       /* "ram.max_block", default 256 MiB */
+	/* store */
+	unsigned threads;         /* "threads": async workers, default 2 */
+	/* disk (ndisk == 0: no disk tier) */
+	unsigned ndisk;           /* number of "disk.path" entries */
+	char **disk_paths;        /* "disk.path": string or array of strings */
+	uint64_t disk_capacity;   /* "disk.capacity": total bytes across paths */
+	uint64_t region_size;     /* "disk.region_size", default 64 MiB */
+	unsigned queue_depth;     /* "disk.queue_depth", default 32 */
+	enum kvt_write_policy write_policy; /* "disk.write_policy" */
+	int promote;              /* "disk.promote": copy disk hits to RAM, default true */
+};
+
+/*
+ * Fills cfg with the defaults, then applies json (NULL or "" keeps the
+ * defaults). Returns 0, or -EINVAL with kvt_last_error() naming the key for
+ * malformed JSON, unknown keys, wrong types and impossible values; -ENOTSUP
+ * for features this build lacks ("peers"). On failure cfg holds nothing to
+ * free.
+ */
+int config_parse(const char *json, struct kvt_config *cfg);
+
+/* Frees what config_parse allocated (disk paths). Safe on a zeroed config. */
+void config_free(struct kvt_config *cfg);
+
+/*
+ * Parses a size: a non-negative integer of bytes, or a string "N", "N B",
+ * "N K|M|G|T", "N KB|MB|GB|TB" (powers of 1024, as are KiB..TiB), with an
+ * optional fraction ("1.5GiB"). Returns 0 or -EINVAL (negative, empty,
+ * unknown unit, overflow).
+ */
+int parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * disk.h - the NVMe tier: blocks on one or more block devices or
+ * preallocated files, written through io_uring (uring.c) in a log of regions,
+ * each record self-describing and checksummed, surviving restarts.
+ * Knows nothing about the RAM tier, peers or the store facade: the store
+ * calls it, never the other way round.
+ */
+#ifndef KVT_DISK_H
+#define KVT_DISK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "kvtier.h"
+
+struct disk_tier;
+struct kvt_dev_ops; /* the device seam, see uring.h */
+
+/*
+ * Opens the tier described by cfg (cfg->ndisk > 0). fixed_base/fixed_len is
+ * the RAM arena, registered with io_uring as fixed buffers so spills from it
+ * and loads into it need no extra copy (NULL/0: none). ops NULL uses the real
+ * io_uring device layer; tests pass their own to inject faults. Recovers the
+ * index from the checkpoint or by scanning. Returns 0 or a negative errno
+ * with kvt_last_error() set.
+ */
+int disk_open(const struct kvt_config *cfg, void *fixed_base, size_t fixed_len,
+	      const struct kvt_dev_ops *ops, struct disk_tier **out);
+
+/* Flushes, writes the index checkpoint, closes devices, frees. NULL: no-op. */
+void disk_close(struct disk_tier *d);
+
+/*
+ * Stores a block. Present already: returns 0 (no-op). Returns -ENOSPC when the
+ * block cannot fit even after reclaiming regions, -EIO on device errors.
+ */
+int disk_put(struct disk_tier *d, kvt_key key, const void *data, size_t len);
+
+/* Stores ops[0..n) with one submission; sets each ops[i].result. Returns the
+ * first failure or 0. */
+int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n);
+
+/*
+ * Loads a block into buf (cap bytes), sets *len. Returns 0, -ENOENT,
+ * -ENOBUFS (*len = size needed), -EBADMSG (checksum or header mismatch: the
+ * record is dropped from the index and counted), -EIO.
+ */
+int disk_get(struct disk_tier *d, kvt_key key, void *buf, size_t cap,
+	     size_t *len);
+
+/* Loads ops[0..n) (len = capacity in, bytes out) with all reads submitted
+ * together; sets each ops[i].result. Returns the first failure or 0. */
+int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n);
+
+/* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
+int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);
+
+/*
+ * Leases key until deadline_ns (CLOCK_MONOTONIC, kvt_now_ns()): its region is
+ * not reclaimed before then (or the block is reinserted). Returns 1 if the
+ * key is stored and now leased, 0 if not stored.
+ */
+int disk_lease(struct disk_tier *d, kvt_key key, uint64_t deadline_ns);
+
+/* Ends a lease early. Returns 1 if a lease was ended, else 0. */
+int disk_release(struct disk_tier *d, kvt_key key);
+
+/* Removes key. Returns 0 or -ENOENT. */
+int disk_remove(struct disk_tier *d, kvt_key key);
+
+/* Adds the tier's counters to obj (capacity, used, objects, hits, misses,
+ * spills, reclaims, reinsertions, checksum_failures, io_errors, ...). */
+void disk_stats(struct disk_tier *d, json_t *obj);
+
+#endif

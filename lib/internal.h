@@ -1,0 +1,40 @@
+/*
+ * internal.h - helpers shared by every module of the library: error text,
+ * logging, time. Knows nothing about tiers or the store.
+ */
+#ifndef KVT_INTERNAL_H
+#define KVT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "kvtier.h"
+
+#define KVT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* Sets this thread's kvt_last_error() text. */
+void kvt_set_error(const char *fmt, ...) KVT_PRINTF(1, 2);
+
+/* Sets the error text and returns err (a negative errno): return kvt_fail(...). */
+int kvt_fail(int err, const char *fmt, ...) KVT_PRINTF(2, 3);
+
+/* Sends a line to the installed log callback, if any, at level (KVT_LOG_*). */
+void kvt_log(int level, const char *fmt, ...) KVT_PRINTF(2, 3);
+
+static inline uint64_t kvt_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int kvt_key_eq(kvt_key a, kvt_key b)
+{
+	return a.lo == b.lo && a.hi == b.hi;
+}
+
+/* Key as "hi:lo" hex for messages; buf must hold 34 bytes. */
+const char *kvt_key_str(kvt_key k, char buf[34]);
+
+#endif

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs each test binary with a time limit and prints one line per test and a
+# closing "N passed, N failed, N skipped" line. Exit status 77 means skipped
+# (a feature the machine lacks); any other non-zero status is a failure.
+limit=${TEST_TIMEOUT:-300}
+pass=0; fail=0; skip=0; failed=""
+for t in "$@"; do
+	name=${t##*/}
+	log="$t.log"
+	start=$(date +%s)
+	timeout -k 10 "$limit" "$t" >"$log" 2>&1
+	rc=$?
+	secs=$(( $(date +%s) - start ))
+	case $rc in
+	0) pass=$((pass + 1)); echo "PASS $name (${secs}s)";;
+	77) skip=$((skip + 1)); echo "SKIP $name: $(tail -n 1 "$log")";;
+	*) fail=$((fail + 1)); failed="$failed $name"; echo "FAIL $name (exit $rc, ${secs}s)"; tail -n 40 "$log";;
+	esac
+done
+echo "${SAN:+[$SAN] }tests: $pass passed, $fail failed, $skip skipped"
+[ -z "$failed" ] || { echo "failed:$failed"; exit 1; }
+exit 0
