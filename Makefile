@@ -35,6 +35,9 @@ EX_SRC    := $(sort $(wildcard examples/*.c))
 
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
+# Everything of kvbench but its main(), so tests can reach the workload code.
+BENCH_CORE_OBJ := $(filter-out $(BUILD)/bench/kvbench.o,$(BENCH_OBJ))
+BENCHLIB  := $(BUILD)/libkvbench.a
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 
@@ -62,19 +65,24 @@ $(STLIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(KVBENCH): $(BENCH_OBJ) $(STLIB)
-	$(CC) $(SANLD) -pthread -o $@ $(BENCH_OBJ) $(STLIB) $(LIBS)
+$(BENCHLIB): $(BENCH_CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(STLIB)
+	$(CC) $(SANLD) -pthread -o $@ $(BUILD)/bench/kvbench.o $(BENCHLIB) $(STLIB) $(LIBS)
 
 $(BUILD)/examples/%: examples/%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -o $@ $< $(STLIB) $(SANLD) $(LIBS)
 
 # Unit tests link the static library, so they can reach internal functions
-# through lib/*.h; test helpers shared by several tests live in tests/util.[ch].
+# through lib/*.h, and kvbench's code (bench/*.h) through libkvbench.a; helpers
+# shared by several tests live in tests/util.[ch].
 TEST_UTIL := $(wildcard tests/util.c)
-$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(STLIB) $(KVBENCH)
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(STLIB) $(BENCHLIB) $(KVBENCH)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests -o $@ $< $(TEST_UTIL) $(STLIB) $(SANLD) $(LIBS) -lcmocka
+	$(CC) $(ALLCFLAGS) -Itests -Ibench -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS) -lcmocka
 
 $(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
 	@mkdir -p $(BUILD)
@@ -115,4 +123,4 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d)

@@ -17,6 +17,7 @@ for t in "$@"; do
 	*) fail=$((fail + 1)); failed="$failed $name"; echo "FAIL $name (exit $rc, ${secs}s)"; tail -n 40 "$log";;
 	esac
 done
-echo "${SAN:+[$SAN] }tests: $pass passed, $fail failed, $skip skipped"
+[ -z "$SAN" ] || echo "sanitizers: $SAN"
+echo "tests: $pass passed, $fail failed, $skip skipped"
 [ -z "$failed" ] || { echo "failed:$failed"; exit 1; }
 exit 0
