@@ -1,0 +1,577 @@
+/*
+ * ram.c - the RAM tier (see ram.h).
+ *
+ * Blocks live in the arena; the index is split in NSHARDS shards, each with
+ * its own lock, pool, LRU list and held (leased) list. Recency is a
+ * tier-wide tick stamped on put and hit; eviction takes, among the shards'
+ * least recent evictable entries, the one with the oldest stamp, so the
+ * order is the exact global LRU order of the evictable blocks.
+ *
+ * An entry is in one of these places:
+ *   LRU list   - evictable unless pinned by an in-flight copy
+ *   held list  - leased until lease_until (ordered by deadline, since every
+ *                lease has the same length); moved back to the LRU head when
+ *                the lease lapses (checked lazily under the shard lock)
+ *   EVICTING   - off both lists, pinned by the evictor while its bytes are
+ *                spilled; still readable; a lease taken meanwhile cancels
+ *                the eviction
+ *   DEAD       - out of the table (removed), freed at its last unpin
+ * Copies in and out of the arena run outside every lock: pins keep the
+ * extent alive. Knows nothing about disks: spills go through a callback.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "index.h"
+#include "internal.h"
+#include "ram.h"
+#include "stats.h"
+
+#define NSHARDS 64u
+#define EVICT_SCAN 32 /* pinned entries skipped per shard before giving up */
+
+struct ram_tier {
+	struct shard shards[NSHARDS];
+	struct arena *arena;
+	char *base;
+	uint64_t capacity, high_bytes, low_bytes, lease_cap_bytes, max_block;
+	ram_spill_fn spill;
+	ram_unspill_fn unspill;
+	void *arg;
+
+	_Atomic uint64_t tick;
+	_Atomic uint64_t used;      /* bytes in extents of live entries */
+	_Atomic uint64_t objects;
+	_Atomic uint64_t leased_bytes, leased_objects;
+	_Atomic uint64_t hits, misses, puts, dup_puts, refused_puts;
+	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
+	_Atomic uint64_t leases, lease_expiries, lease_refusals, releases;
+	_Atomic uint64_t pinned;
+};
+
+static inline struct shard *shard_of(struct ram_tier *r, kvt_key key)
+{
+	return &r->shards[key.hi & (NSHARDS - 1)];
+}
+
+static inline uint64_t next_tick(struct ram_tier *r)
+{
+	return atomic_fetch_add_explicit(&r->tick, 1, memory_order_relaxed) + 1;
+}
+
+int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,
+	     ram_unspill_fn unspill, void *arg, struct ram_tier **out)
+{
+	struct arena_opts ao = {
+		.capacity = cfg->ram_capacity,
+		.hugepages = cfg->hugepages,
+		.mlock = cfg->mlock,
+		.numa_node = cfg->numa_node,
+	};
+	struct ram_tier *r = calloc(1, sizeof(*r));
+	unsigned i;
+	int rc;
+
+	if (!r)
+		return kvt_fail(-ENOMEM, "RAM tier: out of memory");
+	for (i = 0; i < NSHARDS; i++) {
+		if (shard_init(&r->shards[i])) {
+			rc = kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
+			goto fail;
+		}
+	}
+	rc = arena_open(&ao, &r->arena);
+	if (rc)
+		goto fail;
+	r->base = arena_base(r->arena);
+	r->capacity = arena_size(r->arena);
+	r->high_bytes = (uint64_t)((double)r->capacity * cfg->high_watermark);
+	r->low_bytes = (uint64_t)((double)r->capacity * cfg->low_watermark);
+	r->lease_cap_bytes = (uint64_t)((double)r->capacity * cfg->lease_cap);
+	r->max_block = cfg->max_block;
+	r->spill = spill;
+	r->unspill = unspill;
+	r->arg = arg;
+	*out = r;
+	return 0;
+fail:
+	while (i-- > 0)
+		shard_destroy(&r->shards[i]);
+	free(r);
+	return rc;
+}
+
+void ram_close(struct ram_tier *r)
+{
+	if (!r)
+		return;
+	for (unsigned i = 0; i < NSHARDS; i++)
+		shard_destroy(&r->shards[i]);
+	arena_close(r->arena);
+	free(r);
+}
+
+/* Ends the lease of a live entry (accounting only; the caller moves it). */
+static void drop_lease(struct ram_tier *r, struct ient *e)
+{
+	e->lease_until = 0;
+	atomic_fetch_sub_explicit(&r->leased_bytes, e->len, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&r->leased_objects, 1, memory_order_relaxed);
+}
+
+/* Moves lapsed leases of a shard back to the LRU head. Shard locked. */
+static void expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
+{
+	while (sh->held_head != IDX_NONE) {
+		uint32_t id = sh->held_head;
+		struct ient *e = &sh->ents[id];
+		if (e->lease_until > now)
+			break;
+		list_remove(sh, &sh->held_head, &sh->held_tail, id);
+		drop_lease(r, e);
+		e->state = IENT_LRU;
+		e->stamp = next_tick(r); /* its list position says "recent" */
+		list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+		ctr_add(&r->lease_expiries, 1);
+	}
+}
+
+static void expire_all(struct ram_tier *r)
+{
+	uint64_t now = kvt_now_ns();
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &r->shards[i];
+		pthread_mutex_lock(&sh->lock);
+		expire_leases(r, sh, now);
+		pthread_mutex_unlock(&sh->lock);
+	}
+}
+
+/* Frees an entry already out of the table and unpinned. Shard locked. */
+static void release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
+{
+	struct ient *e = &sh->ents[id];
+	uint64_t bytes = arena_extent_bytes(r->arena, e->off);
+
+	arena_free(r->arena, e->off);
+	atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&r->objects, 1, memory_order_relaxed);
+	shard_free_ent(sh, id);
+}
+
+/*
+ * Picks the globally least recent evictable entry and marks it EVICTING,
+ * pinned. Returns 0 with the shard and entry id set, or -ENOSPC when none is evictable.
+ */
+static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
+{
+	for (int attempt = 0; attempt < 8; attempt++) {
+		uint64_t now = kvt_now_ns(), best_stamp = UINT64_MAX;
+		int best = -1;
+		uint32_t best_id = IDX_NONE;
+
+		for (unsigned i = 0; i < NSHARDS; i++) {
+			struct shard *sh = &r->shards[i];
+			pthread_mutex_lock(&sh->lock);
+			expire_leases(r, sh, now);
+			uint32_t id = sh->lru_tail;
+			for (int n = 0; id != IDX_NONE && n < EVICT_SCAN; n++) {
+				if (sh->ents[id].pins == 0)
+					break;
+				id = sh->ents[id].prev;
+			}
+			if (id != IDX_NONE && sh->ents[id].pins == 0 &&
+			    sh->ents[id].stamp < best_stamp) {
+				best_stamp = sh->ents[id].stamp;
+				best = (int)i;
+				best_id = id;
+			}
+			pthread_mutex_unlock(&sh->lock);
+		}
+		if (best < 0)
+			return -ENOSPC;
+		struct shard *sh = &r->shards[best];
+		pthread_mutex_lock(&sh->lock);
+		struct ient *e = &sh->ents[best_id];
+		if (e->state == IENT_LRU && e->pins == 0 && e->stamp == best_stamp) {
+			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
+			e->state = IENT_EVICTING;
+			e->pins = 1;
+			pthread_mutex_unlock(&sh->lock);
+			*shp = sh;
+			*idp = best_id;
+			return 0;
+		}
+		/* Someone touched it meanwhile; look again. */
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return -EAGAIN;
+}
+
+/* Evicts one block: spill outside the lock, then free. 0, -ENOSPC or -EAGAIN. */
+static int evict_one(struct ram_tier *r)
+{
+	struct shard *sh;
+	uint32_t id;
+	int rc = pick_victim(r, &sh, &id);
+
+	if (rc)
+		return rc;
+	/* The entry is pinned and off the lists: its extent and fields other
+	 * than lease/pins/state are stable without the lock. */
+	pthread_mutex_lock(&sh->lock);
+	kvt_key key = sh->ents[id].key;
+	uint64_t off = sh->ents[id].off;
+	uint32_t len = sh->ents[id].len;
+	pthread_mutex_unlock(&sh->lock);
+
+	int spilled = 0;
+	if (r->spill) {
+		spilled = r->spill(r->arg, key, r->base + off, len) == 0;
+		ctr_add(spilled ? &r->spills : &r->spill_failures, 1);
+	}
+
+	pthread_mutex_lock(&sh->lock);
+	struct ient *e = &sh->ents[id];
+	e->pins--;
+	if (e->state == IENT_DEAD) {
+		/* Removed while we spilled: take the spilled copy back too. */
+		if (spilled && r->unspill)
+			r->unspill(r->arg, key);
+		if (e->pins == 0)
+			release_entry(r, sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		return 0;
+	}
+	if (e->lease_until > kvt_now_ns()) {
+		/* Leased while we spilled: the lease wins, the block stays. */
+		e->state = IENT_HELD;
+		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+		pthread_mutex_unlock(&sh->lock);
+		return 0;
+	}
+	if (e->lease_until) {
+		drop_lease(r, e);
+		ctr_add(&r->lease_expiries, 1);
+	}
+	ctr_add(&r->evictions, 1);
+	ctr_add(&r->evicted_bytes, len);
+	shard_unlink(sh, id);
+	if (e->pins == 0) {
+		release_entry(r, sh, id);
+	} else {
+		e->state = IENT_DEAD;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return 0;
+}
+
+size_t ram_evict_to_low(struct ram_tier *r)
+{
+	size_t n = 0;
+	int again = 0;
+
+	while (atomic_load_explicit(&r->used, memory_order_relaxed) > r->low_bytes) {
+		int rc = evict_one(r);
+		if (rc == -EAGAIN && again++ < 4)
+			continue;
+		if (rc)
+			break;
+		n++;
+	}
+	return n;
+}
+
+int ram_above_high(struct ram_tier *r)
+{
+	return atomic_load_explicit(&r->used, memory_order_relaxed) > r->high_bytes;
+}
+
+/* Refreshes recency of a live entry. Shard locked. */
+static void touch(struct ram_tier *r, struct shard *sh, uint32_t id)
+{
+	struct ient *e = &sh->ents[id];
+	e->stamp = next_tick(r);
+	if (e->state == IENT_LRU && sh->lru_head != id) {
+		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
+		list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+	}
+}
+
+int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+{
+	struct shard *sh = shard_of(r, key);
+	uint32_t id;
+	int64_t off;
+
+	pthread_mutex_lock(&sh->lock);
+	id = shard_find(sh, key);
+	if (id != IDX_NONE) {
+		touch(r, sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		ctr_add(&r->dup_puts, 1);
+		return 1;
+	}
+	pthread_mutex_unlock(&sh->lock);
+
+	if (len > r->capacity) {
+		ctr_add(&r->refused_puts, 1);
+		return -ENOSPC;
+	}
+	int again = 0;
+	while ((off = arena_alloc(r->arena, len)) < 0) {
+		int rc = evict_one(r);
+		if (rc == -EAGAIN && again++ < 4)
+			continue;
+		if (rc) {
+			ctr_add(&r->refused_puts, 1);
+			return -ENOSPC;
+		}
+	}
+	uint64_t bytes = arena_extent_bytes(r->arena, (uint64_t)off);
+	atomic_fetch_add_explicit(&r->used, bytes, memory_order_relaxed);
+	memcpy(r->base + off, data, len);
+
+	pthread_mutex_lock(&sh->lock);
+	id = shard_find(sh, key);
+	if (id != IDX_NONE) {
+		/* Another thread stored the same key meanwhile: same bytes. */
+		touch(r, sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		arena_free(r->arena, (uint64_t)off);
+		atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+		ctr_add(&r->dup_puts, 1);
+		return 1;
+	}
+	id = shard_insert(sh, key);
+	if (id == IDX_NONE) {
+		pthread_mutex_unlock(&sh->lock);
+		arena_free(r->arena, (uint64_t)off);
+		atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+		return kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
+	}
+	struct ient *e = &sh->ents[id];
+	e->off = (uint64_t)off;
+	e->len = (uint32_t)len;
+	e->stamp = next_tick(r);
+	e->state = IENT_LRU;
+	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+	pthread_mutex_unlock(&sh->lock);
+	ctr_add(&r->objects, 1);
+	ctr_add(&r->puts, 1);
+	return 0;
+}
+
+int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	struct shard *sh = shard_of(r, key);
+	uint32_t id;
+
+	pthread_mutex_lock(&sh->lock);
+	id = shard_find(sh, key);
+	if (id == IDX_NONE) {
+		pthread_mutex_unlock(&sh->lock);
+		ctr_add(&r->misses, 1);
+		return -ENOENT;
+	}
+	struct ient *e = &sh->ents[id];
+	*len = e->len;
+	if (e->len > cap) {
+		pthread_mutex_unlock(&sh->lock);
+		return -ENOBUFS;
+	}
+	if (e->pins == UINT16_MAX) {
+		/* Absurdly many concurrent readers of one block: a miss, not a wrap. */
+		pthread_mutex_unlock(&sh->lock);
+		ctr_add(&r->misses, 1);
+		return -ENOENT;
+	}
+	e->pins++;
+	touch(r, sh, id);
+	uint64_t off = e->off;
+	uint32_t n = e->len;
+	pthread_mutex_unlock(&sh->lock);
+
+	ctr_add(&r->pinned, 1);
+	memcpy(buf, r->base + off, n);
+	atomic_fetch_sub_explicit(&r->pinned, 1, memory_order_relaxed);
+
+	pthread_mutex_lock(&sh->lock);
+	e = &sh->ents[id];
+	if (--e->pins == 0 && e->state == IENT_DEAD)
+		release_entry(r, sh, id);
+	pthread_mutex_unlock(&sh->lock);
+	ctr_add(&r->hits, 1);
+	return 0;
+}
+
+/* Leases a live entry until deadline. Shard locked. 1, or -ENOSPC at the cap. */
+static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
+		       uint64_t deadline)
+{
+	struct ient *e = &sh->ents[id];
+
+	if (!e->lease_until) {
+		uint64_t cur = atomic_load_explicit(&r->leased_bytes, memory_order_relaxed);
+		do {
+			if (cur + e->len > r->lease_cap_bytes)
+				return -ENOSPC;
+		} while (!atomic_compare_exchange_weak_explicit(
+			&r->leased_bytes, &cur, cur + e->len,
+			memory_order_relaxed, memory_order_relaxed));
+		ctr_add(&r->leased_objects, 1);
+	}
+	e->lease_until = deadline;
+	if (e->state == IENT_LRU) {
+		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
+		e->state = IENT_HELD;
+		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+	} else if (e->state == IENT_HELD) {
+		/* Renewed: keep the held list ordered by deadline. */
+		list_remove(sh, &sh->held_head, &sh->held_tail, id);
+		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+	}
+	/* IENT_EVICTING: the evictor sees lease_until and keeps the block. */
+	ctr_add(&r->leases, 1);
+	return 1;
+}
+
+int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
+{
+	struct shard *sh = shard_of(r, key);
+	int rc;
+
+	pthread_mutex_lock(&sh->lock);
+	uint32_t id = shard_find(sh, key);
+	if (id == IDX_NONE || !lease) {
+		pthread_mutex_unlock(&sh->lock);
+		return id != IDX_NONE;
+	}
+	rc = lease_entry(r, sh, id, deadline_ns);
+	pthread_mutex_unlock(&sh->lock);
+	if (rc != -ENOSPC)
+		return rc;
+
+	/* At the cap: lapsed leases may still be counted; collect, retry once. */
+	expire_all(r);
+	pthread_mutex_lock(&sh->lock);
+	id = shard_find(sh, key);
+	rc = id == IDX_NONE ? 0 : lease_entry(r, sh, id, deadline_ns);
+	pthread_mutex_unlock(&sh->lock);
+	if (rc == -ENOSPC)
+		ctr_add(&r->lease_refusals, 1);
+	return rc;
+}
+
+int ram_release(struct ram_tier *r, kvt_key key)
+{
+	struct shard *sh = shard_of(r, key);
+	int ended = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	uint32_t id = shard_find(sh, key);
+	if (id != IDX_NONE && sh->ents[id].lease_until) {
+		struct ient *e = &sh->ents[id];
+		drop_lease(r, e);
+		if (e->state == IENT_HELD) {
+			list_remove(sh, &sh->held_head, &sh->held_tail, id);
+			e->state = IENT_LRU;
+			e->stamp = next_tick(r);
+			list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+		}
+		ended = 1;
+		ctr_add(&r->releases, 1);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return ended;
+}
+
+int ram_remove(struct ram_tier *r, kvt_key key)
+{
+	struct shard *sh = shard_of(r, key);
+
+	pthread_mutex_lock(&sh->lock);
+	uint32_t id = shard_find(sh, key);
+	if (id == IDX_NONE) {
+		pthread_mutex_unlock(&sh->lock);
+		return -ENOENT;
+	}
+	struct ient *e = &sh->ents[id];
+	if (e->lease_until)
+		drop_lease(r, e);
+	if (e->state == IENT_LRU)
+		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
+	else if (e->state == IENT_HELD)
+		list_remove(sh, &sh->held_head, &sh->held_tail, id);
+	shard_unlink(sh, id);
+	e->state = IENT_DEAD;
+	if (e->pins == 0)
+		release_entry(r, sh, id);
+	pthread_mutex_unlock(&sh->lock);
+	return 0;
+}
+
+void *ram_arena_base(struct ram_tier *r)
+{
+	return r->base;
+}
+
+size_t ram_arena_size(struct ram_tier *r)
+{
+	return (size_t)r->capacity;
+}
+
+void ram_stats(struct ram_tier *r, json_t *o)
+{
+	struct arena_stats as;
+	uint64_t idx_bytes = 0;
+
+	expire_all(r);
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &r->shards[i];
+		pthread_mutex_lock(&sh->lock);
+		idx_bytes += shard_mem_bytes(sh);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	arena_get_stats(r->arena, &as);
+	uint64_t objects = ctr_get(&r->objects);
+	uint64_t used = ctr_get(&r->used);
+	uint64_t free_bytes = as.capacity > as.used ? as.capacity - as.used : 0;
+
+#define SET_U(name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
+	SET_U("capacity", r->capacity);
+	SET_U("bytes_used", used);
+	SET_U("objects", objects);
+	SET_U("hits", ctr_get(&r->hits));
+	SET_U("misses", ctr_get(&r->misses));
+	SET_U("puts", ctr_get(&r->puts));
+	SET_U("duplicate_puts", ctr_get(&r->dup_puts));
+	SET_U("refused_puts", ctr_get(&r->refused_puts));
+	SET_U("evictions", ctr_get(&r->evictions));
+	SET_U("evicted_bytes", ctr_get(&r->evicted_bytes));
+	SET_U("spills", ctr_get(&r->spills));
+	SET_U("spill_failures", ctr_get(&r->spill_failures));
+	SET_U("leased_bytes", ctr_get(&r->leased_bytes));
+	SET_U("leased_objects", ctr_get(&r->leased_objects));
+	SET_U("lease_cap_bytes", r->lease_cap_bytes);
+	SET_U("leases", ctr_get(&r->leases));
+	SET_U("lease_expiries", ctr_get(&r->lease_expiries));
+	SET_U("lease_refusals", ctr_get(&r->lease_refusals));
+	SET_U("lease_releases", ctr_get(&r->releases));
+	SET_U("pinned", ctr_get(&r->pinned));
+	SET_U("high_watermark_bytes", r->high_bytes);
+	SET_U("low_watermark_bytes", r->low_bytes);
+	SET_U("largest_free", as.largest_free);
+	json_object_set_new(o, "fragmentation",
+			    json_real(free_bytes ? 1.0 - (double)as.largest_free / (double)free_bytes : 0.0));
+	SET_U("index_bytes", idx_bytes);
+	json_object_set_new(o, "index_bytes_per_block",
+			    json_real(objects ? (double)idx_bytes / (double)objects : 0.0));
+	json_object_set_new(o, "hugepages", json_boolean(as.hugepages));
+	json_object_set_new(o, "mlocked", json_boolean(as.mlocked));
+	SET_U("numa_node", as.numa_node);
+#undef SET_U
+}

@@ -1,0 +1,69 @@
+/*
+ * ram.h - the RAM tier: blocks in the arena, found through the sharded
+ * index, kept by a lease-aware LRU with high and low watermarks. Evicted
+ * blocks go to a spill callback (the store hands them to the disk tier).
+ * Knows nothing about disks, peers or the store's threads.
+ */
+#ifndef KVT_RAM_H
+#define KVT_RAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "kvtier.h"
+
+struct ram_tier;
+
+/* Called by eviction with the block's bytes (still in the arena, and not
+ * freed until this returns). Returns 0 if the block was kept elsewhere. */
+typedef int (*ram_spill_fn)(void *arg, kvt_key key, const void *data, size_t len);
+
+/* Called when an evicted block's spill raced with a removal of its key. */
+typedef void (*ram_unspill_fn)(void *arg, kvt_key key);
+
+int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,
+	     ram_unspill_fn unspill, void *arg, struct ram_tier **out);
+void ram_close(struct ram_tier *r);
+
+/*
+ * Stores a copy of data. Returns 0 when stored, 1 when the key was present
+ * (its recency refreshed), -ENOSPC when the block does not fit even after
+ * evicting every unleased, unpinned block (the caller may write around),
+ * -ENOMEM when the index cannot grow.
+ */
+int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
+
+/* Copies a block out (pinned during the copy), refreshing its recency.
+ * Returns 0, -ENOENT, or -ENOBUFS with *len = size needed. */
+int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len);
+
+/*
+ * Presence of one key, for lookups. With lease, also leases it until
+ * deadline_ns (counted against the lease cap). Returns 1 present (and leased
+ * if asked), 0 absent, -ENOSPC present but the lease cap is reached.
+ */
+int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns);
+
+/* Ends a lease early; 1 if one was ended, else 0. */
+int ram_release(struct ram_tier *r, kvt_key key);
+
+/* Removes a key; 0 or -ENOENT. A pinned block is freed at its last unpin. */
+int ram_remove(struct ram_tier *r, kvt_key key);
+
+/* 1 when used bytes exceed the high watermark (time to wake the evictor). */
+int ram_above_high(struct ram_tier *r);
+
+/* Evicts (and spills) least recently used blocks until used bytes are at or
+ * below the low watermark or nothing is evictable. Returns blocks evicted. */
+size_t ram_evict_to_low(struct ram_tier *r);
+
+void *ram_arena_base(struct ram_tier *r);
+size_t ram_arena_size(struct ram_tier *r);
+
+/* Adds the tier's counters to obj. */
+void ram_stats(struct ram_tier *r, json_t *obj);
+
+#endif

@@ -1,0 +1,808 @@
+/*
+ * store.c - the facade: validates every public call, routes it across the
+ * tiers (RAM first, then disk), keeps store-wide counters and latencies, and
+ * owns the library's threads: async batch workers and the evictor that
+ * brings the RAM tier from its high watermark down to its low one.
+ * Tiers know nothing of each other; only this file connects them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "disk.h"
+#include "internal.h"
+#include "ram.h"
+#include "stats.h"
+
+struct kvt_batch {
+	kvt_store *s;
+	int opcode;
+	kvt_op *ops;
+	size_t n;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;
+	int result;
+	int efd;
+	struct kvt_batch *qnext;
+};
+
+struct kvt_store {
+	struct kvt_config cfg;
+	struct ram_tier *ram;
+	struct disk_tier *disk;
+
+	/* async workers */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct kvt_batch *qhead, *qtail;
+	int stopping;
+	pthread_t *workers;
+	unsigned nworkers;
+
+	/* evictor */
+	pthread_mutex_t elock;
+	pthread_cond_t econd;
+	int ekick, estop;
+	pthread_t evictor;
+	int evictor_started;
+
+	struct hist get_lat, put_lat;
+	_Atomic uint64_t gets, puts, hits_ram, hits_disk, misses, checksum_misses;
+	_Atomic uint64_t refused_puts, write_arounds, write_through, promotions;
+	_Atomic uint64_t lookups, lookup_keys, lookup_found, batches, errors;
+};
+
+static void *worker_main(void *arg);
+static void store_teardown(kvt_store *s);
+
+/* --- the registry of open stores, so a second kvt_close is harmless ------- */
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static kvt_store **reg;
+static size_t nreg, capreg;
+
+static int reg_add(kvt_store *s)
+{
+	pthread_mutex_lock(&reg_lock);
+	if (nreg == capreg) {
+		size_t n = capreg ? capreg * 2 : 8;
+		kvt_store **r = realloc(reg, n * sizeof(*r));
+		if (!r) {
+			pthread_mutex_unlock(&reg_lock);
+			return -ENOMEM;
+		}
+		reg = r;
+		capreg = n;
+	}
+	reg[nreg++] = s;
+	pthread_mutex_unlock(&reg_lock);
+	return 0;
+}
+
+/* Removes s; returns 1 if it was registered. */
+static int reg_take(kvt_store *s)
+{
+	int found = 0;
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < nreg; i++) {
+		if (reg[i] == s) {
+			reg[i] = reg[--nreg];
+			found = 1;
+			break;
+		}
+	}
+	if (nreg == 0) {
+		free(reg);
+		reg = NULL;
+		capreg = 0;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return found;
+}
+
+/* --- tier glue -------------------------------------------------------------- */
+
+static int spill_to_disk(void *arg, kvt_key key, const void *data, size_t len)
+{
+	kvt_store *s = arg;
+	return disk_put(s->disk, key, data, len);
+}
+
+static void unspill_from_disk(void *arg, kvt_key key)
+{
+	kvt_store *s = arg;
+	disk_remove(s->disk, key);
+}
+
+static void kick_evictor(kvt_store *s)
+{
+	pthread_mutex_lock(&s->elock);
+	s->ekick = 1;
+	pthread_cond_signal(&s->econd);
+	pthread_mutex_unlock(&s->elock);
+}
+
+static void *evictor_main(void *arg)
+{
+	kvt_store *s = arg;
+
+	pthread_mutex_lock(&s->elock);
+	while (!s->estop) {
+		if (!s->ekick) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&s->econd, &s->elock, &ts);
+			continue;
+		}
+		s->ekick = 0;
+		pthread_mutex_unlock(&s->elock);
+		if (ram_above_high(s->ram))
+			ram_evict_to_low(s->ram);
+		pthread_mutex_lock(&s->elock);
+	}
+	pthread_mutex_unlock(&s->elock);
+	return NULL;
+}
+
+/* --- single operations (arguments already checked) ------------------------ */
+
+static int put_one(kvt_store *s, kvt_key key, const void *data, size_t len)
+{
+	char kb[34];
+	int rc;
+
+	if (s->disk && disk_contains(s->disk, key, NULL))
+		return 0; /* immutable: already stored */
+	rc = ram_put(s->ram, key, data, len);
+	if (rc == 1)
+		return 0;
+	if (rc == 0) {
+		if (s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
+			int drc = disk_put(s->disk, key, data, len);
+			if (drc == 0)
+				ctr_add(&s->write_through, 1);
+			else
+				kvt_log(KVT_LOG_WARN, "write-through of %s to disk failed: %s",
+					kvt_key_str(key, kb), kvt_strerror(drc));
+		}
+		if (ram_above_high(s->ram))
+			kick_evictor(s);
+		return 0;
+	}
+	if (rc != -ENOSPC)
+		return rc;
+	if (s->disk && !s->cfg.refuse_when_leased) {
+		rc = disk_put(s->disk, key, data, len);
+		if (rc == 0) {
+			ctr_add(&s->write_arounds, 1);
+			return 0;
+		}
+		if (rc != -ENOSPC)
+			return rc;
+	}
+	ctr_add(&s->refused_puts, 1);
+	return kvt_fail(-ENOSPC, "kvt_put: no tier can take block %s (%zu bytes): "
+			"%s", kvt_key_str(key, kb), len,
+			s->cfg.refuse_when_leased ? "RAM holds only leased or pinned blocks "
+			"and ram.refuse_when_leased is set" : s->disk ?
+			"RAM holds only leased or pinned blocks and the disk tier is full" :
+			"RAM holds only leased or pinned blocks and there is no disk tier");
+}
+
+static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len)
+{
+	if (!s->cfg.promote)
+		return;
+	if (ram_put(s->ram, key, buf, len) == 0) {
+		ctr_add(&s->promotions, 1);
+		if (ram_above_high(s->ram))
+			kick_evictor(s);
+	}
+}
+
+static void count_get(kvt_store *s, int rc, int tier_disk)
+{
+	if (rc == 0)
+		ctr_add(tier_disk ? &s->hits_disk : &s->hits_ram, 1);
+	else if (rc == -ENOENT)
+		ctr_add(&s->misses, 1);
+	else if (rc == -EBADMSG) {
+		ctr_add(&s->misses, 1);
+		ctr_add(&s->checksum_misses, 1);
+	} else if (rc != -ENOBUFS)
+		ctr_add(&s->errors, 1);
+}
+
+static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	char kb[34];
+	int rc = ram_get(s->ram, key, buf, cap, len);
+
+	if (rc == -ENOENT && s->disk) {
+		rc = disk_get(s->disk, key, buf, cap, len);
+		count_get(s, rc, 1);
+		if (rc == 0)
+			promote(s, key, buf, *len);
+	} else {
+		count_get(s, rc, 0);
+	}
+	if (rc == -ENOENT)
+		kvt_set_error("key %s is not stored", kvt_key_str(key, kb));
+	else if (rc == -ENOBUFS)
+		kvt_set_error("block %s is %zu bytes; the buffer holds %zu",
+			      kvt_key_str(key, kb), *len, cap);
+	return rc;
+}
+
+/* --- argument checks ---------------------------------------------------------- */
+
+static int check_put_args(kvt_store *s, const void *data, size_t len, const char *fn)
+{
+	if (!data)
+		return kvt_fail(-EINVAL, "%s: data is NULL", fn);
+	if (len == 0)
+		return kvt_fail(-EINVAL, "%s: len is 0", fn);
+	if (len > s->cfg.max_block || len > UINT32_MAX)
+		return kvt_fail(-EINVAL, "%s: len %zu exceeds ram.max_block (%llu bytes)",
+				fn, len, (unsigned long long)s->cfg.max_block);
+	return 0;
+}
+
+static int check_get_args(const void *buf, size_t cap, const char *fn)
+{
+	if (!buf && cap)
+		return kvt_fail(-EINVAL, "%s: buf is NULL but cap is %zu", fn, cap);
+	return 0;
+}
+
+/* --- public calls ------------------------------------------------------------- */
+
+KVT_API int kvt_open(const char *config_json, kvt_store **out)
+{
+	kvt_store *s;
+	int rc;
+
+	if (!out)
+		return kvt_fail(-EINVAL, "kvt_open: out is NULL");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return kvt_fail(-ENOMEM, "kvt_open: out of memory");
+	rc = config_parse(config_json, &s->cfg);
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	pthread_mutex_init(&s->qlock, NULL);
+	pthread_cond_init(&s->qcond, NULL);
+	pthread_mutex_init(&s->elock, NULL);
+	pthread_cond_init(&s->econd, NULL);
+
+	rc = ram_open(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
+		      s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
+	if (rc)
+		goto fail;
+	if (s->cfg.ndisk) {
+		rc = disk_open(&s->cfg, ram_arena_base(s->ram), ram_arena_size(s->ram),
+			       NULL, &s->disk);
+		if (rc)
+			goto fail;
+	}
+	if (pthread_create(&s->evictor, NULL, evictor_main, s)) {
+		rc = kvt_fail(-ENOMEM, "kvt_open: cannot start the evictor thread");
+		goto fail;
+	}
+	s->evictor_started = 1;
+	s->workers = calloc(s->cfg.threads, sizeof(*s->workers));
+	if (!s->workers) {
+		rc = kvt_fail(-ENOMEM, "kvt_open: out of memory");
+		goto fail;
+	}
+	for (; s->nworkers < s->cfg.threads; s->nworkers++) {
+		if (pthread_create(&s->workers[s->nworkers], NULL, worker_main, s)) {
+			rc = kvt_fail(-ENOMEM, "kvt_open: cannot start worker thread %u",
+				      s->nworkers);
+			goto fail;
+		}
+	}
+	rc = reg_add(s);
+	if (rc) {
+		kvt_fail(rc, "kvt_open: out of memory");
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail: {
+		/* Keep the failure's text: teardown must not overwrite it. */
+		char msg[512];
+		strncpy(msg, kvt_last_error(), sizeof(msg) - 1);
+		msg[sizeof(msg) - 1] = 0;
+		store_teardown(s);
+		kvt_set_error("%s", msg);
+		return rc;
+	}
+}
+
+static void store_teardown(kvt_store *s)
+{
+	pthread_mutex_lock(&s->qlock);
+	s->stopping = 1;
+	pthread_cond_broadcast(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+	for (unsigned i = 0; i < s->nworkers; i++)
+		pthread_join(s->workers[i], NULL);
+	free(s->workers);
+	if (s->evictor_started) {
+		pthread_mutex_lock(&s->elock);
+		s->estop = 1;
+		pthread_cond_signal(&s->econd);
+		pthread_mutex_unlock(&s->elock);
+		pthread_join(s->evictor, NULL);
+	}
+	if (s->disk)
+		disk_close(s->disk);
+	if (s->ram)
+		ram_close(s->ram);
+	config_free(&s->cfg);
+	pthread_mutex_destroy(&s->qlock);
+	pthread_cond_destroy(&s->qcond);
+	pthread_mutex_destroy(&s->elock);
+	pthread_cond_destroy(&s->econd);
+	free(s);
+}
+
+KVT_API void kvt_close(kvt_store *s)
+{
+	if (!s)
+		return;
+	if (!reg_take(s)) {
+		kvt_set_error("kvt_close: %p is not an open store (closed twice?)", (void *)s);
+		return;
+	}
+	store_teardown(s);
+}
+
+KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_put: store is NULL");
+	int rc = check_put_args(s, data, len, "kvt_put");
+	if (rc)
+		return rc;
+	uint64_t t0 = kvt_now_ns();
+	rc = put_one(s, key, data, len);
+	hist_record(&s->put_lat, kvt_now_ns() - t0);
+	ctr_add(&s->puts, 1);
+	return rc;
+}
+
+KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_get: store is NULL");
+	if (!len)
+		return kvt_fail(-EINVAL, "kvt_get: len is NULL");
+	int rc = check_get_args(buf, cap, "kvt_get");
+	if (rc)
+		return rc;
+	uint64_t t0 = kvt_now_ns();
+	rc = get_one(s, key, buf, cap, len);
+	hist_record(&s->get_lat, kvt_now_ns() - t0);
+	ctr_add(&s->gets, 1);
+	return rc;
+}
+
+KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
+		       unsigned flags, size_t *found)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_lookup: store is NULL");
+	if (!found)
+		return kvt_fail(-EINVAL, "kvt_lookup: found is NULL");
+	if (!keys && n)
+		return kvt_fail(-EINVAL, "kvt_lookup: keys is NULL but n is %zu", n);
+	if (flags & ~KVT_LEASE)
+		return kvt_fail(-EINVAL, "kvt_lookup: unknown flags 0x%x", flags & ~KVT_LEASE);
+
+	int lease = (flags & KVT_LEASE) != 0;
+	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		int rc = ram_lookup(s->ram, keys[i], lease, deadline);
+		if (rc == 1)
+			continue;
+		if (rc < 0) /* the lease cap: report what could be leased */
+			break;
+		if (s->disk && (lease ? disk_lease(s->disk, keys[i], deadline)
+				      : disk_contains(s->disk, keys[i], NULL)) == 1)
+			continue;
+		break;
+	}
+	*found = i;
+	ctr_add(&s->lookups, 1);
+	ctr_add(&s->lookup_keys, n);
+	ctr_add(&s->lookup_found, i);
+	return 0;
+}
+
+KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_release: store is NULL");
+	if (!keys && n)
+		return kvt_fail(-EINVAL, "kvt_release: keys is NULL but n is %zu", n);
+	if (n > INT32_MAX)
+		return kvt_fail(-EINVAL, "kvt_release: n %zu is too large", n);
+	int ended = 0;
+	for (size_t i = 0; i < n; i++) {
+		ended += ram_release(s->ram, keys[i]);
+		if (s->disk)
+			ended += disk_release(s->disk, keys[i]);
+	}
+	return ended;
+}
+
+KVT_API int kvt_remove(kvt_store *s, kvt_key key)
+{
+	char kb[34];
+
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_remove: store is NULL");
+	int r1 = ram_remove(s->ram, key);
+	int r2 = s->disk ? disk_remove(s->disk, key) : -ENOENT;
+	if (r1 == 0 || r2 == 0)
+		return 0;
+	return kvt_fail(-ENOENT, "kvt_remove: key %s is not stored", kvt_key_str(key, kb));
+}
+
+KVT_API int kvt_arena(kvt_store *s, void **base, size_t *len)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_arena: store is NULL");
+	if (base)
+		*base = ram_arena_base(s->ram);
+	if (len)
+		*len = ram_arena_size(s->ram);
+	return 0;
+}
+
+KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_stats_json: store is NULL");
+	if (!buf && cap)
+		return kvt_fail(-EINVAL, "kvt_stats_json: buf is NULL but cap is %zu", cap);
+
+	json_t *root = json_object(), *st = json_object(), *ram = json_object();
+#define SET_U(o, name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
+	json_object_set_new(root, "version", json_string(kvt_version()));
+	SET_U(st, "gets", ctr_get(&s->gets));
+	SET_U(st, "puts", ctr_get(&s->puts));
+	SET_U(st, "hits_ram", ctr_get(&s->hits_ram));
+	SET_U(st, "hits_disk", ctr_get(&s->hits_disk));
+	SET_U(st, "misses", ctr_get(&s->misses));
+	SET_U(st, "checksum_misses", ctr_get(&s->checksum_misses));
+	SET_U(st, "errors", ctr_get(&s->errors));
+	SET_U(st, "refused_puts", ctr_get(&s->refused_puts));
+	SET_U(st, "write_arounds", ctr_get(&s->write_arounds));
+	SET_U(st, "write_throughs", ctr_get(&s->write_through));
+	SET_U(st, "promotions", ctr_get(&s->promotions));
+	SET_U(st, "lookups", ctr_get(&s->lookups));
+	SET_U(st, "lookup_keys", ctr_get(&s->lookup_keys));
+	SET_U(st, "lookup_found", ctr_get(&s->lookup_found));
+	SET_U(st, "batches", ctr_get(&s->batches));
+	json_object_set_new(st, "get_latency", hist_json_us(&s->get_lat));
+	json_object_set_new(st, "put_latency", hist_json_us(&s->put_lat));
+#undef SET_U
+	json_object_set_new(root, "store", st);
+	ram_stats(s->ram, ram);
+	json_object_set_new(root, "ram", ram);
+	if (s->disk) {
+		json_t *d = json_object();
+		disk_stats(s->disk, d);
+		json_object_set_new(root, "disk", d);
+	}
+	char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(root);
+	if (!text)
+		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
+	size_t n = strlen(text);
+	if (cap) {
+		size_t c = n < cap - 1 ? n : cap - 1;
+		memcpy(buf, text, c);
+		buf[c] = 0;
+	}
+	free(text);
+	if (n > INT32_MAX)
+		return kvt_fail(-EOVERFLOW, "kvt_stats_json: document too large");
+	return (int)n;
+}
+
+/* --- batches ------------------------------------------------------------------- */
+
+static int first_failure(const kvt_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].result)
+			return ops[i].result;
+	return 0;
+}
+
+static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
+{
+	uint64_t t0 = kvt_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		int rc = check_put_args(s, ops[i].buf, ops[i].len, "kvt_put_batch");
+		ops[i].result = rc ? rc : put_one(s, ops[i].key, ops[i].buf, ops[i].len);
+	}
+	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
+	for (size_t i = 0; i < n; i++)
+		hist_record(&s->put_lat, dt);
+	ctr_add(&s->puts, n);
+	ctr_add(&s->batches, 1);
+	return first_failure(ops, n);
+}
+
+static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
+{
+	uint64_t t0 = kvt_now_ns();
+	size_t nmiss = 0, *miss = NULL;
+	kvt_op *dops = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		int rc = check_get_args(ops[i].buf, ops[i].len, "kvt_get_batch");
+		if (rc) {
+			ops[i].result = rc;
+			continue;
+		}
+		size_t cap = ops[i].len;
+		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap, &ops[i].len);
+		if (rc == -ENOENT && s->disk) {
+			if (!miss) {
+				miss = malloc(n * sizeof(*miss));
+				dops = malloc(n * sizeof(*dops));
+				if (!miss || !dops) {
+					free(miss);
+					free(dops);
+					miss = NULL;
+					dops = NULL;
+					/* No memory for a batch: load one by one. */
+					rc = get_one(s, ops[i].key, ops[i].buf, cap, &ops[i].len);
+					ops[i].result = rc;
+					continue;
+				}
+			}
+			ops[i].len = cap;
+			miss[nmiss] = i;
+			dops[nmiss++] = ops[i];
+			continue;
+		}
+		count_get(s, rc, 0);
+		ops[i].result = rc;
+	}
+	if (nmiss) {
+		disk_get_batch(s->disk, dops, nmiss);
+		for (size_t j = 0; j < nmiss; j++) {
+			kvt_op *op = &ops[miss[j]];
+			op->result = dops[j].result;
+			op->len = dops[j].len;
+			count_get(s, op->result, 1);
+			if (op->result == 0)
+				promote(s, op->key, op->buf, op->len);
+		}
+	}
+	free(miss);
+	free(dops);
+	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
+	for (size_t i = 0; i < n; i++)
+		hist_record(&s->get_lat, dt);
+	ctr_add(&s->gets, n);
+	ctr_add(&s->batches, 1);
+	int rc = first_failure(ops, n);
+	if (rc) {
+		char kb[34];
+		for (size_t i = 0; i < n; i++)
+			if (ops[i].result == rc) {
+				kvt_set_error("kvt_get_batch: op %zu (key %s): %s", i,
+					      kvt_key_str(ops[i].key, kb), kvt_strerror(rc));
+				break;
+			}
+	}
+	return rc;
+}
+
+KVT_API int kvt_put_batch(kvt_store *s, kvt_op *ops, size_t n)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_put_batch: store is NULL");
+	if (!ops && n)
+		return kvt_fail(-EINVAL, "kvt_put_batch: ops is NULL but n is %zu", n);
+	return run_put_batch(s, ops, n);
+}
+
+KVT_API int kvt_get_batch(kvt_store *s, kvt_op *ops, size_t n)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_get_batch: store is NULL");
+	if (!ops && n)
+		return kvt_fail(-EINVAL, "kvt_get_batch: ops is NULL but n is %zu", n);
+	return run_get_batch(s, ops, n);
+}
+
+/* --- asynchronous batches ------------------------------------------------------ */
+
+static void batch_complete(struct kvt_batch *b, int result)
+{
+	pthread_mutex_lock(&b->lock);
+	b->result = result;
+	b->done = 1;
+	if (b->efd >= 0) {
+		uint64_t one = 1;
+		ssize_t w = write(b->efd, &one, sizeof(one));
+		(void)w; /* an eventfd counter far below its maximum cannot fail */
+	}
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void *worker_main(void *arg)
+{
+	kvt_store *s = arg;
+
+	for (;;) {
+		pthread_mutex_lock(&s->qlock);
+		while (!s->qhead && !s->stopping)
+			pthread_cond_wait(&s->qcond, &s->qlock);
+		struct kvt_batch *b = s->qhead;
+		if (!b) { /* stopping and drained */
+			pthread_mutex_unlock(&s->qlock);
+			return NULL;
+		}
+		s->qhead = b->qnext;
+		if (!s->qhead)
+			s->qtail = NULL;
+		pthread_mutex_unlock(&s->qlock);
+
+		int rc = b->opcode == KVT_OP_GET ? run_get_batch(s, b->ops, b->n)
+						 : run_put_batch(s, b->ops, b->n);
+		batch_complete(b, rc);
+	}
+}
+
+KVT_API int kvt_batch_submit(kvt_store *s, int opcode, kvt_op *ops, size_t n,
+			     kvt_batch **out)
+{
+	if (!s)
+		return kvt_fail(-EINVAL, "kvt_batch_submit: store is NULL");
+	if (!out)
+		return kvt_fail(-EINVAL, "kvt_batch_submit: out is NULL");
+	if (opcode != KVT_OP_GET && opcode != KVT_OP_PUT)
+		return kvt_fail(-EINVAL, "kvt_batch_submit: unknown opcode %d", opcode);
+	if (!ops && n)
+		return kvt_fail(-EINVAL, "kvt_batch_submit: ops is NULL but n is %zu", n);
+
+	struct kvt_batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return kvt_fail(-ENOMEM, "kvt_batch_submit: out of memory");
+	b->s = s;
+	b->opcode = opcode;
+	b->ops = ops;
+	b->n = n;
+	b->efd = -1;
+	b->result = -EINPROGRESS;
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->cond, NULL);
+
+	pthread_mutex_lock(&s->qlock);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->qlock);
+		pthread_mutex_destroy(&b->lock);
+		pthread_cond_destroy(&b->cond);
+		free(b);
+		return kvt_fail(-ESHUTDOWN, "kvt_batch_submit: the store is closing");
+	}
+	if (s->qtail)
+		s->qtail->qnext = b;
+	else
+		s->qhead = b;
+	s->qtail = b;
+	pthread_cond_signal(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+	*out = b;
+	return 0;
+}
+
+KVT_API int kvt_batch_wait(kvt_batch *b, int timeout_ms)
+{
+	int rc = 0;
+
+	if (!b)
+		return kvt_fail(-EINVAL, "kvt_batch_wait: batch is NULL");
+	pthread_mutex_lock(&b->lock);
+	if (timeout_ms < 0) {
+		while (!b->done)
+			pthread_cond_wait(&b->cond, &b->lock);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (!b->done && rc == 0)
+			rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+		rc = b->done ? 0 : -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&b->lock);
+	if (rc)
+		kvt_set_error("kvt_batch_wait: not complete after %d ms", timeout_ms);
+	return rc;
+}
+
+KVT_API int kvt_batch_poll(kvt_batch *b)
+{
+	if (!b)
+		return kvt_fail(-EINVAL, "kvt_batch_poll: batch is NULL");
+	pthread_mutex_lock(&b->lock);
+	int done = b->done;
+	pthread_mutex_unlock(&b->lock);
+	return done;
+}
+
+KVT_API int kvt_batch_fd(kvt_batch *b)
+{
+	if (!b)
+		return kvt_fail(-EINVAL, "kvt_batch_fd: batch is NULL");
+	pthread_mutex_lock(&b->lock);
+	if (b->efd < 0) {
+		b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (b->efd < 0) {
+			int e = errno;
+			pthread_mutex_unlock(&b->lock);
+			return kvt_fail(-e, "kvt_batch_fd: eventfd: %s", kvt_strerror(e));
+		}
+		if (b->done) {
+			uint64_t one = 1;
+			ssize_t w = write(b->efd, &one, sizeof(one));
+			(void)w;
+		}
+	}
+	int fd = b->efd;
+	pthread_mutex_unlock(&b->lock);
+	return fd;
+}
+
+KVT_API int kvt_batch_result(kvt_batch *b)
+{
+	if (!b)
+		return kvt_fail(-EINVAL, "kvt_batch_result: batch is NULL");
+	pthread_mutex_lock(&b->lock);
+	int rc = b->done ? b->result : -EINPROGRESS;
+	pthread_mutex_unlock(&b->lock);
+	return rc;
+}
+
+KVT_API void kvt_batch_free(kvt_batch *b)
+{
+	if (!b)
+		return;
+	kvt_batch_wait(b, -1);
+	if (b->efd >= 0)
+		close(b->efd);
+	pthread_mutex_destroy(&b->lock);
+	pthread_cond_destroy(&b->cond);
+	free(b);
+}

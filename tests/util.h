@@ -1,0 +1,26 @@
+/*
+ * util.h - helpers shared by the tests: block contents derived from the key
+ * (so any reader can verify any block), keys, temp dirs.
+ */
+#ifndef KVT_TEST_UTIL_H
+#define KVT_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+/* Fills buf with len bytes that are a function of (key, len). */
+void fill_block(kvt_key key, void *buf, size_t len);
+
+/* 1 if buf holds exactly what fill_block(key, buf, len) writes. */
+int check_block(kvt_key key, const void *buf, size_t len);
+
+/* A key from a small integer (not a chain key; any 128 bits will do). */
+kvt_key test_key(uint64_t i);
+
+/* mkdtemp under /tmp; returns a malloc'd path. rm_rf removes it. */
+char *make_temp_dir(const char *tag);
+void rm_rf(const char *path);
+
+#endif
