@@ -1,0 +1,34 @@
+#!/bin/sh
+# Installs the built tree into a temporary prefix and builds outside
+# programs against it through pkg-config, as users do: a C consumer linked
+# dynamically and statically, the header as strict C99 and as C++, and a
+# check that the shared library exports only kvt_ symbols.
+set -u
+BUILD=${BUILD:-build}
+tmp=$(mktemp -d /tmp/kvt-install-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+check() { # name, command...
+	name=$1; shift
+	if "$@" >"$tmp/log" 2>&1; then
+		pass=$((pass + 1)); echo "PASS $name"
+	else
+		fail=$((fail + 1)); echo "FAIL $name"; tail -n 20 "$tmp/log"
+	fi
+}
+make -s install BUILD="$BUILD" PREFIX="$tmp/prefix" >"$tmp/install.log" 2>&1 ||
+	{ cat "$tmp/install.log"; echo "install: 0 passed, 1 failed"; exit 1; }
+export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
+export LD_LIBRARY_PATH="$tmp/prefix/lib"
+cflags=$(pkg-config --cflags kvtier) libs=$(pkg-config --libs kvtier)
+slibs=$(pkg-config --static --libs kvtier)
+check "pkg-config-dynamic" sh -c "cc -o $tmp/c tests/install/consumer.c $cflags $libs && $tmp/c"
+check "static-archive" sh -c "cc -o $tmp/cs tests/install/consumer.c $cflags $tmp/prefix/lib/libkvtier.a $(echo "$slibs" | sed 's/-lkvtier//') && $tmp/cs"
+check "header-c99" cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only $cflags -x c tests/install/consumer.c
+check "header-c++" sh -c "c++ -std=c++11 -Wall -Wextra -Werror -o $tmp/cpp tests/install/header.cpp $cflags $libs && $tmp/cpp"
+check "exports-only-kvt" sh -c "nm -D --defined-only $tmp/prefix/lib/libkvtier.so | awk '{print \$3}' | grep -v '^KVTIER_' | grep -v '^kvt_' | (! grep .)"
+check "soname" sh -c "readelf -d $tmp/prefix/lib/libkvtier.so | grep -q 'SONAME.*libkvtier.so.0'"
+check "man-pages" sh -c "ls $tmp/prefix/share/man/man3/kvt_open.3 $tmp/prefix/share/man/man1/kvbench.1 $tmp/prefix/share/man/man7/kvtier.7"
+check "kvbench-installed" test -x "$tmp/prefix/bin/kvbench"
+echo "install: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,70 @@
+/*
+ * test_stats.c - latency histograms: quantiles within one bucket (12.5%)
+ * of the exact value, edge values, JSON rendering.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "stats.h"
+
+static struct hist h; /* large: keep it off the stack */
+
+static void test_quantiles_within_a_bucket(void **state)
+{
+	(void)state;
+	memset(&h, 0, sizeof(h));
+	for (uint64_t v = 1; v <= 100000; v++)
+		hist_record(&h, v * 10);
+	double qs[] = { 0.5, 0.9, 0.99, 0.999 };
+	for (size_t i = 0; i < 4; i++) {
+		double exact = qs[i] * 1000000.0;
+		double got = (double)hist_quantile(&h, qs[i]);
+		assert_true(got >= exact * 0.999);
+		assert_true(got <= exact * 1.126);
+	}
+	assert_int_equal(hist_quantile(&h, 1.0), 1000000);
+	assert_int_equal(hist_quantile(&h, 0.0), 10);
+}
+
+static void test_empty_and_extreme_values(void **state)
+{
+	(void)state;
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(hist_quantile(&h, 0.5), 0);
+	hist_record(&h, 0);
+	hist_record(&h, UINT64_MAX);
+	assert_int_equal(hist_quantile(&h, 0.5), 0);
+	assert_int_equal(hist_quantile(&h, 1.0), UINT64_MAX);
+	hist_record(&h, 7);
+	assert_int_equal(hist_quantile(&h, 0.5), 7);
+}
+
+static void test_json_has_percentiles(void **state)
+{
+	(void)state;
+	memset(&h, 0, sizeof(h));
+	hist_record(&h, 2000);
+	hist_record(&h, 4000);
+	json_t *o = hist_json_us(&h);
+	assert_int_equal(json_integer_value(json_object_get(o, "count")), 2);
+	assert_true(json_real_value(json_object_get(o, "mean_us")) == 3.0);
+	assert_true(json_real_value(json_object_get(o, "max_us")) == 4.0);
+	assert_non_null(json_object_get(o, "p999_us"));
+	json_decref(o);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_quantiles_within_a_bucket),
+		cmocka_unit_test(test_empty_and_extreme_values),
+		cmocka_unit_test(test_json_has_percentiles),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
