@@ -155,8 +155,8 @@ KVT_API void kvt_close(kvt_store *s);
 
 /*
  * Stores len bytes under key. Blocks are immutable and content addressed: if
- * the key is already stored anywhere, the call refreshes its recency and
- * returns 0 without copying. The block goes to the RAM tier, evicting (and
+ * the key is already stored anywhere, the call returns 0 without copying
+ * (refreshing the recency of a RAM copy). The block goes to the RAM tier, evicting (and
  * spilling to disk) the least recently used unleased, unpinned blocks; when
  * RAM holds only leased or pinned blocks it goes to the disk tier instead.
  * Returns 0, -EINVAL (NULL store or data, len 0 or above ram.max_block),
@@ -192,7 +192,9 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 /*
  * Ends the leases of keys[0..n) early, e.g. once the engine has loaded them,
  * so their bytes count against the lease cap no longer. Keys without a lease
- * are ignored. Returns the number of leases ended, or -EINVAL.
+ * are ignored. Returns the number of keys whose lease was ended (a key
+ * counts once even when both its RAM and disk copies were leased), or
+ * -EINVAL.
  */
 KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n);
 

@@ -110,7 +110,7 @@ void kvt_log(int level, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&log_lock);
-	if (log_fn)
+	if (log_fn && level <= atomic_load_explicit(&log_max, memory_order_relaxed))
 		log_fn(level, msg, log_arg);
 	pthread_mutex_unlock(&log_lock);
 }

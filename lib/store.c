@@ -59,6 +59,30 @@ struct kvt_store {
 };
 
 static void *worker_main(void *arg);
+
+/* Condition variables that time out on CLOCK_MONOTONIC, so a wall-clock
+ * jump neither shortens nor stretches a wait. */
+static void cond_init_monotonic(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static struct timespec deadline_in_ms(long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
 static void store_teardown(kvt_store *s);
 
 /* --- the registry of open stores, so a second kvt_close is harmless ------- */
@@ -135,13 +159,7 @@ static void *evictor_main(void *arg)
 	pthread_mutex_lock(&s->elock);
 	while (!s->estop) {
 		if (!s->ekick) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
+			struct timespec ts = deadline_in_ms(100);
 			pthread_cond_timedwait(&s->econd, &s->elock, &ts);
 			continue;
 		}
@@ -286,7 +304,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	pthread_mutex_init(&s->qlock, NULL);
 	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->elock, NULL);
-	pthread_cond_init(&s->econd, NULL);
+	cond_init_monotonic(&s->econd);
 
 	rc = ram_open(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
 		      s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
@@ -446,9 +464,10 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 		return kvt_fail(-EINVAL, "kvt_release: n %zu is too large", n);
 	int ended = 0;
 	for (size_t i = 0; i < n; i++) {
-		ended += ram_release(s->ram, keys[i]);
+		int r = ram_release(s->ram, keys[i]);
 		if (s->disk)
-			ended += disk_release(s->disk, keys[i]);
+			r |= disk_release(s->disk, keys[i]);
+		ended += r;
 	}
 	return ended;
 }
@@ -539,19 +558,87 @@ static int first_failure(const kvt_op *ops, size_t n)
 	return 0;
 }
 
+/* The disk's share of a put batch: write-arounds and write-throughs. */
+struct disk_leg {
+	size_t op;        /* index in the caller's ops */
+	int write_around; /* 1: RAM refused it; 0: write-through copy */
+};
+
 static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
-	for (size_t i = 0; i < n; i++) {
-		int rc = check_put_args(s, ops[i].buf, ops[i].len, "kvt_put_batch");
-		ops[i].result = rc ? rc : put_one(s, ops[i].key, ops[i].buf, ops[i].len);
+	struct disk_leg *leg = NULL;
+	kvt_op *dops = NULL;
+	size_t nd = 0;
+
+	if (s->disk && n) {
+		leg = malloc(n * sizeof(*leg));
+		dops = malloc(n * sizeof(*dops));
+		if (!leg || !dops) { /* no memory for a batch: one by one */
+			free(leg);
+			free(dops);
+			leg = NULL;
+			dops = NULL;
+		}
 	}
+	for (size_t i = 0; i < n; i++) {
+		kvt_op *op = &ops[i];
+		int rc = check_put_args(s, op->buf, op->len, "kvt_put_batch");
+		if (rc || !leg) {
+			op->result = rc ? rc : put_one(s, op->key, op->buf, op->len);
+			continue;
+		}
+		op->result = 0;
+		if (disk_contains(s->disk, op->key, NULL))
+			continue;
+		rc = ram_put(s->ram, op->key, op->buf, op->len);
+		if (rc == 0 && s->cfg.write_policy == KVT_WRITE_THROUGH) {
+			leg[nd] = (struct disk_leg){ i, 0 };
+			dops[nd++] = *op;
+		} else if (rc == -ENOSPC && !s->cfg.refuse_when_leased) {
+			leg[nd] = (struct disk_leg){ i, 1 };
+			dops[nd++] = *op;
+		} else if (rc == -ENOSPC) {
+			ctr_add(&s->refused_puts, 1);
+			op->result = -ENOSPC;
+		} else if (rc < 0) {
+			op->result = rc;
+		}
+	}
+	if (nd) {
+		/* One submission for every block of the batch that goes to disk. */
+		disk_put_batch(s->disk, dops, nd);
+		for (size_t j = 0; j < nd; j++) {
+			kvt_op *op = &ops[leg[j].op];
+			int rc = dops[j].result;
+			if (!leg[j].write_around) {
+				if (rc == 0)
+					ctr_add(&s->write_through, 1);
+				continue; /* RAM holds it: the put succeeded */
+			}
+			if (rc == 0)
+				ctr_add(&s->write_arounds, 1);
+			else if (rc == -ENOSPC)
+				ctr_add(&s->refused_puts, 1);
+			op->result = rc;
+		}
+	}
+	free(leg);
+	free(dops);
+	if (ram_above_high(s->ram))
+		kick_evictor(s);
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)
 		hist_record(&s->put_lat, dt);
 	ctr_add(&s->puts, n);
 	ctr_add(&s->batches, 1);
-	return first_failure(ops, n);
+	int rc = first_failure(ops, n);
+	if (rc == -ENOSPC)
+		kvt_set_error("kvt_put_batch: no tier could take some blocks "
+			      "(RAM holds only leased or pinned blocks%s)",
+			      s->disk ? (s->cfg.refuse_when_leased ? " and ram.refuse_when_leased is set"
+						 : " and the disk tier is full") : " and there is no disk tier");
+	return rc;
 }
 
 static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
@@ -702,7 +789,7 @@ KVT_API int kvt_batch_submit(kvt_store *s, int opcode, kvt_op *ops, size_t n,
 	b->efd = -1;
 	b->result = -EINPROGRESS;
 	pthread_mutex_init(&b->lock, NULL);
-	pthread_cond_init(&b->cond, NULL);
+	cond_init_monotonic(&b->cond);
 
 	pthread_mutex_lock(&s->qlock);
 	if (s->stopping) {
@@ -734,14 +821,7 @@ KVT_API int kvt_batch_wait(kvt_batch *b, int timeout_ms)
 		while (!b->done)
 			pthread_cond_wait(&b->cond, &b->lock);
 	} else {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += timeout_ms / 1000;
-		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		struct timespec ts = deadline_in_ms(timeout_ms);
 		while (!b->done && rc == 0)
 			rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
 		rc = b->done ? 0 : -ETIMEDOUT;
