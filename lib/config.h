@@ -22,6 +22,9 @@ struct kvt_config {
 	enum kvt_tri mlock;       /* "ram.mlock": false|true|"try", default "try" */
 	int numa_node;            /* "ram.numa_node": -1 (none, default) or a node */
 	uint64_t max_block;       /* "ram.max_block", default 256 MiB */
+	int refuse_when_leased;   /* "ram.refuse_when_leased", default false: when
+				     RAM holds only leased blocks, refuse a put
+				     (-ENOSPC) instead of writing it to disk */
 	/* store */
 	unsigned threads;         /* "threads": async workers, default 2 */
 	/* disk (ndisk == 0: no disk tier) */

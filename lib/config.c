@@ -1,0 +1,549 @@
+/*
+ * config.c - the store's configuration: defaults, the JSON document of
+ * kvtier-config(5) parsed with jansson, size strings ("1.5GiB"), and the
+ * validation of every value with an error text naming its key path
+ * ("ram.capacity: ..."). Owns the ranges and cross-checks listed in
+ * kvtier-config(5); knows nothing about how the tiers use the values.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "config.h"
+#include "internal.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+/* Ranges; kvtier-config(5) documents each one. */
+#define RAM_CAPACITY_MIN  MiB
+#define LEASE_MS_MAX      3600000u
+#define THREADS_MAX       64u
+#define QUEUE_DEPTH_MAX   4096u
+#define REGION_MIN        MiB
+#define REGION_MAX        (4 * GiB)
+#define REGION_ALIGN      4096u
+#define MAX_BLOCK_MIN     4096u
+#define MAX_BLOCK_DEFAULT (256 * MiB)
+/* A disk record is a 4 KiB header and the block, within one region. */
+#define DISK_RECORD_HEADER 4096u
+#define NUMA_NODE_MAX     1023
+#define DISK_PATHS_MAX    64u
+
+/* Longest piece of user text quoted in an error message. */
+#define QUOTE_MAX 64
+
+/* Which optional keys the document set, for defaults that depend on others. */
+struct given {
+	int max_block;
+	int disk_capacity;
+	const char *disk_key; /* some "disk" key other than path, or NULL */
+};
+
+static void set_defaults(struct kvt_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->ram_capacity = GiB;
+	c->lease_ms = 5000;
+	c->lease_cap = 0.5;
+	c->high_watermark = 0.95;
+	c->low_watermark = 0.85;
+	c->hugepages = KVT_OFF;
+	c->mlock = KVT_TRY;
+	c->numa_node = -1;
+	c->max_block = MAX_BLOCK_DEFAULT;
+	c->refuse_when_leased = 0;
+	c->threads = 2;
+	c->ndisk = 0;
+	c->disk_paths = NULL;
+	c->disk_capacity = 0;
+	c->region_size = 64 * MiB;
+	c->queue_depth = 32;
+	c->write_policy = KVT_WRITE_ON_EVICT;
+	c->promote = 1;
+}
+
+void config_free(struct kvt_config *cfg)
+{
+	if (!cfg)
+		return;
+	if (cfg->disk_paths) {
+		for (unsigned i = 0; i < cfg->ndisk; i++)
+			free(cfg->disk_paths[i]);
+		free(cfg->disk_paths);
+	}
+	cfg->disk_paths = NULL;
+	cfg->ndisk = 0;
+}
+
+/* --- sizes ------------------------------------------------------------------ */
+
+static int is_letter(char ch, char upper)
+{
+	return ch == upper || ch == upper + ('a' - 'A');
+}
+
+/*
+ * Multiplier of a unit: "" or "B" is 1; K, M, G, T alone or followed by "B"
+ * or "iB" are powers of 1024. Letters match in either case. 0 if unknown.
+ */
+static uint64_t unit_multiplier(const char *u)
+{
+	static const char prefixes[] = "KMGT";
+	size_t n = strlen(u);
+	uint64_t mult = 0;
+
+	if (n == 0 || (n == 1 && is_letter(u[0], 'B')))
+		return 1;
+	for (int i = 0; i < 4; i++)
+		if (is_letter(u[0], prefixes[i]))
+			mult = 1ull << (10 * (i + 1));
+	if (!mult)
+		return 0;
+	if (n == 1 || (n == 2 && is_letter(u[1], 'B')) ||
+	    (n == 3 && is_letter(u[1], 'I') && is_letter(u[2], 'B')))
+		return mult;
+	return 0;
+}
+
+/*
+ * The parser behind parse_size(): on failure returns -EINVAL and writes the
+ * reason (without the input) into why.
+ */
+static int size_parse(const char *s, uint64_t *out, char *why, size_t whylen)
+{
+	const char *p = s;
+	uint64_t ip = 0, frac = 0, scale = 1;
+	int has_frac = 0;
+
+	if (!s) {
+		snprintf(why, whylen, "no size given");
+		return -EINVAL;
+	}
+	if (*p == '\0') {
+		snprintf(why, whylen, "empty size");
+		return -EINVAL;
+	}
+	if (*p == '-') {
+		snprintf(why, whylen, "negative size");
+		return -EINVAL;
+	}
+	if (*p < '0' || *p > '9') {
+		snprintf(why, whylen, "not a number (expected digits, e.g. \"4GiB\")");
+		return -EINVAL;
+	}
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (__builtin_mul_overflow(ip, 10, &ip) ||
+		    __builtin_add_overflow(ip, (uint64_t)(*p - '0'), &ip)) {
+			snprintf(why, whylen, "too large for 64 bits");
+			return -EINVAL;
+		}
+	}
+	if (*p == '.') {
+		p++;
+		if (*p < '0' || *p > '9') {
+			snprintf(why, whylen, "expected digits after the decimal point");
+			return -EINVAL;
+		}
+		has_frac = 1;
+		/* 18 digits are exact in 64 bits; later ones are below a byte */
+		for (int nd = 0; *p >= '0' && *p <= '9'; p++, nd++) {
+			if (nd < 18) {
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				scale *= 10;
+			}
+		}
+	}
+	while (*p == ' ')
+		p++;
+	uint64_t mult = unit_multiplier(p);
+	if (!mult) {
+		snprintf(why, whylen,
+			 "unknown unit \"%.*s\" (use B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB)",
+			 QUOTE_MAX, p);
+		return -EINVAL;
+	}
+	if (has_frac && mult == 1) {
+		snprintf(why, whylen, "a fraction needs a unit (K, M, G or T): bytes are whole");
+		return -EINVAL;
+	}
+	unsigned __int128 v = (unsigned __int128)ip * mult +
+			      (unsigned __int128)frac * mult / scale;
+	if (v > UINT64_MAX) {
+		snprintf(why, whylen, "too large for 64 bits");
+		return -EINVAL;
+	}
+	*out = (uint64_t)v;
+	return 0;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char why[160];
+	uint64_t v;
+
+	if (!out)
+		return kvt_fail(-EINVAL, "parse_size: out is NULL");
+	if (size_parse(s, &v, why, sizeof(why)) < 0) {
+		if (!s)
+			return kvt_fail(-EINVAL, "parse_size: %s", why);
+		return kvt_fail(-EINVAL, "size \"%.*s\": %s", QUOTE_MAX, s, why);
+	}
+	*out = v;
+	return 0;
+}
+
+/* --- typed getters; each names its key path on failure ----------------------- */
+
+static const char *json_type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a real number";
+	case JSON_TRUE: return "true";
+	case JSON_FALSE: return "false";
+	case JSON_NULL: return "null";
+	}
+	return "an unknown JSON value";
+}
+
+static int bad_type(const char *key, const char *expected, const json_t *v)
+{
+	return kvt_fail(-EINVAL, "%s: expected %s, got %s", key, expected,
+			json_type_name(v));
+}
+
+static int get_size(const char *key, const json_t *v, uint64_t *out)
+{
+	if (json_is_integer(v)) {
+		json_int_t i = json_integer_value(v);
+		if (i < 0)
+			return kvt_fail(-EINVAL, "%s: %" JSON_INTEGER_FORMAT
+					" is negative", key, i);
+		*out = (uint64_t)i;
+		return 0;
+	}
+	if (json_is_string(v)) {
+		char why[160];
+		const char *s = json_string_value(v);
+		if (size_parse(s, out, why, sizeof(why)) < 0)
+			return kvt_fail(-EINVAL, "%s: \"%.*s\": %s", key,
+					QUOTE_MAX, s, why);
+		return 0;
+	}
+	return bad_type(key, "a size (an integer of bytes or a string such as \"4GiB\")", v);
+}
+
+static int get_int(const char *key, const json_t *v, long long min,
+		   long long max, long long *out)
+{
+	if (!json_is_integer(v))
+		return bad_type(key, "an integer", v);
+	json_int_t i = json_integer_value(v);
+	if (i < min || i > max)
+		return kvt_fail(-EINVAL, "%s: %" JSON_INTEGER_FORMAT
+				" is out of range (%lld to %lld)", key, i, min, max);
+	*out = i;
+	return 0;
+}
+
+static int get_number(const char *key, const json_t *v, double *out)
+{
+	if (!json_is_number(v))
+		return bad_type(key, "a number", v);
+	*out = json_number_value(v);
+	return 0;
+}
+
+static int get_bool(const char *key, const json_t *v, int *out)
+{
+	if (!json_is_boolean(v))
+		return bad_type(key, "true or false", v);
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* false -> KVT_OFF, true -> KVT_REQUIRE, "try" -> KVT_TRY */
+static int get_tri(const char *key, const json_t *v, enum kvt_tri *out)
+{
+	if (json_is_boolean(v)) {
+		*out = json_is_true(v) ? KVT_REQUIRE : KVT_OFF;
+		return 0;
+	}
+	if (json_is_string(v) && strcmp(json_string_value(v), "try") == 0) {
+		*out = KVT_TRY;
+		return 0;
+	}
+	if (json_is_string(v))
+		return kvt_fail(-EINVAL, "%s: \"%.*s\" is not true, false or \"try\"",
+				key, QUOTE_MAX, json_string_value(v));
+	return bad_type(key, "true, false or \"try\"", v);
+}
+
+/* --- sections ----------------------------------------------------------------- */
+
+static int parse_ram(const json_t *ram, struct kvt_config *c, struct given *g)
+{
+	const char *k;
+	json_t *v;
+	long long i;
+	int r = 0;
+
+	if (!json_is_object(ram))
+		return bad_type("ram", "an object", ram);
+	json_object_foreach((json_t *)ram, k, v) {
+		if (!strcmp(k, "capacity")) {
+			r = get_size("ram.capacity", v, &c->ram_capacity);
+			if (!r && c->ram_capacity < RAM_CAPACITY_MIN)
+				r = kvt_fail(-EINVAL, "ram.capacity: %llu bytes is below the minimum of 1 MiB",
+					     (unsigned long long)c->ram_capacity);
+		} else if (!strcmp(k, "lease_ms")) {
+			r = get_int("ram.lease_ms", v, 1, LEASE_MS_MAX, &i);
+			if (!r)
+				c->lease_ms = (uint32_t)i;
+		} else if (!strcmp(k, "lease_cap")) {
+			r = get_number("ram.lease_cap", v, &c->lease_cap);
+			if (!r && !(c->lease_cap > 0 && c->lease_cap <= 1))
+				r = kvt_fail(-EINVAL, "ram.lease_cap: %g is not a fraction in (0, 1]",
+					     c->lease_cap);
+		} else if (!strcmp(k, "high_watermark")) {
+			r = get_number("ram.high_watermark", v, &c->high_watermark);
+			if (!r && !(c->high_watermark > 0 && c->high_watermark <= 1))
+				r = kvt_fail(-EINVAL, "ram.high_watermark: %g is not a fraction in (0, 1]",
+					     c->high_watermark);
+		} else if (!strcmp(k, "low_watermark")) {
+			r = get_number("ram.low_watermark", v, &c->low_watermark);
+			if (!r && !(c->low_watermark > 0 && c->low_watermark < 1))
+				r = kvt_fail(-EINVAL, "ram.low_watermark: %g is not a fraction in (0, 1)",
+					     c->low_watermark);
+		} else if (!strcmp(k, "hugepages")) {
+			r = get_tri("ram.hugepages", v, &c->hugepages);
+		} else if (!strcmp(k, "mlock")) {
+			r = get_tri("ram.mlock", v, &c->mlock);
+		} else if (!strcmp(k, "numa_node")) {
+			r = get_int("ram.numa_node", v, -1, NUMA_NODE_MAX, &i);
+			if (!r)
+				c->numa_node = (int)i;
+		} else if (!strcmp(k, "max_block")) {
+			r = get_size("ram.max_block", v, &c->max_block);
+			g->max_block = 1;
+		} else if (!strcmp(k, "refuse_when_leased")) {
+			r = get_bool("ram.refuse_when_leased", v, &c->refuse_when_leased);
+		} else {
+			r = kvt_fail(-EINVAL, "ram.%.*s: unknown key (known: capacity, lease_ms, lease_cap, high_watermark, low_watermark, hugepages, mlock, numa_node, max_block, refuse_when_leased)",
+				     QUOTE_MAX, k);
+		}
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* Appends a copy of path to c->disk_paths (sized for cap entries). */
+static int add_disk_path(struct kvt_config *c, const char *key, const json_t *v)
+{
+	if (!json_is_string(v))
+		return bad_type(key, "a string (a block device or file path)", v);
+	const char *s = json_string_value(v);
+	size_t len = strlen(s);
+	if (len == 0)
+		return kvt_fail(-EINVAL, "%s: empty path", key);
+	if (len >= PATH_MAX)
+		return kvt_fail(-EINVAL, "%s: path of %zu bytes exceeds PATH_MAX", key, len);
+	for (unsigned i = 0; i < c->ndisk; i++)
+		if (!strcmp(c->disk_paths[i], s))
+			return kvt_fail(-EINVAL, "%s: \"%.*s\" is listed twice", key,
+					QUOTE_MAX, s);
+	char *dup = strdup(s);
+	if (!dup)
+		return kvt_fail(-ENOMEM, "%s: out of memory", key);
+	c->disk_paths[c->ndisk++] = dup;
+	return 0;
+}
+
+static int parse_disk_path(const json_t *v, struct kvt_config *c)
+{
+	size_t n = json_is_array(v) ? json_array_size(v) : 1;
+
+	if (!json_is_string(v) && !json_is_array(v))
+		return bad_type("disk.path", "a string or an array of strings", v);
+	if (n == 0)
+		return kvt_fail(-EINVAL, "disk.path: empty array (give at least one path)");
+	if (n > DISK_PATHS_MAX)
+		return kvt_fail(-EINVAL, "disk.path: %zu paths, the limit is %u",
+				n, DISK_PATHS_MAX);
+	c->disk_paths = calloc(n, sizeof(*c->disk_paths));
+	if (!c->disk_paths)
+		return kvt_fail(-ENOMEM, "disk.path: out of memory");
+	if (json_is_string(v))
+		return add_disk_path(c, "disk.path", v);
+	for (size_t i = 0; i < n; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "disk.path[%zu]", i);
+		int r = add_disk_path(c, key, json_array_get(v, i));
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static int parse_disk(const json_t *disk, struct kvt_config *c, struct given *g)
+{
+	const char *k;
+	json_t *v;
+	long long i;
+	int r = 0;
+
+	if (!json_is_object(disk))
+		return bad_type("disk", "an object", disk);
+	json_object_foreach((json_t *)disk, k, v) {
+		if (strcmp(k, "path") != 0 && !g->disk_key)
+			g->disk_key = k;
+		if (!strcmp(k, "path")) {
+			r = parse_disk_path(v, c);
+		} else if (!strcmp(k, "capacity")) {
+			r = get_size("disk.capacity", v, &c->disk_capacity);
+			g->disk_capacity = 1;
+		} else if (!strcmp(k, "region_size")) {
+			r = get_size("disk.region_size", v, &c->region_size);
+			if (!r && (c->region_size < REGION_MIN ||
+				   c->region_size > REGION_MAX ||
+				   c->region_size % REGION_ALIGN))
+				r = kvt_fail(-EINVAL, "disk.region_size: %llu bytes is not a multiple of 4096 between 1 MiB and 4 GiB",
+					     (unsigned long long)c->region_size);
+		} else if (!strcmp(k, "queue_depth")) {
+			r = get_int("disk.queue_depth", v, 1, QUEUE_DEPTH_MAX, &i);
+			if (!r)
+				c->queue_depth = (unsigned)i;
+		} else if (!strcmp(k, "write_policy")) {
+			const char *s = json_string_value(v);
+			if (!s)
+				r = bad_type("disk.write_policy", "\"on_evict\" or \"write_through\"", v);
+			else if (!strcmp(s, "on_evict"))
+				c->write_policy = KVT_WRITE_ON_EVICT;
+			else if (!strcmp(s, "write_through"))
+				c->write_policy = KVT_WRITE_THROUGH;
+			else
+				r = kvt_fail(-EINVAL, "disk.write_policy: \"%.*s\" is not \"on_evict\" or \"write_through\"",
+					     QUOTE_MAX, s);
+		} else if (!strcmp(k, "promote")) {
+			r = get_bool("disk.promote", v, &c->promote);
+		} else {
+			r = kvt_fail(-EINVAL, "disk.%.*s: unknown key (known: path, capacity, region_size, queue_depth, write_policy, promote)",
+				     QUOTE_MAX, k);
+		}
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* Checks that involve several keys, and defaults that depend on others. */
+static int cross_check(struct kvt_config *c, const struct given *g)
+{
+	if (c->low_watermark >= c->high_watermark)
+		return kvt_fail(-EINVAL, "ram.low_watermark: %g must be below ram.high_watermark (%g)",
+				c->low_watermark, c->high_watermark);
+
+	if (c->ndisk == 0 && g->disk_key)
+		return kvt_fail(-EINVAL, "disk.path: missing, but disk.%.*s is given (a disk tier needs a path)",
+				QUOTE_MAX, g->disk_key);
+	if (c->ndisk) {
+		if (!g->disk_capacity)
+			return kvt_fail(-EINVAL, "disk.capacity: required when disk.path is given");
+		if (c->disk_capacity / 2 < c->region_size)
+			return kvt_fail(-EINVAL, "disk.capacity: %llu bytes is less than two regions (disk.region_size %llu)",
+					(unsigned long long)c->disk_capacity,
+					(unsigned long long)c->region_size);
+	}
+
+	uint64_t limit = c->ram_capacity;
+	const char *why = "ram.capacity";
+	if (c->ndisk && c->region_size - DISK_RECORD_HEADER < limit) {
+		limit = c->region_size - DISK_RECORD_HEADER;
+		why = "disk.region_size less its 4096-byte record header";
+	}
+	if (!g->max_block) {
+		if (c->max_block > limit)
+			c->max_block = limit;
+		return 0;
+	}
+	if (c->max_block < MAX_BLOCK_MIN)
+		return kvt_fail(-EINVAL, "ram.max_block: %llu bytes is below the minimum of 4096",
+				(unsigned long long)c->max_block);
+	if (c->max_block > limit)
+		return kvt_fail(-EINVAL, "ram.max_block: %llu bytes exceeds %s (%llu)",
+				(unsigned long long)c->max_block, why,
+				(unsigned long long)limit);
+	return 0;
+}
+
+static int apply(const json_t *root, struct kvt_config *c)
+{
+	struct given g = { 0 };
+	const char *k;
+	json_t *v;
+	long long i;
+	int r = 0;
+
+	if (!json_is_object(root))
+		return kvt_fail(-EINVAL, "config: the top level must be a JSON object, got %s",
+				json_type_name(root));
+	json_object_foreach((json_t *)root, k, v) {
+		if (!strcmp(k, "ram")) {
+			r = parse_ram(v, c, &g);
+		} else if (!strcmp(k, "threads")) {
+			r = get_int("threads", v, 1, THREADS_MAX, &i);
+			if (!r)
+				c->threads = (unsigned)i;
+		} else if (!strcmp(k, "disk")) {
+			r = parse_disk(v, c, &g);
+		} else if (!strcmp(k, "peers")) {
+			r = kvt_fail(-ENOTSUP, "peers: the peer tier is not implemented in this version");
+		} else {
+			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers)",
+				     QUOTE_MAX, k);
+		}
+		if (r)
+			return r;
+	}
+	return cross_check(c, &g);
+}
+
+int config_parse(const char *json, struct kvt_config *cfg)
+{
+	struct kvt_config c;
+	json_error_t e;
+
+	if (!cfg)
+		return kvt_fail(-EINVAL, "config_parse: cfg is NULL");
+	set_defaults(&c);
+	if (!json || !*json) {
+		*cfg = c;
+		return 0;
+	}
+	json_t *root = json_loads(json, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
+	if (!root) {
+		set_defaults(cfg);
+		return kvt_fail(-EINVAL, "config: malformed JSON at line %d, column %d: %s",
+				e.line, e.column, e.text);
+	}
+	int r = apply(root, &c);
+	json_decref(root);
+	if (r) {
+		config_free(&c);
+		set_defaults(cfg);
+		return r;
+	}
+	*cfg = c;
+	return 0;
+}
