@@ -26,7 +26,7 @@ BASE    += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 SANLD   := -fsanitize=$(SAN)
 endif
 ALLCFLAGS = $(BASE) $(WARN) $(CFLAGS) -MMD -MP
-LIBS    := -luring -ljansson -lnuma -libverbs -lrdmacm -lpthread -lm
+LIBS    := -luring -ljansson -lnuma -lpthread -lm
 
 LIB_SRC   := $(sort $(wildcard lib/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -46,7 +46,7 @@ SHLIB   := $(BUILD)/libkvtier.so.$(VERSION)
 STLIB   := $(BUILD)/libkvtier.a
 KVBENCH := $(BUILD)/kvbench
 
-.PHONY: all check check-asan check-tsan check-all install uninstall clean
+.PHONY: all check check-asan check-tsan check-all check-install install uninstall clean deps demo test
 all: $(SHLIB) $(BUILD)/libkvtier.so $(STLIB) $(KVBENCH) $(EX_BIN) $(BUILD)/kvtier.pc
 
 $(BUILD)/%.o: %.c
@@ -98,6 +98,22 @@ check-tsan:
 	$(MAKE) check BUILD=build/tsan SAN=thread CFLAGS="-O1 -g"
 
 check-all: check check-asan check-tsan
+
+# An outside program built against an installed copy through pkg-config,
+# the header as C99 and C++, and the exported symbol list.
+check-install: all
+	BUILD=$(BUILD) sh tests/install-test.sh
+
+# The README's two quick-start commands.
+deps:
+	sh .ci/deps.sh
+
+demo: deps
+	$(MAKE) all
+	$(KVBENCH)
+
+test: deps
+	$(MAKE) check-all check-install
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(BINDIR) \
