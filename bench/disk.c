@@ -1,0 +1,546 @@
+/*
+ * disk.c - "kvbench disk": the NVMe tier (lib/disk.h, as the store drives it,
+ * with an arena registered as fixed buffers) on a file in --dir: spill
+ * bandwidth (one put at a time, and put batches), cold batch-load bandwidth
+ * and latency percentiles (the tier closed and reopened between writing and
+ * loading; O_DIRECT bypasses the page cache), reopen times after a clean
+ * close and after kill -9, and index bytes per block. Beside each figure, the
+ * device limit measured in the same run on a file of the same size on the
+ * same file system: fio (--rw=randread / --rw=write, same block size and
+ * queue depth, io_uring, O_DIRECT) when installed, else a raw io_uring loop.
+ * Knows the tier only through disk.h and uring.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "config.h"
+#include "disk.h"
+#include "uring.h"
+
+#define CMD "disk"
+
+static const char usage[] =
+	"usage: kvbench disk [OPTIONS]\n"
+	"Measures the NVMe tier: spill (puts, put batches) and cold batch-load\n"
+	"bandwidth as a share of fio (or a raw io_uring loop) on the same file system,\n"
+	"load latency percentiles, reopen times, index bytes per block.\n"
+	"  --dir DIR          directory for the tier and the limit's file\n"
+	"                     (default a new temp dir under /var/tmp or /tmp)\n"
+	"  --size SIZE        tier capacity and limit file size (default 1GiB)\n"
+	"  --block-size SIZE  block size (default 1MiB)\n"
+	"  --qd N             queue depth (default 32)\n"
+	"  --batch N          blocks per put/get batch (default 64)\n"
+	"  --no-fio           use the raw io_uring loop even when fio is installed\n"
+	"  --reps N           timed repetitions (default 5); medians are reported\n"
+	"  --json FILE        write the results as JSON to FILE\n"
+	"  --help             this text\n";
+
+enum { OPT_DIR = BENCH_OPT_FIRST_FREE, OPT_SIZE, OPT_BS, OPT_QD, OPT_BATCH, OPT_NOFIO };
+
+struct opts {
+	const char *dir;
+	uint64_t size, bs;
+	unsigned long qd, batch;
+	int fio;
+};
+
+struct run {
+	struct opts o;
+	char tierpath[4096], limpath[4096];
+	char *paths[1];
+	struct kvt_config cfg;
+	char *arena;              /* blocks to spill and buffers to load into */
+	size_t arena_len;
+	size_t nblocks;           /* blocks per repetition */
+};
+
+static kvt_key bkey(unsigned rep, size_t i)
+{
+	kvt_key k = { .lo = 0x9E3779B97F4A7C15ull * (i + 1), .hi = rep + 1 };
+	return k;
+}
+
+static int tier_open(struct run *r, struct disk_tier **d)
+{
+	int rc = disk_open(&r->cfg, r->arena, r->arena_len, NULL, d);
+
+	if (rc)
+		fprintf(stderr, "kvbench disk: cannot open the tier: %s\n", kvt_last_error());
+	return rc;
+}
+
+/* --- limits ------------------------------------------------------------------ */
+
+static int have_fio(void)
+{
+	return system("fio --version >/dev/null 2>&1") == 0;
+}
+
+/* Runs fio and returns bytes/s of the job's direction, or NAN. */
+static double fio_run(const struct run *r, const char *rw)
+{
+	char cmd[8800], out[4096 + 16];
+	snprintf(out, sizeof(out), "%s.json", r->limpath);
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
+		 "--ioengine=io_uring --direct=1 --size=%llu --runtime=3 --time_based "
+		 "--output-format=json --output=%s >/dev/null 2>&1",
+		 r->limpath, rw, (unsigned long long)r->o.bs, r->o.qd,
+		 (unsigned long long)r->o.size, out);
+	if (system(cmd) != 0)
+		return NAN;
+	json_error_t e;
+	json_t *doc = json_load_file(out, 0, &e);
+	unlink(out);
+	if (!doc)
+		return NAN;
+	json_t *job = json_array_get(json_object_get(doc, "jobs"), 0);
+	json_t *dir = json_object_get(job, strcmp(rw, "write") ? "read" : "write");
+	double bw = json_is_number(json_object_get(dir, "bw_bytes")) ?
+		    json_number_value(json_object_get(dir, "bw_bytes")) : NAN;
+	json_decref(doc);
+	return bw;
+}
+
+/* The raw loop: the device layer alone, same sizes and depth, for 2 s. */
+static double raw_run(const struct run *r, int write)
+{
+	int fd = uring_dev_ops.dev_open(r->limpath, r->o.size);
+	void *q = NULL;
+	unsigned nf = 0, qd = (unsigned)r->o.qd;
+	uint64_t nb = r->o.size / r->o.bs, bytes = 0, pos = 0, seed = 88172645463325252ull;
+	double bw = NAN;
+
+	if (fd < 0 || uring_dev_ops.queue_open(&fd, 1, qd, r->arena, r->arena_len, &nf, &q)) {
+		if (fd >= 0)
+			uring_dev_ops.dev_close(fd);
+		return NAN;
+	}
+	struct dev_io *io = calloc(qd, sizeof(*io));
+	struct dev_io **p = calloc(qd, sizeof(*p));
+	uint64_t t0 = bench_now_ns();
+	while (io && p && bench_now_ns() - t0 < 2000000000ull) {
+		for (unsigned i = 0; i < qd; i++) {
+			uint64_t b;
+			if (write) {
+				b = pos++ % nb;
+			} else {
+				seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+				b = seed % nb;
+			}
+			io[i] = (struct dev_io){ .op = write ? DEV_WRITE : DEV_READ,
+				.buf = r->arena + (size_t)i * r->o.bs, .off = b * r->o.bs,
+				.len = (uint32_t)r->o.bs, .fixed = nf ? 0 : -1 };
+			p[i] = &io[i];
+		}
+		if (dev_run(&uring_dev_ops, q, p, qd, qd, NULL))
+			break;
+		bytes += qd * r->o.bs;
+	}
+	if (bytes)
+		bw = (double)bytes / ((double)(bench_now_ns() - t0) / 1e9);
+	free(io);
+	free(p);
+	uring_dev_ops.queue_close(q);
+	uring_dev_ops.dev_close(fd);
+	return bw;
+}
+
+struct limits {
+	double read, write;
+};
+
+static void measure_limits(struct run *r, struct limits *l)
+{
+	double rd, wr;
+
+	if (r->o.fio) {
+		wr = fio_run(r, "write"); /* also fills the file: reads hit real blocks */
+		rd = fio_run(r, "randread");
+	} else {
+		wr = raw_run(r, 1);
+		rd = raw_run(r, 0);
+	}
+	if (!(l->write >= wr))
+		l->write = wr;
+	if (!(l->read >= rd))
+		l->read = rd;
+}
+
+/* --- the tier ---------------------------------------------------------------------- */
+
+/* Spills nblocks blocks under rep's keys; returns bytes/s or NAN. */
+static double spill(struct run *r, struct disk_tier *d, unsigned rep, int batched)
+{
+	size_t n = r->nblocks, B = r->o.batch;
+	kvt_op *ops = calloc(B, sizeof(*ops));
+	uint64_t t0 = bench_now_ns();
+	int err = 0;
+
+	for (size_t i = 0; ops && i < n && !err; i += B) {
+		size_t m = n - i < B ? n - i : B;
+
+		for (size_t j = 0; j < m; j++) {
+			ops[j].key = bkey(rep, i + j);
+			ops[j].buf = r->arena + ((i + j) % B) * r->o.bs;
+			ops[j].len = r->o.bs;
+		}
+		if (batched) {
+			err = disk_put_batch(d, ops, m);
+		} else {
+			for (size_t j = 0; j < m && !err; j++)
+				err = disk_put(d, ops[j].key, ops[j].buf, ops[j].len);
+		}
+	}
+	double dt = (double)(bench_now_ns() - t0) / 1e9;
+	free(ops);
+	if (err) {
+		fprintf(stderr, "kvbench disk: put failed: %s\n", kvt_last_error());
+		return NAN;
+	}
+	return (double)n * (double)r->o.bs / dt;
+}
+
+/* Loads every block of rep in batches in a shuffled order; verifies. */
+static double load(struct run *r, struct disk_tier *d, unsigned rep,
+		   struct bench_samples *lat, int *bad)
+{
+	size_t n = r->nblocks, B = r->o.batch;
+	size_t *order = malloc(n * sizeof(*order));
+	kvt_op *ops = calloc(B, sizeof(*ops));
+	uint64_t busy = 0, bytes = 0;
+
+	if (!order || !ops) {
+		free(order);
+		free(ops);
+		return NAN;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	for (size_t i = n; i > 1; i--) {
+		size_t j = (size_t)rand() % i, t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+	for (size_t i = 0; i < n; i += B) {
+		size_t m = n - i < B ? n - i : B;
+
+		for (size_t j = 0; j < m; j++) {
+			ops[j].key = bkey(rep, order[i + j]);
+			ops[j].buf = r->arena + (B + j) * r->o.bs;
+			ops[j].len = r->o.bs;
+		}
+		uint64_t t0 = bench_now_ns();
+		disk_get_batch(d, ops, m);
+		uint64_t dt = bench_now_ns() - t0;
+		busy += dt;
+		bench_samples_add(lat, (double)dt / 1e3);
+		for (size_t j = 0; j < m; j++) {
+			if (ops[j].result == 0) {
+				bytes += ops[j].len;
+				if (bench_check(ops[j].buf, ops[j].len,
+						order[i + j] % B + 1) != -1)
+					(*bad)++;
+			} else {
+				(*bad)++;
+			}
+		}
+	}
+	free(order);
+	free(ops);
+	return (double)bytes / ((double)busy / 1e9);
+}
+
+/* Fills a fresh tier, then reopens it cleanly and after kill -9 (ms). */
+static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
+			 double *bpb)
+{
+	struct disk_tier *d = NULL;
+
+	*clean_ms = *crash_ms = *bpb = NAN;
+	if (tier_open(r, &d))
+		return;
+	json_t *st = json_object();
+	disk_stats(d, st);
+	*bpb = json_number_value(json_object_get(st, "index_bytes_per_block"));
+	json_decref(st);
+	disk_close(d);
+	uint64_t t0 = bench_now_ns();
+	if (tier_open(r, &d))
+		return;
+	*clean_ms = (double)(bench_now_ns() - t0) / 1e6;
+	disk_close(d);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* opening invalidates the checkpoint; then die without closing */
+		if (disk_open(&r->cfg, NULL, 0, NULL, &d) == 0)
+			disk_put(d, bkey(999, 0), r->arena, r->o.bs);
+		kill(getpid(), SIGKILL);
+		_exit(1);
+	}
+	int status;
+	if (pid < 0 || waitpid(pid, &status, 0) < 0)
+		return;
+	t0 = bench_now_ns();
+	if (tier_open(r, &d))
+		return;
+	*crash_ms = (double)(bench_now_ns() - t0) / 1e6;
+	disk_close(d);
+}
+
+static void row(struct bench_table *t, const char *name, double v, double lim)
+{
+	bench_table_cell(t, "%s", name);
+	bench_table_cell(t, "%.2f GB/s", v / 1e9);
+	bench_table_cell(t, "%.2f GB/s", lim / 1e9);
+	bench_table_cell(t, "%.0f%%", 100.0 * v / lim);
+	bench_table_end_row(t);
+}
+
+static json_t *jfig(const char *name, const struct bench_summary *s, double lim,
+		    const char *limname)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "name", json_string(name));
+	json_object_set_new(o, "unit", json_string("bytes/s"));
+	json_object_set_new(o, "value", bench_json_real(s->median));
+	json_object_set_new(o, "reps", bench_json_reps(s));
+	json_object_set_new(o, "limit", json_string(limname));
+	json_object_set_new(o, "share", bench_json_real(s->median / lim));
+	return o;
+}
+
+int bench_disk_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "size", required_argument, NULL, OPT_SIZE },
+		{ "block-size", required_argument, NULL, OPT_BS },
+		{ "qd", required_argument, NULL, OPT_QD },
+		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "no-fio", no_argument, NULL, OPT_NOFIO },
+		BENCH_COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	struct run r = { .o = { .size = 1ull << 30, .bs = 1ull << 20, .qd = 32,
+				.batch = 64, .fio = 1 } };
+	struct bench_common co;
+	char dir[3800];
+	int c, rc = BENCH_EXIT_OK;
+
+	bench_common_init(&co);
+	bench_getopt_begin();
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		int x = bench_common_option(CMD, usage, c, optarg, argv, &co);
+		if (x < 0)
+			return BENCH_EXIT_USAGE;
+		if (x > 0)
+			continue;
+		switch (c) {
+		case 'h':
+			fputs(usage, stdout);
+			return BENCH_EXIT_OK;
+		case OPT_DIR:
+			r.o.dir = optarg;
+			break;
+		case OPT_SIZE:
+			if (bench_parse_size(optarg, &r.o.size) || r.o.size < (64ull << 20))
+				return bench_usage_error(CMD, usage, "bad --size '%s': at least 64MiB", optarg);
+			break;
+		case OPT_BS:
+			if (bench_parse_size(optarg, &r.o.bs) || r.o.bs < 4096 ||
+			    r.o.bs % 4096 || r.o.bs > (64ull << 20))
+				return bench_usage_error(CMD, usage, "bad --block-size '%s': a multiple "
+							 "of 4KiB up to 64MiB", optarg);
+			break;
+		case OPT_QD:
+			if (bench_parse_uint(optarg, 1, 1024, &r.o.qd))
+				return bench_usage_error(CMD, usage, "bad --qd '%s': 1..1024", optarg);
+			break;
+		case OPT_BATCH:
+			if (bench_parse_uint(optarg, 1, 4096, &r.o.batch))
+				return bench_usage_error(CMD, usage, "bad --batch '%s': 1..4096", optarg);
+			break;
+		case OPT_NOFIO:
+			r.o.fio = 0;
+			break;
+		default:
+			return bench_usage_error(CMD, usage, "unexpected option");
+		}
+	}
+	if (r.o.fio && !have_fio()) {
+		fprintf(stderr, "kvbench disk: fio not found; the limit is a raw io_uring loop\n");
+		r.o.fio = 0;
+	}
+	if (r.o.dir) {
+		snprintf(dir, sizeof(dir), "%s/kvbench-disk-XXXXXX", r.o.dir);
+		if (!mkdtemp(dir)) {
+			fprintf(stderr, "kvbench disk: --dir %s: %s\n", r.o.dir, strerror(errno));
+			return BENCH_EXIT_USAGE;
+		}
+	} else if (bench_tmpdir_create(dir, sizeof(dir))) {
+		return BENCH_EXIT_FAIL;
+	}
+	snprintf(r.tierpath, sizeof(r.tierpath), "%s/tier", dir);
+	snprintf(r.limpath, sizeof(r.limpath), "%s/limit", dir);
+	r.paths[0] = r.tierpath;
+	r.cfg.ndisk = 1;
+	r.cfg.disk_paths = r.paths;
+	r.cfg.disk_capacity = r.o.size;
+	r.cfg.region_size = r.o.size >= (1ull << 30) ? 64ull << 20 : 16ull << 20;
+	if (r.cfg.region_size < 4 * (r.o.bs + 4096))
+		r.cfg.region_size = (4 * (r.o.bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
+	r.cfg.queue_depth = (unsigned)r.o.qd;
+	/* 80% of what the regions hold, so nothing is reclaimed within a rep */
+	uint64_t per_region = r.cfg.region_size / (r.o.bs + 4096);
+	r.nblocks = (size_t)(r.o.size / r.cfg.region_size * per_region * 8 / 10);
+	if (r.nblocks < r.o.batch)
+		r.nblocks = r.o.batch;
+	r.arena_len = 2 * r.o.batch * r.o.bs;
+	r.arena = mmap(NULL, r.arena_len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (r.arena == MAP_FAILED) {
+		fprintf(stderr, "kvbench disk: no memory for %zu bytes of buffers\n", r.arena_len);
+		return BENCH_EXIT_FAIL;
+	}
+	for (size_t i = 0; i < r.o.batch; i++)
+		bench_fill(r.arena + i * r.o.bs, r.o.bs, i + 1);
+
+	printf("kvbench disk: %s, tier %llu MiB, blocks %llu KiB x %zu, qd %lu, batch %lu, "
+	       "limit: %s\n", dir, (unsigned long long)(r.o.size >> 20),
+	       (unsigned long long)(r.o.bs >> 10), r.nblocks, r.o.qd, r.o.batch,
+	       r.o.fio ? "fio" : "raw io_uring loop");
+	fflush(stdout);
+
+	struct limits lim = { NAN, NAN };
+	measure_limits(&r, &lim);
+
+	unsigned reps = co.reps;
+	double *sp1 = calloc(reps, sizeof(double)), *spb = calloc(reps, sizeof(double));
+	double *ld = calloc(reps, sizeof(double));
+	struct bench_samples lat = { 0 };
+	int bad = 0;
+	struct disk_tier *d = NULL;
+
+	for (unsigned rep = 0; rep <= reps && rc == BENCH_EXIT_OK; rep++) {
+		/* rep 0 warms up; each rep writes its own keys twice: one at a time and batched */
+		unlink(r.tierpath);
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		double a = spill(&r, d, 1000 + rep, 0);
+		disk_close(d);
+		unlink(r.tierpath);
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		double b = spill(&r, d, rep, 1);
+		disk_close(d); /* cold: the next open reads nothing from the page cache */
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		struct bench_samples l = { 0 };
+		double g = load(&r, d, rep, &l, &bad);
+		disk_close(d);
+		if (isnan(a) || isnan(b) || isnan(g))
+			rc = BENCH_EXIT_FAIL;
+		if (rep > 0) {
+			sp1[rep - 1] = a;
+			spb[rep - 1] = b;
+			ld[rep - 1] = g;
+			bench_samples_append(&lat, &l);
+		}
+		bench_samples_free(&l);
+	}
+	double clean_ms, crash_ms, bpb;
+	reopen_times(&r, &clean_ms, &crash_ms, &bpb);
+	measure_limits(&r, &lim); /* after as well; the better of the two counts */
+
+	struct bench_summary s1, sb, sl, sla;
+	bench_summarize(sp1, reps, &s1);
+	bench_summarize(spb, reps, &sb);
+	bench_summarize(ld, reps, &sl);
+	bench_summarize(lat.v, lat.n, &sla);
+
+	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share" };
+	struct bench_table *t = bench_table_new(4, hdr);
+	row(t, "spill, one put at a time", s1.median, lim.write);
+	row(t, "spill, put batches", sb.median, lim.write);
+	row(t, "cold batch load", sl.median, lim.read);
+	bench_table_print(t, stdout, 2);
+	bench_table_free(t);
+	printf("  limits: %s write %.2f GB/s, randread %.2f GB/s (bs %llu KiB, qd %lu)\n",
+	       r.o.fio ? "fio" : "raw loop", lim.write / 1e9, lim.read / 1e9,
+	       (unsigned long long)(r.o.bs >> 10), r.o.qd);
+	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
+	       r.o.batch, sla.median, sla.p90, sla.p99);
+	printf("  reopen %llu MiB tier: after clean close %.1f ms, after kill -9 %.1f ms\n",
+	       (unsigned long long)(r.o.size >> 20), clean_ms, crash_ms);
+	printf("  index bytes per block: %.1f\n", bpb);
+	if (bad) {
+		printf("  ERROR: %d blocks missing or with wrong bytes\n", bad);
+		rc = BENCH_EXIT_FAIL;
+	}
+
+	if (co.json_path) {
+		json_t *doc = bench_json_new(CMD);
+		if (doc) {
+			bench_json_config(doc, "dir", json_string(dir));
+			bench_json_config(doc, "size", json_integer((json_int_t)r.o.size));
+			bench_json_config(doc, "block_size", json_integer((json_int_t)r.o.bs));
+			bench_json_config(doc, "queue_depth", json_integer((json_int_t)r.o.qd));
+			bench_json_config(doc, "batch", json_integer((json_int_t)r.o.batch));
+			bench_json_config(doc, "reps", json_integer(reps));
+			json_t *l1 = json_object(), *l2 = json_object();
+			json_object_set_new(l1, "name", json_string(r.o.fio ? "fio randread" : "raw randread"));
+			json_object_set_new(l1, "value", bench_json_real(lim.read));
+			json_object_set_new(l2, "name", json_string(r.o.fio ? "fio write" : "raw write"));
+			json_object_set_new(l2, "value", bench_json_real(lim.write));
+			bench_json_limit(doc, l1);
+			bench_json_limit(doc, l2);
+			bench_json_result(doc, jfig("spill_put", &s1, lim.write, "write"));
+			bench_json_result(doc, jfig("spill_put_batch", &sb, lim.write, "write"));
+			json_t *lo = jfig("batch_load", &sl, lim.read, "randread");
+			json_object_set_new(lo, "batch_latency_us", bench_json_latency(&sla));
+			bench_json_result(doc, lo);
+			json_t *ro = json_object();
+			json_object_set_new(ro, "name", json_string("reopen"));
+			json_object_set_new(ro, "clean_ms", bench_json_real(clean_ms));
+			json_object_set_new(ro, "after_kill9_ms", bench_json_real(crash_ms));
+			json_object_set_new(ro, "index_bytes_per_block", bench_json_real(bpb));
+			bench_json_result(doc, ro);
+			if (bad)
+				bench_json_error(doc, "%d blocks missing or wrong", bad);
+			if (bench_json_write(doc, co.json_path))
+				rc = BENCH_EXIT_FAIL;
+			json_decref(doc);
+		}
+	}
+	free(sp1);
+	free(spb);
+	free(ld);
+	bench_samples_free(&lat);
+	munmap(r.arena, r.arena_len);
+	if (r.o.dir) {
+		unlink(r.tierpath);
+		unlink(r.limpath);
+		rmdir(dir);
+	} else {
+		bench_tmpdir_remove(dir);
+	}
+	return rc;
+}

@@ -1,0 +1,1188 @@
+/*
+ * replay.c - the replay engine: a discrete-event model of inference
+ * endpoints (a GPU prefix cache of fixed token capacity each, soft-sticky
+ * routing, a prefill server and concurrent decodes) in front of a real
+ * libkvtier store, driven by the schedulers of the seed study. Simulated
+ * time is paced against the clock (--speed) so the store's leases, which
+ * run on real time, keep their meaning; lease lengths are divided by the
+ * same speed.
+ *
+ * Uses only the public <kvtier.h> and kvbench's helpers (bench.h); knows
+ * nothing about the library's internals, trace formats or how the report is
+ * printed.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bench.h"
+#include "kvtier.h"
+#include "replay.h"
+
+const char *const replay_tier_name[T_NTIERS] = { "gpu", "ram", "disk", "peer", "recomputed" };
+const char *const replay_policy_name[POL_N] = { "default", "ram-only", "refuse", "gpu-only",
+						"recompute" };
+
+int replay_policy_parse(const char *s, enum replay_policy *out)
+{
+	int i;
+
+	if (!s)
+		return -EINVAL;
+	if (!strcmp(s, "ram+disk")) {
+		*out = POL_DEFAULT;
+		return 0;
+	}
+	for (i = 0; i < POL_N; i++)
+		if (!strcmp(s, replay_policy_name[i])) {
+			*out = (enum replay_policy)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+void replay_opts_defaults(struct replay_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->endpoints = 1;
+	o->gpu_tokens = 166512;
+	o->gpu_block = 16;
+	o->chunk_tokens = 256;
+	o->sticky_slack = 65536;
+	o->prefill_rate = 14850;
+	o->decode_rate = 60;
+	o->sched = SCHED_ACTIVE;
+	o->active = 16;
+	o->stagger_s = 30;
+	o->reuse_distance = 128;
+	o->max_inflight = 16;
+	o->speed = 0;
+	o->model = "qwen3-coder-30b-a3b";
+	o->kv_bytes_per_token = 2ull * 48 * 4 * 128 * 2; /* 96 KiB */
+	o->scale = 1024;
+	o->policy = POL_DEFAULT;
+	o->ram_tokens = (32ull << 30) / (96 << 10);      /* 32 GiB */
+	o->disk_tokens = 8ull << 20;
+	o->lease_ms = 5000;
+	o->threads = 2;
+}
+
+uint64_t replay_block_bytes(const struct replay_opts *o, uint64_t tokens)
+{
+	uint64_t b = (tokens * o->kv_bytes_per_token + o->scale - 1) / o->scale;
+
+	return b ? b : 1;
+}
+
+/* --- an LRU of keys weighted by tokens (GPU prefix cache, unbounded bound) ------ */
+
+#define NIL UINT32_MAX
+
+struct lnode {
+	kvt_key key;
+	uint64_t tokens;
+	uint32_t prev, next;
+};
+
+struct lru {
+	uint64_t cap, used;
+	uint32_t *slot; /* node index + 1; 0 empty */
+	size_t mask;
+	struct lnode *node;
+	uint32_t nnode, capnode, freel;
+	uint32_t head, tail; /* head: most recent */
+	size_t count;
+};
+
+static int lru_init(struct lru *l, uint64_t cap_tokens)
+{
+	memset(l, 0, sizeof(*l));
+	l->cap = cap_tokens;
+	l->mask = 1023;
+	l->slot = calloc(l->mask + 1, sizeof(*l->slot));
+	l->head = l->tail = l->freel = NIL;
+	return l->slot ? 0 : -ENOMEM;
+}
+
+static void lru_free(struct lru *l)
+{
+	free(l->slot);
+	free(l->node);
+	memset(l, 0, sizeof(*l));
+}
+
+static inline size_t lru_home(const struct lru *l, kvt_key k)
+{
+	return (size_t)(k.lo ^ (k.hi >> 7)) & l->mask;
+}
+
+static uint32_t lru_find(const struct lru *l, kvt_key k)
+{
+	size_t i = lru_home(l, k);
+	uint32_t n;
+
+	while ((n = l->slot[i])) {
+		if (l->node[n - 1].key.lo == k.lo && l->node[n - 1].key.hi == k.hi)
+			return n - 1;
+		i = (i + 1) & l->mask;
+	}
+	return NIL;
+}
+
+static void lru_unlink(struct lru *l, uint32_t n)
+{
+	struct lnode *x = &l->node[n];
+
+	if (x->prev != NIL)
+		l->node[x->prev].next = x->next;
+	else
+		l->head = x->next;
+	if (x->next != NIL)
+		l->node[x->next].prev = x->prev;
+	else
+		l->tail = x->prev;
+}
+
+static void lru_push_head(struct lru *l, uint32_t n)
+{
+	l->node[n].prev = NIL;
+	l->node[n].next = l->head;
+	if (l->head != NIL)
+		l->node[l->head].prev = n;
+	l->head = n;
+	if (l->tail == NIL)
+		l->tail = n;
+}
+
+static void lru_slot_del(struct lru *l, kvt_key k)
+{
+	size_t i = lru_home(l, k), j, h;
+
+	while (l->slot[i]) {
+		struct lnode *x = &l->node[l->slot[i] - 1];
+		if (x->key.lo == k.lo && x->key.hi == k.hi)
+			break;
+		i = (i + 1) & l->mask;
+	}
+	if (!l->slot[i])
+		return;
+	/* backward-shift deletion keeps probe sequences intact */
+	j = i;
+	for (;;) {
+		j = (j + 1) & l->mask;
+		if (!l->slot[j])
+			break;
+		h = lru_home(l, l->node[l->slot[j] - 1].key);
+		if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
+			l->slot[i] = l->slot[j];
+			i = j;
+		}
+	}
+	l->slot[i] = 0;
+}
+
+static int lru_grow_table(struct lru *l)
+{
+	size_t nm = l->mask * 2 + 1, i, k;
+	uint32_t *ns = calloc(nm + 1, sizeof(*ns));
+	uint32_t n;
+
+	if (!ns)
+		return -ENOMEM;
+	for (i = 0; i <= l->mask; i++) {
+		n = l->slot[i];
+		if (!n)
+			continue;
+		k = (size_t)(l->node[n - 1].key.lo ^ (l->node[n - 1].key.hi >> 7)) & nm;
+		while (ns[k])
+			k = (k + 1) & nm;
+		ns[k] = n;
+	}
+	free(l->slot);
+	l->slot = ns;
+	l->mask = nm;
+	return 0;
+}
+
+static void lru_evict_tail(struct lru *l)
+{
+	uint32_t n = l->tail;
+
+	lru_unlink(l, n);
+	lru_slot_del(l, l->node[n].key);
+	l->used -= l->node[n].tokens;
+	l->node[n].next = l->freel;
+	l->freel = n;
+	l->count--;
+}
+
+/* Inserts or refreshes key as most recent; evicts least recent past cap. */
+static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
+{
+	uint32_t n = lru_find(l, k);
+	size_t i;
+
+	if (n != NIL) {
+		lru_unlink(l, n);
+		lru_push_head(l, n);
+		return 0;
+	}
+	if (tokens > l->cap)
+		return 0;
+	while (l->used + tokens > l->cap && l->tail != NIL)
+		lru_evict_tail(l);
+	if ((l->count + 1) * 2 > l->mask + 1 && lru_grow_table(l))
+		return -ENOMEM;
+	if (l->freel != NIL) {
+		n = l->freel;
+		l->freel = l->node[n].next;
+	} else {
+		if (l->nnode == l->capnode) {
+			uint32_t nc = l->capnode ? l->capnode * 2 : 1024;
+			struct lnode *nn = realloc(l->node, (size_t)nc * sizeof(*nn));
+			if (!nn)
+				return -ENOMEM;
+			l->node = nn;
+			l->capnode = nc;
+		}
+		n = l->nnode++;
+	}
+	l->node[n].key = k;
+	l->node[n].tokens = tokens;
+	lru_push_head(l, n);
+	i = lru_home(l, k);
+	while (l->slot[i])
+		i = (i + 1) & l->mask;
+	l->slot[i] = n + 1;
+	l->used += tokens;
+	l->count++;
+	return 0;
+}
+
+/* --- events -------------------------------------------------------------------------- */
+
+enum { EV_ARRIVE = 0, EV_PREFILL_END, EV_DONE };
+
+struct ev {
+	double t;
+	uint64_t seq;
+	uint32_t type, call;
+};
+
+struct heap {
+	struct ev *v;
+	size_t n, cap;
+	uint64_t seq;
+};
+
+static inline int ev_less(const struct ev *a, const struct ev *b)
+{
+	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static int heap_push(struct heap *h, double t, uint32_t type, uint32_t call)
+{
+	size_t i, p;
+	struct ev e = { t, h->seq++, type, call };
+
+	if (h->n == h->cap) {
+		size_t nc = h->cap ? h->cap * 2 : 256;
+		struct ev *nv = realloc(h->v, nc * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		h->v = nv;
+		h->cap = nc;
+	}
+	i = h->n++;
+	while (i > 0) {
+		p = (i - 1) / 2;
+		if (!ev_less(&e, &h->v[p]))
+			break;
+		h->v[i] = h->v[p];
+		i = p;
+	}
+	h->v[i] = e;
+	return 0;
+}
+
+static struct ev heap_pop(struct heap *h)
+{
+	struct ev top = h->v[0], last = h->v[--h->n];
+	size_t i = 0, c;
+
+	while ((c = 2 * i + 1) < h->n) {
+		if (c + 1 < h->n && ev_less(&h->v[c + 1], &h->v[c]))
+			c++;
+		if (!ev_less(&h->v[c], &last))
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = last;
+	return top;
+}
+
+/* --- the run --------------------------------------------------------------------------- */
+
+struct endpoint {
+	struct lru gpu;
+	uint32_t *q; /* FIFO of calls waiting for prefill */
+	size_t qh, qn, qcap;
+	int busy;
+	uint64_t score; /* prompt tokens queued or in prefill */
+	uint32_t outstanding;
+	double busy_since, busy_total;
+};
+
+struct run {
+	const struct replay_opts *o;
+	const struct wl *w;
+	struct replay_result *res;
+	kvt_store *st;
+	kvt_key root;
+	int gpu_on, store_on;
+	uint32_t C; /* GPU blocks per store block */
+	char *err;
+	size_t errlen;
+	/* per call */
+	double *arrive;
+	double *ttft;
+	uint32_t *ep_of, *put_from;
+	size_t nttft;
+	/* per session */
+	int32_t *pref;
+	uint32_t *next_turn;
+	/* endpoints */
+	struct endpoint *ep;
+	/* scratch */
+	uint32_t *tokens;
+	kvt_key *keys, *skeys;
+	uint64_t *ktok, *stok;
+	uint32_t *trip;
+	size_t maxg;
+	kvt_op *ops;
+	unsigned char *buf;
+	size_t bufcap;
+	struct bench_samples load_us;
+	struct lru bound;
+	/* schedule */
+	struct heap h;
+	uint64_t completions, inflight;
+	size_t next_session;
+	uint32_t *wq; /* SCHED_DISTANCE: sessions waiting, FIFO */
+	uint64_t *wstamp;
+	size_t wqh, wqn;
+	double first_t, last_t;
+	/* pacing */
+	uint64_t t0_ns, last_progress_ns;
+	double lag_sum;
+	uint64_t lag_n;
+	int tty;
+};
+
+static int rfail(struct run *r, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int rfail(struct run *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (r->err && r->errlen) {
+		va_start(ap, fmt);
+		vsnprintf(r->err, r->errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/*
+ * The GPU blocks of call c: keys[0..ng) with ktok[] tokens each; the store
+ * blocks skeys[0..*ns) with stok[] tokens (every C-th GPU key: a store
+ * block is C GPU blocks, keyed by its last one, which hashes the whole
+ * prefix).
+ */
+static size_t call_keys(struct run *r, const struct wl_call *c, size_t *ns)
+{
+	const struct wl *w = r->w;
+	size_t ng, i, j;
+
+	if (w->kind == WL_BLOCKS) {
+		uint32_t bt = w->block_tokens;
+		for (i = 0; i < c->n; i++) {
+			uint64_t id = w->ids[c->first + i];
+			uint64_t t = i + 1 < c->n ? bt : c->prompt_tokens - (uint64_t)bt * (c->n - 1);
+			r->trip[3 * i] = (uint32_t)id;
+			r->trip[3 * i + 1] = (uint32_t)(id >> 32);
+			r->trip[3 * i + 2] = (uint32_t)t;
+			r->ktok[i] = t;
+		}
+		ng = kvt_hash_chain(r->root, r->trip, 3 * (size_t)c->n, 3, r->keys, c->n);
+		for (i = 0; i < ng; i++) {
+			r->skeys[i] = r->keys[i];
+			r->stok[i] = r->ktok[i];
+		}
+		*ns = ng;
+		return ng;
+	}
+	wl_call_tokens(w, c, r->tokens);
+	ng = kvt_hash_chain(r->root, r->tokens, c->prompt_tokens, r->o->gpu_block, r->keys,
+			    r->maxg);
+	for (i = 0; i < ng; i++)
+		r->ktok[i] = r->o->gpu_block;
+	*ns = ng / r->C;
+	for (j = 0; j < *ns; j++) {
+		r->skeys[j] = r->keys[(j + 1) * r->C - 1];
+		r->stok[j] = (uint64_t)r->C * r->o->gpu_block;
+	}
+	return ng;
+}
+
+static int ensure_buf(struct run *r, size_t bytes)
+{
+	unsigned char *nb;
+
+	if (bytes <= r->bufcap)
+		return 0;
+	nb = realloc(r->buf, bytes);
+	if (!nb)
+		return -ENOMEM;
+	r->buf = nb;
+	r->bufcap = bytes;
+	return 0;
+}
+
+static void pace(struct run *r, double t)
+{
+	uint64_t target, now;
+	struct timespec ts;
+
+	if (r->o->speed <= 0)
+		return;
+	target = r->t0_ns + (uint64_t)(t / r->o->speed * 1e9);
+	now = bench_now_ns();
+	if (now + 20000 < target) {
+		ts.tv_sec = (time_t)(target / 1000000000ull);
+		ts.tv_nsec = (long)(target % 1000000000ull);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+	} else if (now > target) {
+		double lag = (double)(now - target) / 1e9;
+		r->lag_sum += lag;
+		r->lag_n++;
+		if (lag > r->res->lag_max_s)
+			r->res->lag_max_s = lag;
+	}
+}
+
+static void progress(struct run *r, double t, int final)
+{
+	uint64_t now = bench_now_ns();
+	size_t done = (size_t)r->completions, total = r->w->ncalls, i, fill;
+	char bar[41];
+
+	if (!r->tty)
+		return;
+	if (!final && now - r->last_progress_ns < 250000000ull)
+		return;
+	r->last_progress_ns = now;
+	if (final) {
+		fprintf(stderr, "\r%*s\r", 100, "");
+		return;
+	}
+	fill = total ? done * 40 / total : 40;
+	for (i = 0; i < 40; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[40] = 0;
+	fprintf(stderr, "\r[%s] %zu/%zu calls, simulated %.0f s, wall %.0f s ", bar, done, total,
+		t, (double)(now - r->t0_ns) / 1e9);
+	fflush(stderr);
+}
+
+/* Reads a number from a stats document ("ram.hits"), 0 when absent. */
+static double stat_num(const json_t *s, const char *path)
+{
+	double v = 0;
+
+	if (!s || bench_stats_number(s, path, &v))
+		return 0;
+	return v;
+}
+
+static int store_hits(struct run *r, double *ram, double *disk)
+{
+	json_t *s = bench_store_stats(r->st);
+
+	if (!s)
+		return -EIO;
+	*ram = stat_num(s, "store.hits_ram");
+	*disk = stat_num(s, "store.hits_disk");
+	json_decref(s);
+	return 0;
+}
+
+static void account(struct run *r, int tier, uint64_t tokens, uint64_t blocks)
+{
+	r->res->tok[tier] += tokens;
+	r->res->blk[tier] += blocks;
+}
+
+/* Lookup and load at the start of call ci's prefill on endpoint e. */
+static int prefill_start(struct run *r, uint32_t ci, double t)
+{
+	const struct wl_call *c = &r->w->calls[ci];
+	struct endpoint *e = &r->ep[r->ep_of[ci]];
+	struct replay_result *res = r->res;
+	size_t ng, ns, h = 0, i, c0 = 0, found = 0, loaded = 0, gend, k;
+	uint64_t gpu_tok = 0, store_tok = 0, miss_tok, bytes = 0, t0, t1;
+	double load_real = 0, lookup_real = 0, dur, ram0 = 0, disk0 = 0, ram1 = 0, disk1 = 0;
+	int rc;
+
+	pace(r, t);
+	e->busy = 1;
+	ng = call_keys(r, c, &ns);
+	if (r->gpu_on)
+		while (h < ng && lru_find(&e->gpu, r->keys[h]) != NIL)
+			h++;
+	for (i = 0; i < h; i++)
+		gpu_tok += r->ktok[i];
+
+	/* the trace's bound: leading blocks an unbounded cache would hold */
+	for (i = 0; i < ng && lru_find(&r->bound, r->keys[i]) != NIL; i++) {
+		res->bound_blk++;
+		res->bound_tok += r->ktok[i];
+	}
+	for (i = ng; i-- > 0;)
+		if (lru_insert(&r->bound, r->keys[i], r->ktok[i]))
+			return rfail(r, -ENOMEM, "out of memory");
+	res->total_blk += ng;
+
+	if (r->store_on) {
+		c0 = h / r->C;
+		if (c0 < ns) {
+			t0 = bench_now_ns();
+			rc = kvt_lookup(r->st, r->skeys + c0, ns - c0, KVT_LEASE, &found);
+			lookup_real = (double)(bench_now_ns() - t0) / 1e9;
+			res->lookups++;
+			if (rc < 0)
+				return rfail(r, rc, "kvt_lookup: %s", kvt_last_error());
+		}
+		/* load the found blocks that the GPU cache does not cover */
+		if (found && (c0 + found) * r->C > h) {
+			for (k = 0; k < found; k++)
+				bytes += replay_block_bytes(r->o, r->stok[c0 + k]);
+			if (ensure_buf(r, bytes))
+				return rfail(r, -ENOMEM, "out of memory");
+			bytes = 0;
+			for (k = 0; k < found; k++) {
+				size_t len = replay_block_bytes(r->o, r->stok[c0 + k]);
+				r->ops[k].key = r->skeys[c0 + k];
+				r->ops[k].buf = r->buf + bytes;
+				r->ops[k].len = len;
+				r->ops[k].result = 0;
+				bytes += len;
+			}
+			if (store_hits(r, &ram0, &disk0))
+				return rfail(r, -EIO, "kvt_stats_json failed");
+			t0 = bench_now_ns();
+			(void)kvt_get_batch(r->st, r->ops, found);
+			t1 = bench_now_ns();
+			if (store_hits(r, &ram1, &disk1))
+				return rfail(r, -EIO, "kvt_stats_json failed");
+			load_real = (double)(t1 - t0) / 1e9;
+			bytes = 0;
+			for (k = 0; k < found; k++) {
+				size_t want = replay_block_bytes(r->o, r->stok[c0 + k]);
+				long long bad;
+				char ks[40];
+				if (r->ops[k].result != 0)
+					break; /* a miss from here: recompute the rest */
+				snprintf(ks, sizeof(ks), "%016llx%016llx",
+					 (unsigned long long)r->ops[k].key.hi,
+					 (unsigned long long)r->ops[k].key.lo);
+				if (r->ops[k].len != want)
+					return rfail(r, -EILSEQ,
+						     "wrong bytes: call %u block %zu (key %s) loaded %zu bytes, stored %zu",
+						     ci, c0 + k, ks, r->ops[k].len, want);
+				bad = bench_check(r->ops[k].buf, want, bench_key_seed(r->ops[k].key));
+				if (bad >= 0)
+					return rfail(r, -EILSEQ,
+						     "wrong bytes: call %u block %zu (key %s) differs from what was stored at byte %lld",
+						     ci, c0 + k, ks, bad);
+				bytes += want;
+			}
+			loaded = k;
+			if (loaded < found)
+				res->lease_truncations++;
+			if (r->o->release_leases)
+				(void)kvt_release(r->st, r->skeys + c0, found);
+			if (bench_samples_add(&r->load_us, load_real * 1e6))
+				return rfail(r, -ENOMEM, "out of memory");
+			res->load_total_s += load_real;
+			if (disk1 - disk0 > 0) {
+				res->load_disk_s += load_real;
+				res->load_disk_batches++;
+			} else {
+				res->load_ram_s += load_real;
+				res->load_ram_batches++;
+			}
+			/* tokens the store served beyond the GPU cache */
+			gend = (c0 + loaded) * r->C;
+			for (i = h; i < gend && i < ng; i++)
+				store_tok += r->ktok[i];
+			if (gend > h) {
+				double dr = ram1 - ram0, dd = disk1 - disk0;
+				double share = dr + dd > 0 ? dr / (dr + dd) : 1.0;
+				uint64_t tr = (uint64_t)llround((double)store_tok * share);
+				uint64_t br = (uint64_t)llround((double)(gend - h) * share);
+				uint64_t yr = (uint64_t)llround((double)bytes * share);
+				account(r, T_RAM, tr, br);
+				account(r, T_DISK, store_tok - tr, (gend - h) - br);
+				res->bytes_loaded[T_RAM] += yr;
+				res->bytes_loaded[T_DISK] += bytes - yr;
+			}
+		} else if (found && r->o->release_leases) {
+			(void)kvt_release(r->st, r->skeys + c0, found);
+		}
+		if (found == 0 || (c0 + found) * r->C <= h)
+			loaded = found;
+		r->put_from[ci] = (uint32_t)(c0 + loaded);
+	}
+	account(r, T_GPU, gpu_tok, h);
+	miss_tok = c->prompt_tokens - gpu_tok - store_tok;
+	{
+		size_t covered = h;
+		if (r->store_on && (c0 + loaded) * r->C > h)
+			covered = (c0 + loaded) * r->C;
+		if (covered > ng)
+			covered = ng;
+		account(r, T_MISS, miss_tok, ng - covered);
+	}
+	res->prompt_tokens += c->prompt_tokens;
+	res->prompt_blocks += ng;
+	res->calls++;
+	res->charged_load_s += load_real * r->o->scale;
+	dur = (double)miss_tok / r->o->prefill_rate + load_real * r->o->scale + lookup_real;
+	return heap_push(&r->h, t + dur, EV_PREFILL_END, ci) ? rfail(r, -ENOMEM, "out of memory")
+							       : 0;
+}
+
+static int start_next(struct run *r, struct endpoint *e, double t)
+{
+	uint32_t ci;
+
+	if (e->busy || e->qn == 0)
+		return 0;
+	ci = e->q[e->qh];
+	e->qh = (e->qh + 1) % e->qcap;
+	e->qn--;
+	return prefill_start(r, ci, t);
+}
+
+/* Stores the new blocks and fills the GPU cache when call ci's prefill ends. */
+static int prefill_end(struct run *r, uint32_t ci, double t)
+{
+	const struct wl_call *c = &r->w->calls[ci];
+	struct endpoint *e = &r->ep[r->ep_of[ci]];
+	struct replay_result *res = r->res;
+	size_t ng, ns, i, k, n, from;
+	uint64_t bytes = 0;
+
+	pace(r, t);
+	ng = call_keys(r, c, &ns);
+	if (r->gpu_on)
+		for (i = ng; i-- > 0;) /* tail first: the prefix stays most recent */
+			if (lru_insert(&e->gpu, r->keys[i], r->ktok[i]))
+				return rfail(r, -ENOMEM, "out of memory");
+	if (r->store_on && r->put_from[ci] < ns) {
+		from = r->put_from[ci];
+		n = ns - from;
+		for (k = 0; k < n; k++)
+			bytes += replay_block_bytes(r->o, r->stok[from + k]);
+		if (ensure_buf(r, bytes))
+			return rfail(r, -ENOMEM, "out of memory");
+		bytes = 0;
+		for (k = 0; k < n; k++) {
+			size_t len = replay_block_bytes(r->o, r->stok[from + k]);
+			r->ops[k].key = r->skeys[from + k];
+			r->ops[k].buf = r->buf + bytes;
+			r->ops[k].len = len;
+			r->ops[k].result = 0;
+			bench_fill(r->ops[k].buf, len, bench_key_seed(r->ops[k].key));
+			bytes += len;
+		}
+		(void)kvt_put_batch(r->st, r->ops, n);
+		for (k = 0; k < n; k++) {
+			res->puts_offered++;
+			if (r->ops[k].result == -ENOSPC)
+				res->puts_refused++;
+			else if (r->ops[k].result < 0)
+				res->put_errors++;
+			else
+				res->put_bytes += r->ops[k].len;
+		}
+	}
+	r->ttft[r->nttft++] = t - r->arrive[ci];
+	e->busy = 0;
+	e->score -= c->prompt_tokens;
+	if (heap_push(&r->h, t + (double)c->output_tokens / r->o->decode_rate, EV_DONE, ci))
+		return rfail(r, -ENOMEM, "out of memory");
+	return start_next(r, e, t);
+}
+
+static uint32_t least_loaded(struct run *r)
+{
+	uint32_t i, best = 0;
+
+	for (i = 1; i < r->o->endpoints; i++)
+		if (r->ep[i].score < r->ep[best].score)
+			best = i;
+	return best;
+}
+
+static uint32_t route(struct run *r, uint32_t ci)
+{
+	const struct wl_call *c = &r->w->calls[ci];
+	uint32_t best = least_loaded(r), p, i, hb = 0;
+	size_t ng, ns, h, hmax = 0;
+
+	if (r->o->endpoints == 1)
+		return 0;
+	if (c->session != WL_NO_SESSION) {
+		if (r->pref[c->session] < 0) {
+			r->pref[c->session] = (int32_t)best;
+			return best;
+		}
+		p = (uint32_t)r->pref[c->session];
+		if (r->ep[p].score <= r->ep[best].score + r->o->sticky_slack) {
+			r->res->sticky_stay++;
+			return p;
+		}
+		r->res->sticky_spill++;
+		return best;
+	}
+	/* no session: the endpoint whose GPU cache holds the longest prefix */
+	if (!r->gpu_on)
+		return best;
+	ng = call_keys(r, c, &ns);
+	for (i = 0; i < r->o->endpoints; i++) {
+		for (h = 0; h < ng && lru_find(&r->ep[i].gpu, r->keys[h]) != NIL; h++)
+			;
+		if (h > hmax || (h == hmax && r->ep[i].score < r->ep[hb].score)) {
+			hmax = h;
+			hb = i;
+		}
+	}
+	if (hmax == 0)
+		return best;
+	if (r->ep[hb].score <= r->ep[best].score + r->o->sticky_slack) {
+		r->res->sticky_stay++;
+		return hb;
+	}
+	r->res->sticky_spill++;
+	return best;
+}
+
+static int arrive(struct run *r, uint32_t ci, double t)
+{
+	uint32_t e = route(r, ci);
+	struct endpoint *ep = &r->ep[e];
+
+	r->ep_of[ci] = e;
+	r->arrive[ci] = t;
+	if (r->first_t < 0)
+		r->first_t = t;
+	if (ep->outstanding++ == 0)
+		ep->busy_since = t;
+	ep->score += r->w->calls[ci].prompt_tokens;
+	if (ep->qn == ep->qcap) {
+		size_t nc = ep->qcap ? ep->qcap * 2 : 64, i;
+		uint32_t *nq = malloc(nc * sizeof(*nq));
+		if (!nq)
+			return rfail(r, -ENOMEM, "out of memory");
+		for (i = 0; i < ep->qn; i++)
+			nq[i] = ep->q[(ep->qh + i) % (ep->qcap ? ep->qcap : 1)];
+		free(ep->q);
+		ep->q = nq;
+		ep->qcap = nc;
+		ep->qh = 0;
+	}
+	ep->q[(ep->qh + ep->qn) % ep->qcap] = ci;
+	ep->qn++;
+	return start_next(r, ep, t);
+}
+
+/* SCHED_DISTANCE: starts waiting sessions while slots are free. */
+static int dispatch(struct run *r, double t)
+{
+	const struct wl *w = r->w;
+	uint32_t s;
+	uint64_t stamp;
+
+	while (r->inflight < r->o->max_inflight && r->wqn > 0) {
+		s = r->wq[r->wqh];
+		stamp = r->wstamp[r->wqh];
+		if (stamp != UINT64_MAX && r->completions - stamp < r->o->reuse_distance) {
+			if (r->inflight > 0)
+				break;
+			r->res->relaxed++; /* nothing in flight: never idle artificially */
+		}
+		r->wqh = (r->wqh + 1) % (w->nsessions + 1);
+		r->wqn--;
+		r->inflight++;
+		if (heap_push(&r->h, t, EV_ARRIVE,
+			      (uint32_t)(w->sessions[s].first_call + r->next_turn[s])))
+			return rfail(r, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static int wq_push(struct run *r, uint32_t s, uint64_t stamp)
+{
+	size_t cap = r->w->nsessions + 1, i = (r->wqh + r->wqn) % cap;
+
+	r->wq[i] = s;
+	r->wstamp[i] = stamp;
+	r->wqn++;
+	return 0;
+}
+
+static int done(struct run *r, uint32_t ci, double t)
+{
+	const struct wl *w = r->w;
+	const struct wl_call *c = &w->calls[ci];
+	struct endpoint *ep = &r->ep[r->ep_of[ci]];
+	uint32_t s = c->session;
+	double at;
+
+	if (--ep->outstanding == 0)
+		ep->busy_total += t - ep->busy_since;
+	r->completions++;
+	r->last_t = t;
+	if (s == WL_NO_SESSION || r->o->sched == SCHED_ARRIVAL)
+		return 0;
+	r->next_turn[s]++;
+	if (r->o->sched == SCHED_DISTANCE) {
+		r->inflight--;
+		if (r->next_turn[s] < w->sessions[s].ncalls)
+			wq_push(r, s, r->completions);
+		return dispatch(r, t);
+	}
+	/* SCHED_ACTIVE */
+	if (r->next_turn[s] < w->sessions[s].ncalls) {
+		const struct wl_call *nc = c + 1;
+		at = r->arrive[ci] + nc->think_s;
+		if (at < t)
+			at = t;
+		return heap_push(&r->h, at, EV_ARRIVE, ci + 1) ? rfail(r, -ENOMEM, "out of memory") : 0;
+	}
+	while (r->next_session < w->nsessions) {
+		s = (uint32_t)r->next_session++;
+		if (w->sessions[s].ncalls)
+			return heap_push(&r->h, t, EV_ARRIVE, (uint32_t)w->sessions[s].first_call)
+				       ? rfail(r, -ENOMEM, "out of memory")
+				       : 0;
+	}
+	return 0;
+}
+
+static int schedule_start(struct run *r)
+{
+	const struct wl *w = r->w;
+	size_t i, k;
+	uint32_t n;
+
+	switch (r->o->sched) {
+	case SCHED_ARRIVAL:
+		for (i = 0; i < w->ncalls; i++)
+			if (heap_push(&r->h, w->calls[i].arrival_s, EV_ARRIVE, (uint32_t)i))
+				return -ENOMEM;
+		return 0;
+	case SCHED_DISTANCE:
+		for (i = 0; i < w->nsessions; i++)
+			if (w->sessions[i].ncalls)
+				wq_push(r, (uint32_t)i, UINT64_MAX);
+		return dispatch(r, 0);
+	case SCHED_ACTIVE:
+	default:
+		n = r->o->active ? r->o->active : 1;
+		for (i = 0, k = 0; i < w->nsessions && k < n; i++) {
+			if (!w->sessions[i].ncalls)
+				continue;
+			if (heap_push(&r->h, r->o->stagger_s * (double)k / n, EV_ARRIVE,
+				      (uint32_t)w->sessions[i].first_call))
+				return -ENOMEM;
+			k++;
+		}
+		r->next_session = i;
+		return 0;
+	}
+}
+
+/* Builds the store's JSON config for o (scaled capacities and lease). */
+static char *store_config(const struct replay_opts *o, const char *disk_path)
+{
+	json_t *root = json_object(), *ram = json_object(), *disk;
+	double lease = (double)o->lease_ms;
+	char *text;
+
+	if (o->speed > 0)
+		lease /= o->speed;
+	if (lease < 1)
+		lease = 1;
+	json_object_set_new(ram, "capacity",
+			    json_integer((json_int_t)replay_block_bytes(o, o->ram_tokens)));
+	json_object_set_new(ram, "lease_ms", json_integer((json_int_t)llround(lease)));
+	if (o->policy == POL_REFUSE)
+		json_object_set_new(ram, "refuse_when_leased", json_true());
+	json_object_set_new(root, "ram", ram);
+	json_object_set_new(root, "threads", json_integer(o->threads));
+	if (disk_path && o->policy != POL_RAM_ONLY) {
+		disk = json_object();
+		json_object_set_new(disk, "path", json_string(disk_path));
+		json_object_set_new(disk, "capacity",
+				    json_integer((json_int_t)replay_block_bytes(o, o->disk_tokens)));
+		json_object_set_new(root, "disk", disk);
+	}
+	text = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	return text;
+}
+
+void replay_result_free(struct replay_result *r)
+{
+	if (r && r->store_stats) {
+		json_decref(r->store_stats);
+		r->store_stats = NULL;
+	}
+}
+
+static void run_free(struct run *r)
+{
+	uint32_t i;
+
+	if (r->ep) {
+		for (i = 0; i < r->o->endpoints; i++) {
+			lru_free(&r->ep[i].gpu);
+			free(r->ep[i].q);
+		}
+		free(r->ep);
+	}
+	free(r->arrive);
+	free(r->ttft);
+	free(r->ep_of);
+	free(r->put_from);
+	free(r->pref);
+	free(r->next_turn);
+	free(r->tokens);
+	free(r->keys);
+	free(r->skeys);
+	free(r->ktok);
+	free(r->stok);
+	free(r->trip);
+	free(r->ops);
+	free(r->buf);
+	free(r->wq);
+	free(r->wstamp);
+	free(r->h.v);
+	bench_samples_free(&r->load_us);
+	lru_free(&r->bound);
+}
+
+int replay_run(const struct replay_opts *o, const struct wl *w,
+	       struct replay_result *res, char *err, size_t errlen)
+{
+	struct run r;
+	kvt_namespace ns;
+	char tmp[256] = "", path[320] = "", *cfg = NULL;
+	size_t i, maxp = 0, maxn = 0, n = w->ncalls;
+	uint64_t wall0;
+	struct ev e;
+	int rc = 0;
+
+	memset(res, 0, sizeof(*res));
+	memset(&r, 0, sizeof(r));
+	r.o = o;
+	r.w = w;
+	r.res = res;
+	r.err = err;
+	r.errlen = errlen;
+	r.first_t = -1;
+	res->policy = o->policy;
+	snprintf(res->label, sizeof(res->label), "%s", o->label ? o->label : replay_policy_name[o->policy]);
+	if (err && errlen)
+		err[0] = 0;
+
+	if (o->endpoints == 0 || o->gpu_block == 0 || o->chunk_tokens < o->gpu_block ||
+	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
+	    o->scale == 0 || o->kv_bytes_per_token == 0)
+		return rfail(&r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
+	if (n == 0)
+		return rfail(&r, -EINVAL, "the workload has no calls");
+	if (n > UINT32_MAX - 1)
+		return rfail(&r, -E2BIG, "too many calls");
+	if (o->sched == SCHED_ARRIVAL && !w->timed)
+		return rfail(&r, -EINVAL, "arrival scheduling needs a trace with timestamps");
+	if (o->sched != SCHED_ARRIVAL && w->nsessions == 0)
+		return rfail(&r, -EINVAL, "this workload has no sessions: schedule it by arrival time");
+
+	r.gpu_on = o->policy != POL_RECOMPUTE && o->gpu_tokens > 0;
+	r.store_on = o->policy != POL_RECOMPUTE && o->policy != POL_GPU_ONLY;
+	r.C = w->kind == WL_BLOCKS ? 1 : o->chunk_tokens / o->gpu_block;
+
+	for (i = 0; i < n; i++) {
+		if (w->calls[i].prompt_tokens > maxp)
+			maxp = w->calls[i].prompt_tokens;
+		if (w->calls[i].n > maxn)
+			maxn = w->calls[i].n;
+	}
+	r.maxg = w->kind == WL_BLOCKS ? maxn : maxp / o->gpu_block + 1;
+	r.arrive = calloc(n, sizeof(*r.arrive));
+	r.ttft = calloc(n, sizeof(*r.ttft));
+	r.ep_of = calloc(n, sizeof(*r.ep_of));
+	r.put_from = calloc(n, sizeof(*r.put_from));
+	r.pref = malloc((w->nsessions + 1) * sizeof(*r.pref));
+	r.next_turn = calloc(w->nsessions + 1, sizeof(*r.next_turn));
+	r.wq = calloc(w->nsessions + 1, sizeof(*r.wq));
+	r.wstamp = calloc(w->nsessions + 1, sizeof(*r.wstamp));
+	r.tokens = malloc((maxp + 1) * sizeof(*r.tokens));
+	r.keys = malloc((r.maxg + 1) * sizeof(*r.keys));
+	r.skeys = malloc((r.maxg + 1) * sizeof(*r.skeys));
+	r.ktok = malloc((r.maxg + 1) * sizeof(*r.ktok));
+	r.stok = malloc((r.maxg + 1) * sizeof(*r.stok));
+	r.trip = malloc((3 * maxn + 3) * sizeof(*r.trip));
+	r.ops = malloc((r.maxg + 1) * sizeof(*r.ops));
+	r.ep = calloc(o->endpoints, sizeof(*r.ep));
+	if (!r.arrive || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.wq ||
+	    !r.wstamp || !r.tokens || !r.keys || !r.skeys || !r.ktok || !r.stok || !r.trip ||
+	    !r.ops || !r.ep || lru_init(&r.bound, UINT64_MAX)) {
+		rc = rfail(&r, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (i = 0; i <= w->nsessions; i++)
+		r.pref[i] = -1;
+	for (i = 0; i < o->endpoints; i++)
+		if (lru_init(&r.ep[i].gpu, o->gpu_tokens)) {
+			rc = rfail(&r, -ENOMEM, "out of memory");
+			goto out;
+		}
+
+	memset(&ns, 0, sizeof(ns));
+	ns.model = o->model;
+	ns.tokenizer = w->kind == WL_BLOCKS ? "mooncake-trace-hash-ids" : "kvbench-synthetic";
+	ns.kv_format = "bf16/NHD";
+	ns.tp_size = 1;
+	ns.pp_size = 1;
+	ns.block_tokens = w->kind == WL_BLOCKS ? w->block_tokens : o->gpu_block;
+	r.root = kvt_ns_root(&ns);
+
+	if (r.store_on) {
+		const char *disk = NULL;
+		if (o->policy != POL_RAM_ONLY && o->disk_tokens > 0) {
+			if (o->disk_dir) {
+				snprintf(path, sizeof(path), "%s/kvbench-replay.disk", o->disk_dir);
+			} else {
+				if (bench_tmpdir_create(tmp, sizeof(tmp)) < 0) {
+					rc = rfail(&r, -EIO, "cannot create a temporary directory");
+					goto out;
+				}
+				snprintf(path, sizeof(path), "%s/replay.disk", tmp);
+			}
+			disk = path;
+		}
+		cfg = store_config(o, disk);
+		if (!cfg) {
+			rc = rfail(&r, -ENOMEM, "out of memory");
+			goto out;
+		}
+		rc = kvt_open(cfg, &r.st);
+		if (rc < 0) {
+			rc = rfail(&r, rc, "kvt_open(%s): %s", cfg, kvt_last_error());
+			goto out;
+		}
+	}
+
+	r.tty = o->progress && isatty(2);
+	wall0 = r.t0_ns = bench_now_ns();
+	if (schedule_start(&r)) {
+		rc = rfail(&r, -ENOMEM, "out of memory");
+		goto out;
+	}
+	while (r.h.n > 0) {
+		e = heap_pop(&r.h);
+		switch (e.type) {
+		case EV_ARRIVE:
+			rc = arrive(&r, e.call, e.t);
+			break;
+		case EV_PREFILL_END:
+			rc = prefill_end(&r, e.call, e.t);
+			break;
+		default:
+			rc = done(&r, e.call, e.t);
+			break;
+		}
+		if (rc)
+			goto out;
+		res->sim_s = e.t;
+		progress(&r, e.t, 0);
+	}
+	progress(&r, 0, 1);
+	res->wall_s = (double)(bench_now_ns() - wall0) / 1e9;
+	if (r.completions != n) {
+		rc = rfail(&r, -EPROTO, "the replay stopped after %llu of %zu calls",
+			   (unsigned long long)r.completions, n);
+		goto out;
+	}
+
+	/* the model's figures */
+	for (i = 0; i < o->endpoints; i++)
+		res->busy_s += r.ep[i].busy_total;
+	res->makespan_s = r.last_t - (r.first_t > 0 ? r.first_t : 0);
+	res->throughput = res->makespan_s > 0 ? (double)n / res->makespan_s : 0;
+	if (res->busy_s > 0) {
+		double st = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]);
+		res->saved_store = st / o->prefill_rate / res->busy_s;
+		res->saved_store_net = (st / o->prefill_rate - res->charged_load_s) / res->busy_s;
+		res->saved_gpu = (double)res->tok[T_GPU] / o->prefill_rate / res->busy_s;
+	}
+	bench_sort(r.ttft, r.nttft);
+	res->ttft_p50 = bench_percentile_sorted(r.ttft, r.nttft, 50);
+	res->ttft_p90 = bench_percentile_sorted(r.ttft, r.nttft, 90);
+	res->ttft_p99 = bench_percentile_sorted(r.ttft, r.nttft, 99);
+	if (r.load_us.n) {
+		bench_sort(r.load_us.v, r.load_us.n);
+		res->load_p50_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 50);
+		res->load_p90_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 90);
+		res->load_p99_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 99);
+		res->load_max_us = r.load_us.v[r.load_us.n - 1];
+	}
+	res->lag_mean_s = r.lag_n ? r.lag_sum / (double)r.lag_n : 0;
+	if (r.st) {
+		json_t *s = bench_store_stats(r.st);
+		res->store_stats = s;
+		res->evictions = (uint64_t)stat_num(s, "ram.evictions");
+		res->evicted_bytes = (uint64_t)stat_num(s, "ram.evicted_bytes");
+		res->lease_expiries = (uint64_t)stat_num(s, "ram.lease_expiries");
+		res->write_arounds = (uint64_t)stat_num(s, "store.write_arounds");
+		res->disk_evictions = (uint64_t)stat_num(s, "disk.evictions");
+	}
+out:
+	progress(&r, 0, 1);
+	if (r.st)
+		kvt_close(r.st);
+	/* a sweep runs many stores: give each one's disk space back at once */
+	if (tmp[0])
+		(void)bench_tmpdir_remove(tmp);
+	else if (path[0])
+		(void)unlink(path);
+	free(cfg);
+	run_free(&r);
+	return rc;
+}

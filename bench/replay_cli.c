@@ -1,0 +1,833 @@
+/*
+ * replay_cli.c - the "kvbench replay" and "kvbench sweep" commands: their
+ * options, the presets that reproduce the seed study's experiments, and the
+ * loop over policies (replay) or over one parameter's values (sweep).
+ *
+ * Knows nothing about how a run works inside (replay.c) or how the report
+ * is laid out (replay_report.c).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "replay.h"
+#include "trace.h"
+#include "workload.h"
+
+#define MAX_POLICIES 8
+#define MAX_VALUES 64
+
+struct cli {
+	const char *cmd;
+	struct replay_opts o;
+	struct wl_gen gen;
+	struct bench_common co;
+	const char *preset;
+	const char *trace;
+	enum trace_format trace_format;
+	uint32_t trace_block_tokens;
+	uint64_t sessions_limit;
+	enum replay_policy pol[MAX_POLICIES];
+	size_t npol;
+	const char *csv;
+	/* sweep */
+	const char *over;
+	double values[MAX_VALUES];
+	size_t nvalues;
+	int speed_set;
+};
+
+static const char usage_replay[] =
+	"usage: kvbench replay [--preset NAME] [--trace FILE] [OPTIONS]\n"
+	"       kvbench sweep  [--over PARAM --values LIST] [OPTIONS]\n"
+	"\n"
+	"Replays agent sessions (generated, calibrated to the seed study) or a trace\n"
+	"through a model of inference endpoints in front of a real libkvtier store, and\n"
+	"reports where prompt tokens came from and the prefill time the store saved.\n"
+	"\n"
+	"presets (each sets the options below; later options override):\n"
+	"  exp1       16 active sessions with think times, 2 endpoints, 256 GiB RAM\n"
+	"             (policies recompute,gpu-only,ram-only,default)\n"
+	"  exp2       reuse distance 128, 16 in flight, 2 endpoints, 256 GiB RAM\n"
+	"             (policies ram-only,default)\n"
+	"  fleet-W    W = 1, 2, 6, 12 or 18 sessions on 1 endpoint, 32 GB RAM + disk\n"
+	"  fleet      fleet-12 (policies default,ram-only)\n"
+	"  lease      fleet-12 with a 300 s lease (policies default,refuse)\n"
+	"  mooncake   trace timestamps, 4 endpoints, 3M-token RAM, 100M-token disk\n"
+	"             (policies ram-only,default; give --trace FILE)\n"
+	"\n"
+	"workload:\n"
+	"  --trace FILE            replay FILE instead of generating sessions\n"
+	"  --trace-format F        auto (default: from the first line), kvbench, mooncake\n"
+	"  --trace-block-tokens N  tokens per Mooncake hash id (512)\n"
+	"  --seed N                generator seed (1)\n"
+	"  --sessions N            keep only the first N sessions (all)\n"
+	"  --shared-tokens N       leading task text common to all sessions (3072)\n"
+	"schedule:\n"
+	"  --schedule S            active | distance | arrival (traces with times)\n"
+	"  --active N, --width N   sessions active at once (16)\n"
+	"  --stagger SEC           the first group starts spread over SEC (30)\n"
+	"  --reuse-distance N      other calls that must complete before a\n"
+	"                          session's next turn (128; implies --schedule distance)\n"
+	"  --max-inflight N        calls in flight under --schedule distance (16)\n"
+	"  --speed X|max           simulated seconds per real second; leases and\n"
+	"                          think times scale together (preset's default);\n"
+	"                          max: back to back, leases in real time\n"
+	"engine model:\n"
+	"  --endpoints N           inference endpoints (1)\n"
+	"  --gpu-tokens N          GPU prefix cache per endpoint, tokens (166512; 0 none)\n"
+	"  --gpu-block N           tokens per GPU block (16)\n"
+	"  --chunk-tokens N        tokens per store block, a multiple of the GPU block (256)\n"
+	"  --sticky-slack N        queued tokens by which a session's endpoint may trail\n"
+	"                          the least loaded before the call spills (65536)\n"
+	"  --prefill-rate X        prefill tokens/s of an endpoint (14850)\n"
+	"  --decode-rate X         output tokens/s of a request (60)\n"
+	"bytes:\n"
+	"  --model NAME            qwen3-coder-30b-a3b (96 KiB/token), llama-3.1-8b\n"
+	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
+	"  --kv-bytes-per-token N  instead of a model preset\n"
+	"  --scale N               divide block bytes by N (1024)\n"
+	"store:\n"
+	"  --policy LIST           default (= ram+disk), ram-only, refuse, gpu-only,\n"
+	"                          recompute; a comma-separated list runs each\n"
+	"  --ram-tokens N          RAM tier capacity in tokens (K, M, G suffixes)\n"
+	"  --ram SIZE              RAM tier capacity as full-size bytes (e.g. 32GiB)\n"
+	"  --disk-tokens N         disk tier capacity in tokens\n"
+	"  --disk SIZE             disk tier capacity as full-size bytes\n"
+	"  --disk-dir DIR          where the disk tier's file goes (a temporary dir)\n"
+	"  --lease-ms N            lease length in simulated ms (5000)\n"
+	"  --release-leases        end leases once the blocks are loaded\n"
+	"  --threads N             library worker threads (2)\n"
+	"output:\n"
+	"  --json FILE             results as JSON (\"-\": stdout)\n"
+	"  --csv FILE              results as CSV, one line per run\n"
+	"  --no-progress           no progress bar on stderr\n"
+	"  --reps N                accepted for symmetry; a replay is one run\n"
+	"sweep only:\n"
+	"  --over PARAM            width, ram-tokens, disk-tokens, reuse-distance,\n"
+	"                          lease-ms, endpoints, gpu-tokens (width; ram-tokens\n"
+	"                          with --trace)\n"
+	"  --values LIST           comma-separated values (K/M suffixes allowed)\n"
+	"\n"
+	"See kvbench(1) for the trace format and the report's fields.\n";
+
+enum {
+	O_PRESET = BENCH_OPT_FIRST_FREE, O_TRACE, O_TRACE_FORMAT, O_TRACE_BT, O_SEED, O_SESSIONS,
+	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
+	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
+	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
+	O_RELEASE, O_THREADS, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES
+};
+
+static const struct option longopts[] = {
+	{ "preset", required_argument, NULL, O_PRESET },
+	{ "trace", required_argument, NULL, O_TRACE },
+	{ "trace-format", required_argument, NULL, O_TRACE_FORMAT },
+	{ "trace-block-tokens", required_argument, NULL, O_TRACE_BT },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "sessions", required_argument, NULL, O_SESSIONS },
+	{ "shared-tokens", required_argument, NULL, O_SHARED },
+	{ "schedule", required_argument, NULL, O_SCHEDULE },
+	{ "active", required_argument, NULL, O_ACTIVE },
+	{ "width", required_argument, NULL, O_ACTIVE },
+	{ "stagger", required_argument, NULL, O_STAGGER },
+	{ "reuse-distance", required_argument, NULL, O_DISTANCE },
+	{ "max-inflight", required_argument, NULL, O_INFLIGHT },
+	{ "speed", required_argument, NULL, O_SPEED },
+	{ "endpoints", required_argument, NULL, O_ENDPOINTS },
+	{ "gpu-tokens", required_argument, NULL, O_GPU_TOKENS },
+	{ "gpu-block", required_argument, NULL, O_GPU_BLOCK },
+	{ "chunk-tokens", required_argument, NULL, O_CHUNK },
+	{ "sticky-slack", required_argument, NULL, O_SLACK },
+	{ "prefill-rate", required_argument, NULL, O_PREFILL },
+	{ "decode-rate", required_argument, NULL, O_DECODE },
+	{ "model", required_argument, NULL, O_MODEL },
+	{ "kv-bytes-per-token", required_argument, NULL, O_KVBPT },
+	{ "scale", required_argument, NULL, O_SCALE },
+	{ "policy", required_argument, NULL, O_POLICY },
+	{ "ram-tokens", required_argument, NULL, O_RAM_TOKENS },
+	{ "ram", required_argument, NULL, O_RAM },
+	{ "disk-tokens", required_argument, NULL, O_DISK_TOKENS },
+	{ "disk", required_argument, NULL, O_DISK },
+	{ "disk-dir", required_argument, NULL, O_DISK_DIR },
+	{ "lease-ms", required_argument, NULL, O_LEASE },
+	{ "release-leases", no_argument, NULL, O_RELEASE },
+	{ "threads", required_argument, NULL, O_THREADS },
+	{ "csv", required_argument, NULL, O_CSV },
+	{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
+	{ "over", required_argument, NULL, O_OVER },
+	{ "values", required_argument, NULL, O_VALUES },
+	BENCH_COMMON_LONGOPTS,
+	{ NULL, 0, NULL, 0 }
+};
+
+/* A count: a decimal number with an optional fraction and K, M, G (10^3,
+ * 10^6, 10^9) suffix. Returns 0 or -EINVAL. */
+static int parse_count(const char *s, double max, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v < 0)
+		return -EINVAL;
+	if (*end == 'k' || *end == 'K')
+		v *= 1e3, end++;
+	else if (*end == 'm' || *end == 'M')
+		v *= 1e6, end++;
+	else if (*end == 'g' || *end == 'G')
+		v *= 1e9, end++;
+	if (*end || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	double v;
+
+	if (parse_count(s, (double)max, &v) || v < (double)min || v != floor(v))
+		return -EINVAL;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+static int parse_pos(const char *s, double *out)
+{
+	return parse_count(s, 1e15, out) || !(*out > 0) ? -EINVAL : 0;
+}
+
+static int set_model(struct replay_opts *o, const char *m)
+{
+	if (!strcmp(m, "qwen3-coder-30b-a3b"))
+		o->kv_bytes_per_token = 2ull * 48 * 4 * 128 * 2;
+	else if (!strcmp(m, "llama-3.1-8b"))
+		o->kv_bytes_per_token = 2ull * 32 * 8 * 128 * 2;
+	else if (!strcmp(m, "llama-3.1-70b"))
+		o->kv_bytes_per_token = 2ull * 80 * 8 * 128 * 2;
+	else
+		return -EINVAL;
+	o->model = m;
+	return 0;
+}
+
+static int set_policies(struct cli *c, const char *list)
+{
+	char buf[256], *tok, *save = NULL;
+
+	if (strlen(list) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, list);
+	c->npol = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (c->npol == MAX_POLICIES || replay_policy_parse(tok, &c->pol[c->npol]))
+			return -EINVAL;
+		c->npol++;
+	}
+	return c->npol ? 0 : -EINVAL;
+}
+
+/* Full-size bytes of RAM or disk as tokens of the model. */
+static uint64_t bytes_to_tokens(const struct replay_opts *o, uint64_t bytes)
+{
+	return bytes / o->kv_bytes_per_token;
+}
+
+static int apply_preset(struct cli *c, const char *p)
+{
+	struct replay_opts *o = &c->o;
+	unsigned w;
+
+	c->preset = p;
+	if (!strcmp(p, "exp1")) {
+		o->endpoints = 2;
+		o->sched = SCHED_ACTIVE;
+		o->active = 16;
+		o->stagger_s = 30;
+		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
+		o->disk_tokens = 32ull << 20;
+		o->speed = 200;
+		return set_policies(c, "recompute,gpu-only,ram-only,default");
+	}
+	if (!strcmp(p, "exp2")) {
+		o->endpoints = 2;
+		o->sched = SCHED_DISTANCE;
+		o->reuse_distance = 128;
+		o->max_inflight = 16;
+		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
+		o->disk_tokens = 32ull << 20;
+		o->speed = 200;
+		return set_policies(c, "ram-only,default");
+	}
+	if (!strcmp(p, "fleet") || !strcmp(p, "lease") || !strncmp(p, "fleet-", 6)) {
+		w = 12;
+		if (!strncmp(p, "fleet-", 6)) {
+			char *end;
+			w = (unsigned)strtoul(p + 6, &end, 10);
+			if (*end || (w != 1 && w != 2 && w != 6 && w != 12 && w != 18))
+				return -EINVAL;
+		}
+		o->endpoints = 1;
+		o->sched = SCHED_ACTIVE;
+		o->active = w;
+		o->stagger_s = 60;
+		o->ram_tokens = (uint64_t)(32e9 / (double)o->kv_bytes_per_token);
+		o->disk_tokens = 32ull << 20;
+		o->speed = 200;
+		c->sessions_limit = 64;
+		if (!strcmp(p, "lease")) {
+			o->lease_ms = 300000;
+			return set_policies(c, "default,refuse");
+		}
+		return set_policies(c, !strcmp(p, "fleet") || w == 12 ? "default,ram-only" : "default");
+	}
+	if (!strcmp(p, "mooncake")) {
+		o->endpoints = 4;
+		o->sched = SCHED_ARRIVAL;
+		o->ram_tokens = 3000000;
+		o->disk_tokens = 100000000;
+		o->speed = 60;
+		return set_policies(c, "ram-only,default");
+	}
+	return -EINVAL;
+}
+
+static int parse_values(struct cli *c, const char *list)
+{
+	char buf[1024], *tok, *save = NULL;
+
+	if (strlen(list) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, list);
+	c->nvalues = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (c->nvalues == MAX_VALUES || parse_count(tok, 1e15, &c->values[c->nvalues]))
+			return -EINVAL;
+		c->nvalues++;
+	}
+	return c->nvalues ? 0 : -EINVAL;
+}
+
+static const char *const sweep_params[] = {
+	"width", "ram-tokens", "disk-tokens", "reuse-distance", "lease-ms", "endpoints",
+	"gpu-tokens", NULL
+};
+
+static int parse_args(struct cli *c, int argc, char **argv, int sweep)
+{
+	const char *cmd = c->cmd;
+	uint64_t u;
+	int ch, r, schedule_set = 0;
+
+	int have_preset = 0, have_trace = 0, have_policy = 0, have_over_ram = 0;
+
+	/* first pass: the preset, whose values later options override */
+	bench_getopt_begin();
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (ch == O_PRESET) {
+			if (apply_preset(c, optarg))
+				return bench_usage_error(cmd, usage_replay, "unknown --preset '%s'",
+							 optarg);
+			have_preset = 1;
+		}
+		have_trace |= ch == O_TRACE;
+		have_policy |= ch == O_POLICY;
+		if (ch == O_OVER && optarg && (!strcmp(optarg, "ram-tokens") ||
+					       !strcmp(optarg, "disk-tokens")))
+			have_over_ram = 1;
+	}
+	if (sweep) {
+		/* a sweep without a preset sweeps the fleet; one policy per point */
+		if (!have_preset && !have_trace) {
+			apply_preset(c, "fleet-12");
+			c->preset = NULL;
+		}
+		if (!have_policy)
+			set_policies(c, have_trace || have_over_ram ? "ram-only" : "default");
+	}
+	bench_getopt_begin();
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		r = bench_common_option(cmd, usage_replay, ch, optarg, argv, &c->co);
+		if (r < 0)
+			return BENCH_EXIT_USAGE;
+		if (r > 0)
+			continue;
+#define BAD(what) return bench_usage_error(cmd, usage_replay, "bad --%s '%s'", what, optarg)
+		switch (ch) {
+		case 'h':
+			fputs(usage_replay, stdout);
+			return -1;
+		case O_PRESET:
+			break;
+		case O_TRACE:
+			c->trace = optarg;
+			break;
+		case O_TRACE_FORMAT:
+			if (trace_format_parse(optarg, &c->trace_format))
+				BAD("trace-format");
+			break;
+		case O_TRACE_BT:
+			if (parse_u64(optarg, 1, 1u << 20, &u))
+				BAD("trace-block-tokens");
+			c->trace_block_tokens = (uint32_t)u;
+			break;
+		case O_SEED:
+			if (parse_u64(optarg, 0, 1e15, &u))
+				BAD("seed");
+			c->gen.seed = u;
+			break;
+		case O_SESSIONS:
+			if (parse_u64(optarg, 1, 1e9, &c->sessions_limit))
+				BAD("sessions");
+			break;
+		case O_SHARED:
+			if (parse_u64(optarg, 0, 1 << 20, &u))
+				BAD("shared-tokens");
+			c->gen.shared_tokens = (uint32_t)u;
+			break;
+		case O_SCHEDULE:
+			schedule_set = 1;
+			if (!strcmp(optarg, "active"))
+				c->o.sched = SCHED_ACTIVE;
+			else if (!strcmp(optarg, "distance"))
+				c->o.sched = SCHED_DISTANCE;
+			else if (!strcmp(optarg, "arrival"))
+				c->o.sched = SCHED_ARRIVAL;
+			else
+				BAD("schedule");
+			break;
+		case O_ACTIVE:
+			if (parse_u64(optarg, 1, 1e6, &u))
+				BAD("active");
+			c->o.active = (uint32_t)u;
+			break;
+		case O_STAGGER:
+			if (parse_count(optarg, 1e9, &c->o.stagger_s))
+				BAD("stagger");
+			break;
+		case O_DISTANCE:
+			if (parse_u64(optarg, 0, 1e9, &u))
+				BAD("reuse-distance");
+			c->o.reuse_distance = (uint32_t)u;
+			if (!schedule_set)
+				c->o.sched = SCHED_DISTANCE;
+			break;
+		case O_INFLIGHT:
+			if (parse_u64(optarg, 1, 1e6, &u))
+				BAD("max-inflight");
+			c->o.max_inflight = (uint32_t)u;
+			break;
+		case O_SPEED:
+			c->speed_set = 1;
+			if (!strcmp(optarg, "max"))
+				c->o.speed = 0;
+			else if (parse_pos(optarg, &c->o.speed))
+				BAD("speed");
+			break;
+		case O_ENDPOINTS:
+			if (parse_u64(optarg, 1, 4096, &u))
+				BAD("endpoints");
+			c->o.endpoints = (uint32_t)u;
+			break;
+		case O_GPU_TOKENS:
+			if (parse_u64(optarg, 0, 1e12, &c->o.gpu_tokens))
+				BAD("gpu-tokens");
+			break;
+		case O_GPU_BLOCK:
+			if (parse_u64(optarg, 1, 1 << 16, &u))
+				BAD("gpu-block");
+			c->o.gpu_block = (uint32_t)u;
+			break;
+		case O_CHUNK:
+			if (parse_u64(optarg, 1, 1 << 20, &u))
+				BAD("chunk-tokens");
+			c->o.chunk_tokens = (uint32_t)u;
+			break;
+		case O_SLACK:
+			if (parse_u64(optarg, 0, 1e12, &c->o.sticky_slack))
+				BAD("sticky-slack");
+			break;
+		case O_PREFILL:
+			if (parse_pos(optarg, &c->o.prefill_rate))
+				BAD("prefill-rate");
+			break;
+		case O_DECODE:
+			if (parse_pos(optarg, &c->o.decode_rate))
+				BAD("decode-rate");
+			break;
+		case O_MODEL:
+			if (set_model(&c->o, optarg))
+				BAD("model");
+			break;
+		case O_KVBPT:
+			if (parse_u64(optarg, 1, 1ull << 30, &c->o.kv_bytes_per_token))
+				BAD("kv-bytes-per-token");
+			c->o.model = "custom";
+			break;
+		case O_SCALE:
+			if (parse_u64(optarg, 1, 1ull << 30, &u))
+				BAD("scale");
+			c->o.scale = (uint32_t)u;
+			break;
+		case O_POLICY:
+			if (set_policies(c, optarg))
+				BAD("policy");
+			break;
+		case O_RAM_TOKENS:
+			if (parse_u64(optarg, 1, 1e13, &c->o.ram_tokens))
+				BAD("ram-tokens");
+			break;
+		case O_RAM:
+			if (bench_parse_size(optarg, &u) || bytes_to_tokens(&c->o, u) == 0)
+				BAD("ram");
+			c->o.ram_tokens = bytes_to_tokens(&c->o, u);
+			break;
+		case O_DISK_TOKENS:
+			if (parse_u64(optarg, 0, 1e13, &c->o.disk_tokens))
+				BAD("disk-tokens");
+			break;
+		case O_DISK:
+			if (bench_parse_size(optarg, &u))
+				BAD("disk");
+			c->o.disk_tokens = bytes_to_tokens(&c->o, u);
+			break;
+		case O_DISK_DIR:
+			c->o.disk_dir = optarg;
+			break;
+		case O_LEASE:
+			if (parse_u64(optarg, 1, 1e10, &c->o.lease_ms))
+				BAD("lease-ms");
+			break;
+		case O_RELEASE:
+			c->o.release_leases = 1;
+			break;
+		case O_THREADS:
+			if (parse_u64(optarg, 1, 256, &u))
+				BAD("threads");
+			c->o.threads = (uint32_t)u;
+			break;
+		case O_CSV:
+			c->csv = optarg;
+			break;
+		case O_NO_PROGRESS:
+			c->o.progress = 0;
+			break;
+		case O_OVER:
+			if (!sweep)
+				return bench_usage_error(cmd, usage_replay, "--over belongs to kvbench sweep");
+			for (r = 0; sweep_params[r]; r++)
+				if (!strcmp(optarg, sweep_params[r]))
+					break;
+			if (!sweep_params[r])
+				BAD("over");
+			c->over = sweep_params[r];
+			break;
+		case O_VALUES:
+			if (!sweep)
+				return bench_usage_error(cmd, usage_replay, "--values belongs to kvbench sweep");
+			if (parse_values(c, optarg))
+				BAD("values");
+			break;
+		default:
+			return bench_usage_error(cmd, usage_replay, "unexpected option");
+		}
+#undef BAD
+	}
+	if (optind < argc)
+		return bench_usage_error(cmd, usage_replay, "unexpected argument '%s'", argv[optind]);
+	if (c->o.chunk_tokens % c->o.gpu_block)
+		return bench_usage_error(cmd, usage_replay,
+					 "--chunk-tokens %u is not a multiple of --gpu-block %u",
+					 c->o.chunk_tokens, c->o.gpu_block);
+	return 0;
+}
+
+static void cli_defaults(struct cli *c, const char *cmd)
+{
+	memset(c, 0, sizeof(*c));
+	c->cmd = cmd;
+	replay_opts_defaults(&c->o);
+	c->o.progress = 1;
+	c->o.speed = 200;
+	wl_gen_defaults(&c->gen);
+	bench_common_init(&c->co);
+	c->trace_block_tokens = 512;
+	c->pol[0] = POL_DEFAULT;
+	c->npol = 1;
+}
+
+/* Loads or generates the workload and fixes what depends on it. */
+static int load_workload(struct cli *c, struct wl *w)
+{
+	char err[512];
+	enum trace_format got = TRACE_AUTO;
+	int rc;
+
+	if (c->trace) {
+		rc = trace_load(c->trace, c->trace_format, c->trace_block_tokens, w, &got, err,
+				sizeof(err));
+		if (rc) {
+			fprintf(stderr, "kvbench %s: %s\n", c->cmd, err);
+			return BENCH_EXIT_FAIL;
+		}
+		if (w->timed && c->o.sched != SCHED_DISTANCE)
+			c->o.sched = SCHED_ARRIVAL;
+		if (!w->timed && c->o.sched == SCHED_ARRIVAL) {
+			fprintf(stderr, "kvbench %s: %s has no timestamps; use --schedule active or distance\n",
+				c->cmd, c->trace);
+			return BENCH_EXIT_USAGE;
+		}
+		if (w->nsessions == 0 && c->o.sched != SCHED_ARRIVAL) {
+			fprintf(stderr, "kvbench %s: %s has no sessions; it can only be replayed by arrival time\n",
+				c->cmd, c->trace);
+			return BENCH_EXIT_USAGE;
+		}
+	} else {
+		if (c->o.sched == SCHED_ARRIVAL) {
+			fprintf(stderr, "kvbench %s: --schedule arrival needs a --trace with timestamps\n",
+				c->cmd);
+			return BENCH_EXIT_USAGE;
+		}
+		rc = wl_generate(&c->gen, w);
+		if (rc) {
+			fprintf(stderr, "kvbench %s: cannot generate the workload: %s\n", c->cmd,
+				strerror(-rc));
+			return BENCH_EXIT_FAIL;
+		}
+	}
+	if (c->sessions_limit && w->kind == WL_TOKENS)
+		wl_truncate_sessions(w, c->sessions_limit);
+	return 0;
+}
+
+static void describe(FILE *f, const struct cli *c, const struct wl *w)
+{
+	uint64_t tok = 0;
+	size_t i;
+
+	for (i = 0; i < w->ncalls; i++)
+		tok += w->calls[i].prompt_tokens;
+	fprintf(f, "kvbench %s%s%s: %zu calls, %zu sessions, %.1fM prompt tokens (%s)\n", c->cmd,
+		c->preset ? " --preset " : "", c->preset ? c->preset : "", w->ncalls, w->nsessions,
+		(double)tok / 1e6, c->trace ? c->trace : "generated");
+	fprintf(f, "  engine: %u endpoint(s), GPU cache %llu tokens, prefill %.0f tok/s, schedule %s",
+		c->o.endpoints, (unsigned long long)c->o.gpu_tokens, c->o.prefill_rate,
+		c->o.sched == SCHED_ACTIVE ? "active" : c->o.sched == SCHED_DISTANCE ? "distance"
+										  : "arrival");
+	if (c->o.sched == SCHED_ACTIVE)
+		fprintf(f, " (%u sessions at once)", c->o.active);
+	else if (c->o.sched == SCHED_DISTANCE)
+		fprintf(f, " (reuse distance %u, %u in flight)", c->o.reuse_distance,
+			c->o.max_inflight);
+	fprintf(f, "\n  store: RAM %llu tokens, disk %llu tokens, lease %llu ms simulated; %s %llu B/token / %u = %llu B per %u-token block; speed %s%.0f\n\n",
+		(unsigned long long)c->o.ram_tokens, (unsigned long long)c->o.disk_tokens,
+		(unsigned long long)c->o.lease_ms, c->o.model,
+		(unsigned long long)c->o.kv_bytes_per_token, c->o.scale,
+		(unsigned long long)replay_block_bytes(&c->o, w->kind == WL_BLOCKS ? w->block_tokens
+										   : c->o.chunk_tokens),
+		w->kind == WL_BLOCKS ? w->block_tokens : c->o.chunk_tokens,
+		c->o.speed > 0 ? "x" : "max", c->o.speed > 0 ? c->o.speed : 0);
+}
+
+static json_t *config_json(const struct cli *c, const struct wl *w)
+{
+	json_t *o = json_object();
+
+	json_object_set_new(o, "preset", c->preset ? json_string(c->preset) : json_null());
+	json_object_set_new(o, "trace", c->trace ? json_string(c->trace) : json_null());
+	json_object_set_new(o, "calls", json_integer((json_int_t)w->ncalls));
+	json_object_set_new(o, "sessions", json_integer((json_int_t)w->nsessions));
+	json_object_set_new(o, "seed", json_integer((json_int_t)c->gen.seed));
+	json_object_set_new(o, "endpoints", json_integer(c->o.endpoints));
+	json_object_set_new(o, "gpu_tokens", json_integer((json_int_t)c->o.gpu_tokens));
+	json_object_set_new(o, "gpu_block", json_integer(c->o.gpu_block));
+	json_object_set_new(o, "chunk_tokens", json_integer(c->o.chunk_tokens));
+	json_object_set_new(o, "schedule", json_string(c->o.sched == SCHED_ACTIVE ? "active"
+						       : c->o.sched == SCHED_DISTANCE ? "distance"
+										 : "arrival"));
+	json_object_set_new(o, "active", json_integer(c->o.active));
+	json_object_set_new(o, "reuse_distance", json_integer(c->o.reuse_distance));
+	json_object_set_new(o, "max_inflight", json_integer(c->o.max_inflight));
+	json_object_set_new(o, "speed", c->o.speed > 0 ? json_real(c->o.speed) : json_string("max"));
+	json_object_set_new(o, "prefill_rate", json_real(c->o.prefill_rate));
+	json_object_set_new(o, "decode_rate", json_real(c->o.decode_rate));
+	json_object_set_new(o, "model", json_string(c->o.model));
+	json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)c->o.kv_bytes_per_token));
+	json_object_set_new(o, "scale", json_integer(c->o.scale));
+	json_object_set_new(o, "ram_tokens", json_integer((json_int_t)c->o.ram_tokens));
+	json_object_set_new(o, "disk_tokens", json_integer((json_int_t)c->o.disk_tokens));
+	json_object_set_new(o, "lease_ms", json_integer((json_int_t)c->o.lease_ms));
+	return o;
+}
+
+static void add_published(json_t *doc, const char *preset)
+{
+	const struct replay_ref *r = replay_refs(preset);
+	json_t *a = json_array();
+
+	for (; r && r->field; r++) {
+		json_t *o = json_object();
+		json_object_set_new(o, "field", json_string(r->field));
+		json_object_set_new(o, "policy", r->policy ? json_string(r->policy) : json_null());
+		json_object_set_new(o, "value", json_real(r->value));
+		json_object_set_new(o, "note", json_string(r->note));
+		json_array_append_new(a, o);
+	}
+	bench_json_config(doc, "published", a);
+}
+
+static void set_param(struct replay_opts *o, const char *p, double v)
+{
+	if (!strcmp(p, "width"))
+		o->active = (uint32_t)v;
+	else if (!strcmp(p, "ram-tokens"))
+		o->ram_tokens = (uint64_t)v;
+	else if (!strcmp(p, "disk-tokens"))
+		o->disk_tokens = (uint64_t)v;
+	else if (!strcmp(p, "reuse-distance"))
+		o->reuse_distance = (uint32_t)v;
+	else if (!strcmp(p, "lease-ms"))
+		o->lease_ms = (uint64_t)v;
+	else if (!strcmp(p, "endpoints"))
+		o->endpoints = (uint32_t)v;
+	else if (!strcmp(p, "gpu-tokens"))
+		o->gpu_tokens = (uint64_t)v;
+}
+
+static int run_all(struct cli *c, int sweep)
+{
+	struct wl w;
+	struct replay_result *res = NULL;
+	double *xs = NULL;
+	size_t nruns, i, k, n = 0;
+	json_t *doc = NULL;
+	char err[1024];
+	int rc = BENCH_EXIT_OK, r;
+
+	memset(&w, 0, sizeof(w));
+	r = load_workload(c, &w);
+	if (r)
+		return r;
+	if (sweep) {
+		if (!c->over)
+			c->over = c->trace ? "ram-tokens" : "width";
+		if (!c->nvalues) {
+			if (!strcmp(c->over, "ram-tokens"))
+				parse_values(c, "0.5M,1M,2M,3M,5M,10M,20M,50M");
+			else if (!strcmp(c->over, "width"))
+				parse_values(c, "1,2,6,12,18");
+			else
+				return bench_usage_error(c->cmd, usage_replay, "--over %s needs --values",
+							 c->over);
+		}
+		for (i = 0; i < c->nvalues; i++)
+			if (c->values[i] < 1 && strcmp(c->over, "disk-tokens") &&
+			    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance"))
+				return bench_usage_error(c->cmd, usage_replay,
+							 "--values: %g is not valid for --over %s",
+							 c->values[i], c->over);
+	}
+	nruns = (sweep ? c->nvalues : 1) * c->npol;
+	res = calloc(nruns, sizeof(*res));
+	xs = calloc(nruns, sizeof(*xs));
+	if (!res || !xs) {
+		fprintf(stderr, "kvbench %s: out of memory\n", c->cmd);
+		rc = BENCH_EXIT_FAIL;
+		goto out;
+	}
+	describe(stdout, c, &w);
+	fflush(stdout);
+	for (i = 0; i < (sweep ? c->nvalues : 1); i++) {
+		for (k = 0; k < c->npol; k++) {
+			struct replay_opts o = c->o;
+			char label[96];
+			o.policy = c->pol[k];
+			if (sweep) {
+				set_param(&o, c->over, c->values[i]);
+				if (c->npol > 1)
+					snprintf(label, sizeof(label), "%s=%g %s", c->over, c->values[i],
+						 replay_policy_name[o.policy]);
+				else
+					snprintf(label, sizeof(label), "%s=%g", c->over, c->values[i]);
+				o.label = label;
+				xs[n] = c->values[i];
+			}
+			fprintf(stderr, "kvbench %s: running %s%s%s ...\n", c->cmd,
+				replay_policy_name[o.policy], sweep ? " at " : "", sweep ? label : "");
+			r = replay_run(&o, &w, &res[n], err, sizeof(err));
+			if (r) {
+				fprintf(stderr, "kvbench %s: policy %s: %s\n", c->cmd,
+					replay_policy_name[o.policy], err);
+				rc = BENCH_EXIT_FAIL;
+				goto report;
+			}
+			n++;
+		}
+	}
+report:
+	if (n)
+		replay_print(stdout, res, n, sweep ? NULL : c->preset);
+	if (c->co.json_path) {
+		doc = bench_json_new(c->cmd);
+		if (doc) {
+			bench_json_config(doc, "replay", config_json(c, &w));
+			if (sweep)
+				bench_json_config(doc, "sweep_param", json_string(c->over));
+			add_published(doc, c->preset);
+			for (i = 0; i < n; i++) {
+				json_t *o = replay_result_json(&res[i]);
+				if (sweep) {
+					json_object_set_new(o, "sweep_param", json_string(c->over));
+					json_object_set_new(o, "sweep_value", json_real(xs[i]));
+				}
+				bench_json_result(doc, o);
+			}
+			if (rc)
+				bench_json_error(doc, "%s", err);
+			if (bench_json_write(doc, c->co.json_path))
+				rc = BENCH_EXIT_FAIL;
+			json_decref(doc);
+		}
+	}
+	if (c->csv && n && replay_write_csv(c->csv, res, n, sweep ? c->over : NULL, sweep ? xs : NULL))
+		rc = BENCH_EXIT_FAIL;
+out:
+	for (i = 0; i < n; i++)
+		replay_result_free(&res[i]);
+	free(res);
+	free(xs);
+	wl_free(&w);
+	return rc;
+}
+
+int bench_replay_main(int argc, char **argv)
+{
+	struct cli c;
+	int r;
+
+	cli_defaults(&c, "replay");
+	r = parse_args(&c, argc, argv, 0);
+	if (r)
+		return r < 0 ? BENCH_EXIT_OK : r;
+	return run_all(&c, 0);
+}
+
+int bench_sweep_main(int argc, char **argv)
+{
+	struct cli c;
+	int r;
+
+	cli_defaults(&c, "sweep");
+	r = parse_args(&c, argc, argv, 1);
+	if (r)
+		return r < 0 ? BENCH_EXIT_OK : r;
+	return run_all(&c, 1);
+}

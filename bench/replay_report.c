@@ -1,0 +1,381 @@
+/*
+ * replay_report.c - the report of replay runs: the fields of a run by name
+ * (shared by the terminal table, JSON, CSV and the plots), the figures the
+ * seed study and the Mooncake paper published for each preset, and their
+ * printing beside the measured ones.
+ *
+ * Knows nothing about how a run is made (replay.c) or the command line.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "replay.h"
+
+enum {
+	F_CALLS, F_PROMPT_MTOK,
+	F_GPU_SHARE, F_RAM_SHARE, F_DISK_SHARE, F_PEER_SHARE, F_MISS_SHARE, F_STORE_SHARE,
+	F_GPU_BSHARE, F_RAM_BSHARE, F_DISK_BSHARE, F_PEER_BSHARE, F_MISS_BSHARE,
+	F_RAM_MIB, F_DISK_MIB,
+	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
+	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
+	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S,
+	F_BUSY_S, F_MAKESPAN_S, F_THROUGHPUT,
+	F_SAVED_STORE, F_SAVED_NET, F_SAVED_GPU,
+	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
+	F_STICKY,
+	F_BOUND_BLK, F_BOUND_TOK, F_GPU_OF_BOUND, F_RAM_OF_BOUND, F_DISK_OF_BOUND,
+	F_ALL_OF_BOUND,
+	F_WALL_S, F_LAG_MAX, F_LAG_MEAN,
+	F_N
+};
+
+struct field {
+	const char *name, *label, *fmt;
+};
+
+static const struct field fields[F_N] = {
+	[F_CALLS] = { "calls", "calls", "%.0f" },
+	[F_PROMPT_MTOK] = { "prompt_mtokens", "prompt tokens (M)", "%.2f" },
+	[F_GPU_SHARE] = { "gpu_share", "hit share GPU cache, tokens %", "%.1f" },
+	[F_RAM_SHARE] = { "ram_share", "hit share RAM tier, tokens %", "%.1f" },
+	[F_DISK_SHARE] = { "disk_share", "hit share disk tier, tokens %", "%.1f" },
+	[F_PEER_SHARE] = { "peer_share", "hit share peers, tokens %", "%.1f" },
+	[F_MISS_SHARE] = { "recomputed_share", "recomputed, tokens %", "%.1f" },
+	[F_STORE_SHARE] = { "store_share", "hit share store (all tiers), tokens %", "%.1f" },
+	[F_GPU_BSHARE] = { "gpu_block_share", "hit share GPU cache, blocks %", "%.1f" },
+	[F_RAM_BSHARE] = { "ram_block_share", "hit share RAM tier, blocks %", "%.1f" },
+	[F_DISK_BSHARE] = { "disk_block_share", "hit share disk tier, blocks %", "%.1f" },
+	[F_PEER_BSHARE] = { "peer_block_share", "hit share peers, blocks %", "%.1f" },
+	[F_MISS_BSHARE] = { "recomputed_block_share", "recomputed, blocks %", "%.1f" },
+	[F_RAM_MIB] = { "ram_loaded_mib", "loaded from RAM (MiB, scaled)", "%.1f" },
+	[F_DISK_MIB] = { "disk_loaded_mib", "loaded from disk (MiB, scaled)", "%.1f" },
+	[F_PUTS] = { "puts_offered", "puts offered (blocks)", "%.0f" },
+	[F_REFUSED] = { "puts_refused", "puts refused", "%.0f" },
+	[F_REFUSED_SHARE] = { "refused_share", "puts refused %", "%.1f" },
+	[F_PUT_ERRORS] = { "put_errors", "put errors", "%.0f" },
+	[F_WRITE_AROUNDS] = { "write_arounds", "puts written around RAM", "%.0f" },
+	[F_EVICTIONS] = { "evictions", "RAM evictions", "%.0f" },
+	[F_EVICTED_MIB] = { "evicted_mib", "RAM evicted (MiB, scaled)", "%.1f" },
+	[F_LEASE_EXPIRIES] = { "lease_expiries", "lease expiries", "%.0f" },
+	[F_LEASE_TRUNC] = { "lease_truncations", "loads cut short after a lookup", "%.0f" },
+	[F_LOAD_P50] = { "load_p50_us", "load latency p50 (us, measured)", "%.0f" },
+	[F_LOAD_P90] = { "load_p90_us", "load latency p90 (us, measured)", "%.0f" },
+	[F_LOAD_P99] = { "load_p99_us", "load latency p99 (us, measured)", "%.0f" },
+	[F_LOAD_RAM_S] = { "load_ram_s", "load time, RAM-only batches (s)", "%.3f" },
+	[F_LOAD_DISK_S] = { "load_disk_s", "load time, batches touching disk (s)", "%.3f" },
+	[F_CHARGED_S] = { "charged_load_s", "load time charged, full size (s)", "%.1f" },
+	[F_BUSY_S] = { "busy_s", "endpoint busy time (s, modelled)", "%.0f" },
+	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
+	[F_THROUGHPUT] = { "throughput", "throughput (calls/s, modelled)", "%.3f" },
+	[F_SAVED_STORE] = { "saved_store", "prefill saved by store, gross % busy", "%.2f" },
+	[F_SAVED_NET] = { "saved_store_net", "prefill saved by store, net of loads %", "%.2f" },
+	[F_SAVED_GPU] = { "saved_gpu", "prefill saved by GPU cache % busy", "%.2f" },
+	[F_TTFT_P50] = { "ttft_p50_s", "TTFT p50 (s, modelled)", "%.2f" },
+	[F_TTFT_P90] = { "ttft_p90_s", "TTFT p90 (s, modelled)", "%.2f" },
+	[F_TTFT_P99] = { "ttft_p99_s", "TTFT p99 (s, modelled)", "%.2f" },
+	[F_STICKY] = { "sticky_share", "turns kept on preferred endpoint %", "%.1f" },
+	[F_BOUND_BLK] = { "bound_block_hit", "unbounded cache hit rate, blocks %", "%.1f" },
+	[F_BOUND_TOK] = { "bound_token_hit", "unbounded cache hit rate, tokens %", "%.1f" },
+	[F_GPU_OF_BOUND] = { "gpu_of_bound", "GPU hits as share of bound %", "%.1f" },
+	[F_RAM_OF_BOUND] = { "ram_of_bound", "RAM hits as share of bound %", "%.1f" },
+	[F_DISK_OF_BOUND] = { "disk_of_bound", "disk hits as share of bound %", "%.1f" },
+	[F_ALL_OF_BOUND] = { "hits_of_bound", "all hits as share of bound %", "%.1f" },
+	[F_WALL_S] = { "wall_s", "wall time (s)", "%.1f" },
+	[F_LAG_MAX] = { "lag_max_s", "pacing lag max (s, real)", "%.3f" },
+	[F_LAG_MEAN] = { "lag_mean_s", "pacing lag mean (s, real)", "%.4f" },
+};
+
+static double pct(double a, double b)
+{
+	return b > 0 ? 100.0 * a / b : 0;
+}
+
+static double fget(const struct replay_result *r, int id)
+{
+	double pt = (double)r->prompt_tokens, pb = (double)r->prompt_blocks;
+	double store = (double)(r->tok[T_RAM] + r->tok[T_DISK] + r->tok[T_PEER]);
+
+	switch (id) {
+	case F_CALLS: return (double)r->calls;
+	case F_PROMPT_MTOK: return pt / 1e6;
+	case F_GPU_SHARE: return pct((double)r->tok[T_GPU], pt);
+	case F_RAM_SHARE: return pct((double)r->tok[T_RAM], pt);
+	case F_DISK_SHARE: return pct((double)r->tok[T_DISK], pt);
+	case F_PEER_SHARE: return pct((double)r->tok[T_PEER], pt);
+	case F_MISS_SHARE: return pct((double)r->tok[T_MISS], pt);
+	case F_STORE_SHARE: return pct(store, pt);
+	case F_GPU_BSHARE: return pct((double)r->blk[T_GPU], pb);
+	case F_RAM_BSHARE: return pct((double)r->blk[T_RAM], pb);
+	case F_DISK_BSHARE: return pct((double)r->blk[T_DISK], pb);
+	case F_PEER_BSHARE: return pct((double)r->blk[T_PEER], pb);
+	case F_MISS_BSHARE: return pct((double)r->blk[T_MISS], pb);
+	case F_RAM_MIB: return (double)r->bytes_loaded[T_RAM] / 1048576.0;
+	case F_DISK_MIB: return (double)r->bytes_loaded[T_DISK] / 1048576.0;
+	case F_PUTS: return (double)r->puts_offered;
+	case F_REFUSED: return (double)r->puts_refused;
+	case F_REFUSED_SHARE: return pct((double)r->puts_refused, (double)r->puts_offered);
+	case F_PUT_ERRORS: return (double)r->put_errors;
+	case F_WRITE_AROUNDS: return (double)r->write_arounds;
+	case F_EVICTIONS: return (double)r->evictions;
+	case F_EVICTED_MIB: return (double)r->evicted_bytes / 1048576.0;
+	case F_LEASE_EXPIRIES: return (double)r->lease_expiries;
+	case F_LEASE_TRUNC: return (double)r->lease_truncations;
+	case F_LOAD_P50: return r->load_p50_us;
+	case F_LOAD_P90: return r->load_p90_us;
+	case F_LOAD_P99: return r->load_p99_us;
+	case F_LOAD_RAM_S: return r->load_ram_s;
+	case F_LOAD_DISK_S: return r->load_disk_s;
+	case F_CHARGED_S: return r->charged_load_s;
+	case F_BUSY_S: return r->busy_s;
+	case F_MAKESPAN_S: return r->makespan_s;
+	case F_THROUGHPUT: return r->throughput;
+	case F_SAVED_STORE: return 100.0 * r->saved_store;
+	case F_SAVED_NET: return 100.0 * r->saved_store_net;
+	case F_SAVED_GPU: return 100.0 * r->saved_gpu;
+	case F_TTFT_P50: return r->ttft_p50;
+	case F_TTFT_P90: return r->ttft_p90;
+	case F_TTFT_P99: return r->ttft_p99;
+	case F_STICKY:
+		return pct((double)r->sticky_stay, (double)(r->sticky_stay + r->sticky_spill));
+	case F_BOUND_BLK: return pct((double)r->bound_blk, (double)r->total_blk);
+	case F_BOUND_TOK: return pct((double)r->bound_tok, pt);
+	case F_GPU_OF_BOUND: return pct((double)r->tok[T_GPU], (double)r->bound_tok);
+	case F_RAM_OF_BOUND: return pct((double)r->tok[T_RAM], (double)r->bound_tok);
+	case F_DISK_OF_BOUND: return pct((double)r->tok[T_DISK], (double)r->bound_tok);
+	case F_ALL_OF_BOUND:
+		return pct((double)r->tok[T_GPU] + store, (double)r->bound_tok);
+	case F_WALL_S: return r->wall_s;
+	case F_LAG_MAX: return r->lag_max_s;
+	case F_LAG_MEAN: return r->lag_mean_s;
+	default: return NAN;
+	}
+}
+
+/* Looks a field up by name; NAN for an unknown one. */
+static double field_value(const struct replay_result *r, const char *name)
+{
+	int i;
+
+	for (i = 0; i < F_N; i++)
+		if (!strcmp(fields[i].name, name))
+			return fget(r, i);
+	return NAN;
+}
+
+static const char *field_label(const char *name)
+{
+	int i;
+
+	for (i = 0; i < F_N; i++)
+		if (!strcmp(fields[i].name, name))
+			return fields[i].label;
+	return name;
+}
+
+/* --- published figures -------------------------------------------------------------- */
+
+#define FLEET "agent-fleet study"
+static const struct replay_ref refs_fleet1[] = {
+	{ "gpu_share", NULL, 45.0, FLEET ", HBM hit share at 1 session" },
+	{ "store_share", NULL, 38.0, FLEET ", Store hit share at 1 session" },
+	{ "saved_store", NULL, 0.28, FLEET ", gross saving at 1 session (batch)" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_fleet6[] = {
+	{ "saved_store", NULL, 9.10, FLEET ", 6 sessions steady state (16.12 in batch, no pause)" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_fleet12[] = {
+	{ "saved_store", "default", 16.01, FLEET ", 12 sessions, local disk tier (sweep window 14.65)" },
+	{ "saved_store", "ram-only", 6.25, FLEET ", 12 sessions without disk tier (16.01 - 9.76)" },
+	{ "store_share", "default", 45.1, FLEET ", Store hit rate at 12 sessions, short lease" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_fleet18[] = {
+	{ "gpu_share", NULL, 6.7, FLEET ", HBM hit share at 18 sessions" },
+	{ "store_share", NULL, 60.7, FLEET ", Store hit share at 18 sessions" },
+	{ "saved_store", NULL, 32.30, FLEET ", gross saving at 18 sessions" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_lease[] = {
+	{ "refused_share", NULL, 87.2, FLEET ", writes refused at a 300 s lease (Mooncake Store)" },
+	{ "store_share", NULL, 19.8, FLEET ", Store hit rate at a 300 s lease (45.1 short)" },
+	{ NULL, NULL, 0, NULL }
+};
+#define PART1 "controlled study"
+static const struct replay_ref refs_exp1[] = {
+	{ "ttft_p50_s", "recompute", 27.87, PART1 ", exp. 1 median TTFT, full recomputation" },
+	{ "ttft_p50_s", "gpu-only", 12.24, PART1 ", exp. 1 median TTFT, local prefix cache" },
+	{ "ttft_p50_s", "ram-only", 1.0, PART1 ", exp. 1 median TTFT with shared RAM: sub-second" },
+	{ "throughput", "ram-only", 1.31, PART1 ", exp. 1 requests/s with shared RAM" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_exp2[] = {
+	{ "ttft_p99_s", "ram-only", 65.0, PART1 ", exp. 2 p99 TTFT, RAM-only (about 65 s)" },
+	{ "ttft_p99_s", "default", 34.0, PART1 ", exp. 2 p99 TTFT, RAM + local RAID0 (about 34 s)" },
+	{ "throughput", "default", 0.76, PART1 ", exp. 2 requests/s, RAM + local RAID0" },
+	{ NULL, NULL, 0, NULL }
+};
+static const struct replay_ref refs_mooncake[] = {
+	{ "bound_token_hit", NULL, 40.0, "Mooncake FAST'25: about 40% prefix-cache reuse (conversation)" },
+	{ "ram_of_bound", "ram-only", 50.0, "Mooncake FAST'25: a 3M-token cache reaches less than half of the bound" },
+	{ NULL, NULL, 0, NULL }
+};
+
+const struct replay_ref *replay_refs(const char *preset)
+{
+	if (!preset)
+		return NULL;
+	if (!strcmp(preset, "fleet-1"))
+		return refs_fleet1;
+	if (!strcmp(preset, "fleet-6"))
+		return refs_fleet6;
+	if (!strcmp(preset, "fleet-12") || !strcmp(preset, "fleet"))
+		return refs_fleet12;
+	if (!strcmp(preset, "fleet-18"))
+		return refs_fleet18;
+	if (!strcmp(preset, "lease"))
+		return refs_lease;
+	if (!strcmp(preset, "exp1"))
+		return refs_exp1;
+	if (!strcmp(preset, "exp2"))
+		return refs_exp2;
+	if (!strcmp(preset, "mooncake"))
+		return refs_mooncake;
+	return NULL;
+}
+
+/* --- printing ---------------------------------------------------------------------------- */
+
+static int trace_fields(int id)
+{
+	return id >= F_BOUND_BLK && id <= F_ALL_OF_BOUND;
+}
+
+void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *preset)
+{
+	const char **hdr = calloc(n + 1, sizeof(*hdr));
+	const struct replay_ref *ref = replay_refs(preset);
+	struct bench_table *t;
+	int bound = 0, i;
+	size_t k;
+
+	if (!hdr)
+		return;
+	hdr[0] = "";
+	for (k = 0; k < n; k++) {
+		hdr[k + 1] = r[k].label;
+		if (r[k].total_blk && r[k].bound_blk)
+			bound = 1;
+	}
+	t = bench_table_new((unsigned)n + 1, hdr);
+	for (i = 0; i < F_N; i++) {
+		if (trace_fields(i) && !bound)
+			continue;
+		bench_table_cell(t, "%s", fields[i].label);
+		for (k = 0; k < n; k++) {
+			double v = fget(&r[k], i);
+			if (isnan(v))
+				bench_table_cell(t, "-");
+			else
+				bench_table_cell(t, fields[i].fmt, v);
+		}
+		bench_table_end_row(t);
+	}
+	bench_table_print(t, f, 2);
+	bench_table_free(t);
+	free(hdr);
+
+	if (!ref)
+		return;
+	fprintf(f, "\n  published beside measured (%s):\n", preset);
+	for (; ref->field; ref++) {
+		const struct replay_result *m = NULL;
+		for (k = 0; k < n && !m; k++)
+			if (!ref->policy || !strcmp(ref->policy, replay_policy_name[r[k].policy]))
+				m = &r[k];
+		fprintf(f, "    %-40s published %8.2f", field_label(ref->field), ref->value);
+		if (m)
+			fprintf(f, "  measured %8.2f (%s)", field_value(m, ref->field), m->label);
+		else
+			fprintf(f, "  (run --policy %s to compare)", ref->policy);
+		fprintf(f, "\n      %s\n", ref->note);
+	}
+}
+
+json_t *replay_result_json(const struct replay_result *r)
+{
+	json_t *o = json_object(), *tiers = json_object();
+	int i;
+
+	if (!o || !tiers) {
+		json_decref(o);
+		json_decref(tiers);
+		return NULL;
+	}
+	json_object_set_new(o, "label", json_string(r->label));
+	json_object_set_new(o, "policy", json_string(replay_policy_name[r->policy]));
+	for (i = 0; i < F_N; i++)
+		json_object_set_new(o, fields[i].name, bench_json_real(fget(r, i)));
+	for (i = 0; i < T_NTIERS; i++) {
+		json_t *t = json_object();
+		json_object_set_new(t, "tokens", json_integer((json_int_t)r->tok[i]));
+		json_object_set_new(t, "blocks", json_integer((json_int_t)r->blk[i]));
+		json_object_set_new(t, "bytes_loaded", json_integer((json_int_t)r->bytes_loaded[i]));
+		json_object_set_new(tiers, replay_tier_name[i], t);
+	}
+	json_object_set_new(o, "tiers", tiers);
+	json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)r->prompt_tokens));
+	json_object_set_new(o, "prompt_blocks", json_integer((json_int_t)r->prompt_blocks));
+	json_object_set_new(o, "evicted_bytes", json_integer((json_int_t)r->evicted_bytes));
+	json_object_set_new(o, "simulated_s", bench_json_real(r->sim_s));
+	if (r->store_stats)
+		json_object_set(o, "store_stats", r->store_stats);
+	return o;
+}
+
+int replay_write_csv(const char *path, const struct replay_result *r, size_t n,
+		     const char *sweep_param, const double *sweep_values)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+	size_t k;
+	int i, rc = 0;
+
+	if (!f) {
+		rc = -errno;
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
+		return rc;
+	}
+	fprintf(f, "label,policy");
+	if (sweep_param)
+		fprintf(f, ",%s", sweep_param);
+	for (i = 0; i < F_N; i++)
+		fprintf(f, ",%s", fields[i].name);
+	fputc('\n', f);
+	for (k = 0; k < n; k++) {
+		fprintf(f, "\"%s\",%s", r[k].label, replay_policy_name[r[k].policy]);
+		if (sweep_param)
+			fprintf(f, ",%.17g", sweep_values ? sweep_values[k] : 0.0);
+		for (i = 0; i < F_N; i++) {
+			double v = fget(&r[k], i);
+			if (isnan(v))
+				fprintf(f, ",");
+			else
+				fprintf(f, ",%.6g", v);
+		}
+		fputc('\n', f);
+	}
+	if (f != stdout) {
+		if (fclose(f)) {
+			rc = -errno;
+			fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
+		}
+	} else {
+		fflush(f);
+	}
+	return rc;
+}

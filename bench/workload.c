@@ -1,0 +1,426 @@
+/*
+ * workload.c - the replay's workloads in memory, the PRNG and the generator
+ * of agent sessions calibrated to the seed study (see workload.h).
+ *
+ * Knows nothing about the store, the engine model or trace file formats.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workload.h"
+
+/* --- PRNG ---------------------------------------------------------------------- */
+
+uint64_t wl_splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void wl_rng_seed(struct wl_rng *r, uint64_t seed)
+{
+	uint64_t st = seed;
+	int i;
+
+	for (i = 0; i < 4; i++)
+		r->s[i] = wl_splitmix64(&st);
+}
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+uint64_t wl_rng_next(struct wl_rng *r)
+{
+	uint64_t *s = r->s;
+	uint64_t out = rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return out;
+}
+
+double wl_rng_uniform(struct wl_rng *r)
+{
+	return (double)(wl_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+uint64_t wl_rng_range(struct wl_rng *r, uint64_t lo, uint64_t hi)
+{
+	uint64_t span;
+
+	if (hi <= lo)
+		return lo;
+	span = hi - lo + 1;
+	if (span == 0) /* the whole 64-bit range */
+		return wl_rng_next(r);
+	return lo + wl_rng_next(r) % span;
+}
+
+double wl_rng_normal(struct wl_rng *r)
+{
+	double u1, u2;
+
+	do
+		u1 = wl_rng_uniform(r);
+	while (u1 <= 0.0);
+	u2 = wl_rng_uniform(r);
+	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* --- think time ------------------------------------------------------------------ */
+
+void wl_think_fit(struct wl_think *t, double p50, double p90, double cap)
+{
+	const double z90 = 1.2815515655446004; /* standard normal 90th percentile */
+
+	t->mu = log(p50);
+	t->sigma = (log(p90) - t->mu) / z90;
+	t->cap = cap;
+}
+
+double wl_think_sample(const struct wl_think *t, struct wl_rng *r)
+{
+	double x = exp(t->mu + t->sigma * wl_rng_normal(r));
+
+	return x > t->cap ? t->cap : x;
+}
+
+double wl_think_mean(const struct wl_think *t)
+{
+	/* E[min(X, cap)] by the trapezoid rule over z in [-8, 8]. */
+	const int n = 20000;
+	double sum = 0, z, x, w, h = 16.0 / n;
+	int i;
+
+	for (i = 0; i <= n; i++) {
+		z = -8.0 + i * h;
+		x = exp(t->mu + t->sigma * z);
+		if (x > t->cap)
+			x = t->cap;
+		w = (i == 0 || i == n) ? 0.5 : 1.0;
+		sum += w * x * exp(-0.5 * z * z);
+	}
+	return sum * h / sqrt(2.0 * M_PI);
+}
+
+/* --- workloads -------------------------------------------------------------------- */
+
+uint32_t wl_token(uint64_t seed, uint64_t pos)
+{
+	uint64_t z = seed + pos * 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (uint32_t)(z % 151936u);
+}
+
+void wl_call_tokens(const struct wl *w, const struct wl_call *c, uint32_t *tokens)
+{
+	uint64_t done = 0, i, n;
+	uint32_t k;
+
+	for (k = 0; k < c->n && done < c->prompt_tokens; k++) {
+		const struct wl_seg *s = &w->segs[c->first + k];
+
+		n = s->len;
+		if (n > c->prompt_tokens - done)
+			n = c->prompt_tokens - done;
+		if (s->seed == WL_SEG_EXPLICIT) {
+			memcpy(tokens + done, w->tok + s->off, n * sizeof(*tokens));
+		} else {
+			for (i = 0; i < n; i++)
+				tokens[done + i] = wl_token(s->seed, s->off + i);
+		}
+		done += n;
+	}
+	/* Segments always cover the prompt; zero anything left to be safe. */
+	if (done < c->prompt_tokens)
+		memset(tokens + done, 0, (c->prompt_tokens - done) * sizeof(*tokens));
+}
+
+void wl_init(struct wl *w, enum wl_kind kind)
+{
+	memset(w, 0, sizeof(*w));
+	w->kind = kind;
+	w->block_tokens = kind == WL_BLOCKS ? 512 : 16;
+}
+
+void wl_free(struct wl *w)
+{
+	free(w->calls);
+	free(w->sessions);
+	free(w->segs);
+	free(w->tok);
+	free(w->ids);
+	memset(w, 0, sizeof(*w));
+}
+
+/* Grows *arr (elements of size sz) to hold at least need elements. */
+static int grow(void **arr, size_t *cap, size_t need, size_t sz)
+{
+	size_t ncap;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	ncap = *cap ? *cap : 64;
+	while (ncap < need)
+		ncap *= 2;
+	p = realloc(*arr, ncap * sz);
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+int wl_add_call(struct wl *w, const struct wl_call *c)
+{
+	if (grow((void **)&w->calls, &w->cap_calls, w->ncalls + 1, sizeof(*c)))
+		return -ENOMEM;
+	w->calls[w->ncalls++] = *c;
+	return 0;
+}
+
+int wl_add_seg(struct wl *w, struct wl_seg s)
+{
+	if (grow((void **)&w->segs, &w->cap_segs, w->nsegs + 1, sizeof(s)))
+		return -ENOMEM;
+	w->segs[w->nsegs++] = s;
+	return 0;
+}
+
+int wl_add_tokens(struct wl *w, const uint32_t *t, size_t n, size_t *off)
+{
+	if (grow((void **)&w->tok, &w->cap_tok, w->ntok + n, sizeof(*t)))
+		return -ENOMEM;
+	if (n)
+		memcpy(w->tok + w->ntok, t, n * sizeof(*t));
+	*off = w->ntok;
+	w->ntok += n;
+	return 0;
+}
+
+int wl_add_id(struct wl *w, uint64_t id)
+{
+	if (grow((void **)&w->ids, &w->cap_ids, w->nids + 1, sizeof(id)))
+		return -ENOMEM;
+	w->ids[w->nids++] = id;
+	return 0;
+}
+
+int wl_index_sessions(struct wl *w, uint32_t nsessions)
+{
+	struct wl_call *sorted;
+	size_t *count, i, pos;
+
+	for (i = 0; i < w->ncalls; i++)
+		if (w->calls[i].session >= nsessions)
+			return -EINVAL;
+	free(w->sessions);
+	w->sessions = calloc(nsessions ? nsessions : 1, sizeof(*w->sessions));
+	count = calloc(nsessions + 1, sizeof(*count));
+	sorted = malloc((w->ncalls ? w->ncalls : 1) * sizeof(*sorted));
+	if (!w->sessions || !count || !sorted) {
+		free(count);
+		free(sorted);
+		return -ENOMEM;
+	}
+	w->nsessions = w->cap_sessions = nsessions;
+	/* counting sort: stable */
+	for (i = 0; i < w->ncalls; i++)
+		count[w->calls[i].session + 1]++;
+	for (i = 0; i < nsessions; i++) {
+		count[i + 1] += count[i];
+		w->sessions[i].first_call = count[i];
+		w->sessions[i].ncalls = (uint32_t)(count[i + 1] - count[i]);
+	}
+	for (i = 0; i < w->ncalls; i++) {
+		pos = count[w->calls[i].session]++;
+		sorted[pos] = w->calls[i];
+	}
+	if (w->ncalls)
+		memcpy(w->calls, sorted, w->ncalls * sizeof(*sorted));
+	free(sorted);
+	free(count);
+	return 0;
+}
+
+void wl_truncate_sessions(struct wl *w, size_t n)
+{
+	if (w->kind != WL_TOKENS || n >= w->nsessions || !w->sessions)
+		return;
+	w->ncalls = n ? w->sessions[n].first_call : 0;
+	w->nsessions = n;
+}
+
+/* --- the generator ---------------------------------------------------------------- */
+
+void wl_gen_defaults(struct wl_gen *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->seed = 1;
+	g->sessions = 256;
+	g->calls = 7903;
+	g->group_calls[0] = 1116;
+	g->group_calls[1] = 3061;
+	g->group_calls[2] = 2779;
+	g->group_calls[3] = 947;
+	g->group_edge[0] = 6144;
+	g->group_edge[1] = 32768;
+	g->group_edge[2] = 65536;
+	g->group_edge[3] = 98304;
+	g->group_edge[4] = 131072;
+	g->shared_tokens = 3072;
+	g->think_p50 = 5.16;
+	g->think_p90 = 23.44;
+	g->think_cap = 300;
+}
+
+#define MIN_GROWTH 64
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int wl_generate(const struct wl_gen *g, struct wl *out)
+{
+	struct wl_rng r;
+	struct wl_think think;
+	uint64_t *len = NULL, common_seed, sst, lo, hi, d, a;
+	uint32_t *turns = NULL, s, t, k;
+	double *wt = NULL, wsum = 0;
+	size_t total = 0, i, j, pos;
+	int err = -ENOMEM;
+
+	wl_init(out, WL_TOKENS);
+	for (k = 0; k < WL_NGROUPS; k++) {
+		total += g->group_calls[k];
+		if (g->group_edge[k + 1] <= g->group_edge[k])
+			return -EINVAL;
+	}
+	if (g->sessions == 0 || total != g->calls ||
+	    g->calls < 2ull * g->sessions ||
+	    g->group_edge[0] < (uint64_t)g->shared_tokens + MIN_GROWTH ||
+	    !(g->think_p50 > 0) || !(g->think_p90 > g->think_p50) ||
+	    !(g->think_cap > 0))
+		return -EINVAL;
+
+	wl_rng_seed(&r, g->seed);
+	wl_think_fit(&think, g->think_p50, g->think_p90, g->think_cap);
+	sst = g->seed ^ 0x7461736b74657874ull; /* "tasktext" */
+	common_seed = wl_splitmix64(&sst);
+
+	turns = calloc(g->sessions, sizeof(*turns));
+	wt = calloc(g->sessions, sizeof(*wt));
+	len = calloc(g->calls, sizeof(*len));
+	if (!turns || !wt || !len)
+		goto out;
+
+	/* Turns per session: log-normal weights, at least 2, summing to calls. */
+	for (s = 0; s < g->sessions; s++) {
+		wt[s] = exp(0.6 * wl_rng_normal(&r));
+		wsum += wt[s];
+	}
+	total = 0;
+	for (s = 0; s < g->sessions; s++) {
+		turns[s] = (uint32_t)floor(wt[s] / wsum * g->calls);
+		if (turns[s] < 2)
+			turns[s] = 2;
+		total += turns[s];
+	}
+	while (total < g->calls) {
+		turns[wl_rng_range(&r, 0, g->sessions - 1)]++;
+		total++;
+	}
+	while (total > g->calls) {
+		s = (uint32_t)wl_rng_range(&r, 0, g->sessions - 1);
+		if (turns[s] > 2) {
+			turns[s]--;
+			total--;
+		}
+	}
+
+	/* Prompt lengths: exact counts per group, uniform inside each group. */
+	pos = 0;
+	for (k = 0; k < WL_NGROUPS; k++) {
+		lo = k == 0 ? g->group_edge[0] : g->group_edge[k] + 1;
+		hi = g->group_edge[k + 1];
+		for (j = 0; j < g->group_calls[k]; j++)
+			len[pos++] = wl_rng_range(&r, lo, hi);
+	}
+	for (i = g->calls - 1; i > 0; i--) { /* Fisher-Yates */
+		j = wl_rng_range(&r, 0, i);
+		d = len[i];
+		len[i] = len[j];
+		len[j] = d;
+	}
+
+	/* Deal the lengths to sessions; each session's prompts grow. */
+	pos = 0;
+	for (s = 0; s < g->sessions; s++) {
+		uint64_t sseed = g->seed * 0x100000001b3ull + s + 1;
+		uint64_t priv = wl_splitmix64(&sseed);
+		uint64_t *l = len + pos;
+		struct wl_call c;
+
+		qsort(l, turns[s], sizeof(*l), cmp_u64);
+		for (t = 1; t < turns[s]; t++)
+			if (l[t] < l[t - 1] + MIN_GROWTH)
+				l[t] = l[t - 1] + MIN_GROWTH;
+		for (t = 0; t < turns[s]; t++) {
+			memset(&c, 0, sizeof(c));
+			c.session = s;
+			c.turn = t;
+			c.prompt_tokens = l[t];
+			if (t + 1 < turns[s]) {
+				d = l[t + 1] - l[t];
+				a = (uint64_t)llround((double)d * (0.05 + 0.3 * wl_rng_uniform(&r)));
+				if (a < 1)
+					a = 1;
+				if (a > 4096)
+					a = 4096;
+				if (a > d - 1)
+					a = d - 1;
+			} else {
+				a = (uint64_t)llround(exp(log(300.0) + 0.8 * wl_rng_normal(&r)));
+				a = a < 16 ? 16 : a > 4096 ? 4096 : a;
+			}
+			c.output_tokens = a;
+			c.think_s = t == 0 ? 0 : wl_think_sample(&think, &r);
+			c.arrival_s = -1;
+			c.first = out->nsegs;
+			c.n = 2;
+			if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, g->shared_tokens }) ||
+			    wl_add_seg(out, (struct wl_seg){ priv, g->shared_tokens,
+							     l[t] - g->shared_tokens }) ||
+			    wl_add_call(out, &c))
+				goto out;
+		}
+		pos += turns[s];
+	}
+	err = wl_index_sessions(out, g->sessions);
+out:
+	free(turns);
+	free(wt);
+	free(len);
+	if (err)
+		wl_free(out);
+	return err;
+}

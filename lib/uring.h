@@ -1,0 +1,86 @@
+/*
+ * uring.h - the device seam under the NVMe tier: a small ops table (open a
+ * device, open an I/O queue over devices, submit reads/writes at offsets,
+ * reap completions), the io_uring implementation of it (liburing, O_DIRECT,
+ * fixed buffers for the RAM arena), and dev_run(), which drives a batch of
+ * I/Os through any implementation with a bounded number in flight.
+ * Knows nothing about regions, records, keys or the index: that is disk.c.
+ * Tests wrap uring_dev_ops to inject errors, short transfers and latency.
+ */
+#ifndef KVT_URING_H
+#define KVT_URING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DEV_ALIGN 4096u
+
+enum dev_op { DEV_READ = 1, DEV_WRITE = 2 };
+
+/* One read or write. The caller fills everything above res. */
+struct dev_io {
+	void *buf;          /* DEV_ALIGN aligned for O_DIRECT */
+	uint64_t off;       /* byte offset on the device, DEV_ALIGN aligned */
+	uint32_t len;       /* bytes, a multiple of DEV_ALIGN */
+	uint16_t dev;       /* index into the fds the queue was opened with */
+	uint8_t op;         /* DEV_READ or DEV_WRITE */
+	int8_t fixed;       /* registered buffer index, or -1 for a plain op */
+	int32_t res;        /* set at completion: bytes moved or -errno */
+	uint32_t done;      /* bytes dev_run has completed so far (retries) */
+};
+
+/*
+ * The seam. Queue handles are opaque to callers; an implementation that wraps
+ * another keeps the inner handle inside its own.
+ */
+struct kvt_dev_ops {
+	/*
+	 * Opens path for O_DIRECT read/write. A missing file is created and
+	 * preallocated to want bytes (a shorter existing file is extended);
+	 * a block device is used raw and must hold want bytes. Returns an fd
+	 * or a negative errno with kvt_last_error() set: -ENOENT (missing
+	 * directory), -ENOSPC (no space, device too small), -EINVAL (no
+	 * O_DIRECT on this file system), others from open(2).
+	 */
+	int (*dev_open)(const char *path, uint64_t want);
+	void (*dev_close)(int fd);
+	/* Makes completed writes on fd durable (fdatasync). 0 or -errno. */
+	int (*dev_sync)(int fd);
+	/*
+	 * Opens a queue of `entries` slots over fds[0..nfds) and registers
+	 * [fixed_base, fixed_base+fixed_len) as fixed buffers (NULL: none;
+	 * refusal by the kernel is logged and leaves *nfixed 0). Buffer i
+	 * covers fixed_chunk bytes from fixed_base + i * fixed_chunk.
+	 * Returns 0 and *q, or -errno.
+	 */
+	int (*queue_open)(const int *fds, unsigned nfds, unsigned entries,
+			  void *fixed_base, size_t fixed_len, unsigned *nfixed,
+			  void **q);
+	void (*queue_close)(void *q);
+	/* Queues and submits ios[0..n) (n <= free slots). Returns n or -errno. */
+	int (*submit)(void *q, struct dev_io *const *ios, unsigned n);
+	/*
+	 * Waits until at least min ios have completed, stores up to max of them
+	 * in done[] with res set, and returns how many, or -errno.
+	 */
+	int (*reap)(void *q, struct dev_io **done, unsigned max, unsigned min);
+};
+
+extern const struct kvt_dev_ops uring_dev_ops;
+
+/* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */
+#define DEV_FIXED_CHUNK (1ull << 30)
+
+/*
+ * Runs ios[0..n) on q, keeping at most depth in flight, resubmitting the rest
+ * of short transfers (a transfer that makes no progress fails with -EIO).
+ * Returns when every io is complete; each io's res is then its full length or
+ * a negative errno. *inflight (may be NULL) tracks ios in flight. Returns 0,
+ * or a negative errno when the queue itself failed (every io then has res
+ * set, the failed ones to that error).
+ */
+int dev_run(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
+	    unsigned n, unsigned depth, _Atomic uint64_t *inflight);
+
+#endif

@@ -1,0 +1,953 @@
+/*
+ * test_disk.c - the NVMe tier (lib/disk.c) on files in a temp dir: round
+ * trips, batches, reclaim, leases, restart from the checkpoint and from a
+ * region scan after kill -9, damaged files, injected device faults (through
+ * a wrapper around the real io_uring ops), full devices, foreign superblocks,
+ * bad configs, and concurrent use.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "config.h"
+#include "disk.h"
+#include "internal.h"
+#include "uring.h"
+#include "util.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+/* --- a device layer that injects faults around the real one ------------------- */
+
+static struct {
+	_Atomic int fail_reads;   /* next N reads complete with -EIO */
+	_Atomic int fail_writes;  /* next N writes complete with -EIO */
+	_Atomic int short_reads;  /* next N reads report half their length */
+	_Atomic int delay_us;     /* sleep before every reap */
+} faults;
+
+struct fq {
+	void *inner;
+	unsigned npend;
+	struct dev_io *pend[8192];
+};
+
+static int f_queue_open(const int *fds, unsigned nfds, unsigned entries,
+			void *base, size_t len, unsigned *nfixed, void **q)
+{
+	struct fq *f = calloc(1, sizeof(*f));
+	int err;
+
+	if (!f)
+		return -ENOMEM;
+	err = uring_dev_ops.queue_open(fds, nfds, entries, base, len, nfixed, &f->inner);
+	if (err) {
+		free(f);
+		return err;
+	}
+	*q = f;
+	return 0;
+}
+
+static void f_queue_close(void *q)
+{
+	struct fq *f = q;
+
+	uring_dev_ops.queue_close(f->inner);
+	free(f);
+}
+
+static int take(_Atomic int *c)
+{
+	int v = atomic_load(c);
+
+	while (v > 0)
+		if (atomic_compare_exchange_weak(c, &v, v - 1))
+			return 1;
+	return 0;
+}
+
+static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
+{
+	struct fq *f = q;
+	struct dev_io *fwd[8192];
+	unsigned m = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		_Atomic int *c = ios[i]->op == DEV_READ ? &faults.fail_reads
+							: &faults.fail_writes;
+		if (take(c)) {
+			ios[i]->res = -EIO;
+			f->pend[f->npend++] = ios[i];
+		} else {
+			fwd[m++] = ios[i];
+		}
+	}
+	if (m) {
+		int r = uring_dev_ops.submit(f->inner, fwd, m);
+		if (r < 0)
+			return r;
+	}
+	return (int)n;
+}
+
+static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
+{
+	struct fq *f = q;
+	unsigned got = 0;
+	int d = atomic_load(&faults.delay_us);
+
+	if (d)
+		usleep((useconds_t)d);
+	while (f->npend && got < max)
+		done[got++] = f->pend[--f->npend];
+	if (got < max && (got < min || got == 0)) {
+		int r = uring_dev_ops.reap(f->inner, done + got, max - got,
+					   got < min ? min - got : 0);
+		if (r < 0)
+			return got ? (int)got : r;
+		for (int i = 0; i < r; i++) {
+			struct dev_io *io = done[got + i];
+			if (io->op == DEV_READ && io->res == (int32_t)io->len &&
+			    io->len >= 2 * DEV_ALIGN && take(&faults.short_reads))
+				io->res = (int32_t)(io->len / 2 / DEV_ALIGN * DEV_ALIGN);
+		}
+		got += (unsigned)r;
+	}
+	return (int)got;
+}
+
+/* uring_dev_ops with the queue calls wrapped; filled in main(). */
+static struct kvt_dev_ops fops;
+
+/* --- helpers ------------------------------------------------------------------ */
+
+static char logbuf[1 << 16];
+static pthread_mutex_t loglock = PTHREAD_MUTEX_INITIALIZER;
+
+static void grab_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	pthread_mutex_lock(&loglock);
+	size_t n = strlen(logbuf);
+	snprintf(logbuf + n, sizeof(logbuf) - n, "%s\n", msg);
+	pthread_mutex_unlock(&loglock);
+}
+
+static void log_clear(void)
+{
+	pthread_mutex_lock(&loglock);
+	logbuf[0] = 0;
+	pthread_mutex_unlock(&loglock);
+}
+
+static int log_has(const char *s)
+{
+	pthread_mutex_lock(&loglock);
+	int r = strstr(logbuf, s) != NULL;
+	pthread_mutex_unlock(&loglock);
+	return r;
+}
+
+struct fix {
+	char *dir;
+	char path[4096], path2[4096];
+	char *paths[2];
+	struct kvt_config cfg;
+};
+
+static void fix_init(struct fix *f, uint64_t capacity, uint64_t region)
+{
+	memset(f, 0, sizeof(*f));
+	f->dir = make_temp_dir("disk");
+	assert_non_null(f->dir);
+	snprintf(f->path, sizeof(f->path), "%s/tier0", f->dir);
+	snprintf(f->path2, sizeof(f->path2), "%s/tier1", f->dir);
+	f->paths[0] = f->path;
+	f->paths[1] = f->path2;
+	f->cfg.ndisk = 1;
+	f->cfg.disk_paths = f->paths;
+	f->cfg.disk_capacity = capacity;
+	f->cfg.region_size = region;
+	f->cfg.queue_depth = 8;
+}
+
+static void fix_done(struct fix *f)
+{
+	rm_rf(f->dir);
+	free(f->dir);
+}
+
+static struct disk_tier *open_ok(struct fix *f, const struct kvt_dev_ops *ops)
+{
+	struct disk_tier *d = NULL;
+	int rc = disk_open(&f->cfg, NULL, 0, ops, &d);
+
+	if (rc)
+		fprintf(stderr, "disk_open: %d %s\n", rc, kvt_last_error());
+	assert_int_equal(rc, 0);
+	assert_non_null(d);
+	return d;
+}
+
+static long long stat_of(struct disk_tier *d, const char *name)
+{
+	json_t *o = json_object();
+	disk_stats(d, o);
+	json_t *v = json_object_get(o, name);
+	assert_non_null(v);
+	long long r = json_is_integer(v) ? json_integer_value(v)
+					 : (long long)json_real_value(v);
+	json_decref(o);
+	return r;
+}
+
+static size_t size_of(uint64_t i)
+{
+	return 4096 + (size_t)(i * 7919 % 60000);
+}
+
+/* Puts block i (content a function of key and size). */
+static int put_block(struct disk_tier *d, uint64_t i, size_t len)
+{
+	char *b = malloc(len + 1);
+	fill_block(test_key(i), b + 1, len); /* deliberately unaligned */
+	int rc = disk_put(d, test_key(i), b + 1, len);
+	free(b);
+	return rc;
+}
+
+/* 0: block i read back with the right bytes; else the error (never wrong bytes). */
+static int get_block(struct disk_tier *d, uint64_t i, size_t len)
+{
+	void *b = NULL;
+	size_t got = 0;
+
+	assert_int_equal(posix_memalign(&b, 4096, len + 8192), 0);
+	int rc = disk_get(d, test_key(i), b, len + 8192, &got);
+	if (rc == 0) {
+		assert_int_equal(got, len);
+		assert_true(check_block(test_key(i), b, len));
+	} else {
+		assert_true(rc == -ENOENT || rc == -EBADMSG || rc == -EIO);
+	}
+	free(b);
+	return rc;
+}
+
+/* --- tests ---------------------------------------------------------------------- */
+
+static void put_get_round_trip_many_sizes(void **st)
+{
+	(void)st;
+	struct fix f;
+	static const size_t sizes[] = { 1, 100, 4095, 4096, 4097, 8192, 65536,
+					65537, MiB, MiB + 123, 3 * MiB };
+	fix_init(&f, 64 * MiB, 4 * MiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len = sizes[i];
+		char *src = malloc(len + 64);
+		void *al = NULL;
+		char *dst = malloc(len + 64);
+		size_t got = 0;
+
+		assert_int_equal(posix_memalign(&al, 4096, len + 4096), 0);
+		/* aligned source for even i, unaligned for odd */
+		char *s = i % 2 ? src + 3 : al;
+		fill_block(test_key(i), s, len);
+		assert_int_equal(disk_put(d, test_key(i), s, len), 0);
+		assert_int_equal(disk_put(d, test_key(i), s, len), 0); /* no-op */
+		assert_int_equal(disk_contains(d, test_key(i), &got), 1);
+		assert_int_equal(got, len);
+		/* unaligned destination */
+		memset(dst, 0, len + 64);
+		assert_int_equal(disk_get(d, test_key(i), dst + 5, len, &got), 0);
+		assert_int_equal(got, len);
+		assert_true(check_block(test_key(i), dst + 5, len));
+		/* aligned destination (direct path) */
+		memset(al, 0, len + 4096);
+		assert_int_equal(disk_get(d, test_key(i), al, len + 4096, &got), 0);
+		assert_true(check_block(test_key(i), al, len));
+		/* too small */
+		if (len > 1) {
+			got = 0;
+			assert_int_equal(disk_get(d, test_key(i), dst, len - 1, &got), -ENOBUFS);
+			assert_int_equal(got, len);
+		}
+		free(src);
+		free(dst);
+		free(al);
+	}
+	assert_int_equal(disk_get(d, test_key(999), logbuf, 10, NULL), -ENOENT);
+	assert_int_equal(disk_contains(d, test_key(999), NULL), 0);
+	assert_int_equal(stat_of(d, "objects"), 11);
+	assert_int_equal(stat_of(d, "puts"), 11);
+	assert_true(stat_of(d, "hits") >= 22);
+	assert_int_equal(disk_put(d, test_key(5), NULL, 10), -EINVAL);
+	assert_int_equal(disk_put(d, test_key(5), logbuf, 0), -EINVAL);
+	assert_int_equal(disk_put(d, test_key(77), logbuf, 5 * MiB), -ENOSPC);
+	assert_non_null(strstr(kvt_last_error(), "larger than a disk region"));
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void remove_forgets_block(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	assert_int_equal(put_block(d, 1, 5000), 0);
+	assert_int_equal(disk_remove(d, test_key(1)), 0);
+	assert_int_equal(disk_remove(d, test_key(1)), -ENOENT);
+	assert_int_equal(get_block(d, 1, 5000), -ENOENT);
+	assert_int_equal(stat_of(d, "objects"), 0);
+	assert_int_equal(stat_of(d, "bytes_used"), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void batch_get_loads_every_block(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 48, LEN = 256 * 1024 };
+	fix_init(&f, 64 * MiB, 4 * MiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	kvt_op ops[N + 1];
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)(N + 1) * LEN), 0);
+	for (int i = 0; i < N; i++) {
+		ops[i].key = test_key(100 + (uint64_t)i);
+		ops[i].buf = bufs + (size_t)i * LEN;
+		ops[i].len = LEN - (i % 3) * 1000;
+		fill_block(ops[i].key, ops[i].buf, ops[i].len);
+	}
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(ops[i].result, 0);
+	memset(bufs, 0, (size_t)(N + 1) * LEN);
+	for (int i = 0; i < N; i++)
+		ops[i].len = LEN;
+	ops[N].key = test_key(5000);
+	ops[N].buf = bufs + (size_t)N * LEN;
+	ops[N].len = LEN;
+	assert_int_equal(disk_get_batch(d, ops, N + 1), -ENOENT);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].len, LEN - (i % 3) * 1000);
+		assert_true(check_block(ops[i].key, ops[i].buf, ops[i].len));
+	}
+	assert_int_equal(ops[N].result, -ENOENT);
+	free(bufs);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void reclaim_when_full_gives_misses_not_wrong_bytes(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 4 * MiB, 256 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	const uint64_t n = 400;
+
+	for (uint64_t i = 0; i < n; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	assert_true(stat_of(d, "reclaims") > 0);
+	int found = 0;
+	for (uint64_t i = 0; i < n; i++)
+		if (get_block(d, i, size_of(i)) == 0)
+			found++;
+		else
+			assert_true(i < n - 10); /* the newest survive */
+	assert_true(found > 10);
+	assert_true(found < (int)n);
+	/* (reads near the tail reinsert blocks, which may reclaim others) */
+	assert_true(stat_of(d, "objects") > 10);
+	assert_true(stat_of(d, "bytes_used") <= stat_of(d, "capacity"));
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void lease_protects_block_from_reclaim(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 4 * MiB, 256 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	assert_int_equal(disk_lease(d, test_key(1), kvt_now_ns() + 60000000000ull), 0);
+	assert_int_equal(put_block(d, 1, 9000), 0);
+	assert_int_equal(disk_lease(d, test_key(1), kvt_now_ns() + 60000000000ull), 1);
+	for (uint64_t i = 10; i < 400; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	assert_true(stat_of(d, "reclaims") > 10);
+	assert_int_equal(get_block(d, 1, 9000), 0);
+	assert_int_equal(disk_release(d, test_key(1)), 1);
+	assert_int_equal(disk_release(d, test_key(1)), 0);
+	for (uint64_t i = 400; i < 800; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	assert_int_equal(get_block(d, 1, 9000), -ENOENT);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void all_regions_leased_refuses_puts(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 2 * MiB, 256 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	uint64_t i = 0;
+	int rc;
+
+	while ((rc = put_block(d, i, 60000)) == 0) {
+		assert_int_equal(disk_lease(d, test_key(i), kvt_now_ns() + 60000000000ull), 1);
+		i++;
+		assert_true(i < 1000);
+	}
+	assert_int_equal(rc, -ENOSPC);
+	assert_true(stat_of(d, "refused_puts") >= 1);
+	for (uint64_t j = 0; j < i; j++)
+		assert_int_equal(get_block(d, j, 60000), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void hits_near_tail_are_reinserted(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 4 * MiB, 256 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	assert_int_equal(put_block(d, 1, 20000), 0);
+	for (uint64_t i = 10; i < 1000; i++) {
+		assert_int_equal(put_block(d, i, 20000), 0);
+		assert_int_equal(get_block(d, 1, 20000), 0);
+	}
+	assert_true(stat_of(d, "reclaims") > 20);
+	assert_true(stat_of(d, "reinsertions") > 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void clean_restart_keeps_all_blocks(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 32 * MiB, 1 * MiB);
+	kvt_set_log(grab_log, NULL, KVT_LOG_DEBUG);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	for (uint64_t i = 0; i < 200; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	assert_int_equal(disk_remove(d, test_key(7)), 0);
+	disk_close(d);
+	log_clear();
+	d = open_ok(&f, NULL);
+	assert_true(log_has("from the checkpoint"));
+	assert_int_equal(stat_of(d, "objects"), 199);
+	for (uint64_t i = 0; i < 200; i++)
+		assert_int_equal(get_block(d, i, size_of(i)), i == 7 ? -ENOENT : 0);
+	/* writing continues after a restart, and a second restart keeps both */
+	for (uint64_t i = 200; i < 250; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	d = open_ok(&f, NULL);
+	for (uint64_t i = 0; i < 250; i++)
+		assert_int_equal(get_block(d, i, size_of(i)), i == 7 ? -ENOENT : 0);
+	disk_close(d);
+	kvt_set_log(NULL, NULL, 0);
+	fix_done(&f);
+}
+
+/* Opens without closing: the checkpoint stays invalid, like after a crash. */
+static void crash_restart_scans_regions(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 32 * MiB, 1 * MiB);
+	kvt_set_log(grab_log, NULL, KVT_LOG_DEBUG);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	for (uint64_t i = 0; i < 100; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	d = open_ok(&f, NULL); /* uses and invalidates the checkpoint */
+	for (uint64_t i = 100; i < 150; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	/* copy the file as it is now: a crash image */
+	char img[8400];
+	snprintf(img, sizeof(img), "cp %s %s.crash", f.path, f.path);
+	assert_int_equal(system(img), 0);
+	disk_close(d);
+	snprintf(img, sizeof(img), "mv %s.crash %s", f.path, f.path);
+	assert_int_equal(system(img), 0);
+	log_clear();
+	d = open_ok(&f, NULL);
+	assert_true(log_has("region scan"));
+	for (uint64_t i = 0; i < 150; i++)
+		assert_int_equal(get_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	kvt_set_log(NULL, NULL, 0);
+	fix_done(&f);
+}
+
+static void kill9_during_writes_never_returns_wrong_bytes(void **st)
+{
+	(void)st;
+	struct fix f;
+	int pfd[2];
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	assert_int_equal(pipe(pfd), 0);
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct disk_tier *d = NULL;
+		close(pfd[0]);
+		if (disk_open(&f.cfg, NULL, 0, NULL, &d))
+			_exit(1);
+		for (uint64_t i = 0;; i++) {
+			if (put_block(d, i, size_of(i)) != 0)
+				_exit(2);
+			uint64_t done = i + 1;
+			if (write(pfd[1], &done, sizeof(done)) != sizeof(done))
+				_exit(3);
+		}
+	}
+	close(pfd[1]);
+	uint64_t written = 0, v;
+	/* let it wrap the log a few times, then kill it mid-write */
+	while (written < 1500 && read(pfd[0], &v, sizeof(v)) == sizeof(v))
+		written = v;
+	kill(pid, SIGKILL);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	assert_true(WIFSIGNALED(status));
+	while (read(pfd[0], &v, sizeof(v)) == sizeof(v))
+		written = v;
+	close(pfd[0]);
+	assert_true(written >= 1500);
+
+	struct disk_tier *d = open_ok(&f, NULL);
+	int found = 0;
+	for (uint64_t i = 0; i < written + 64; i++)
+		if (get_block(d, i, size_of(i)) == 0)
+			found++;
+	assert_true(found > 50);
+	/* the most recent completed puts were durable (O_DIRECT, process crash) */
+	assert_int_equal(get_block(d, written - 1, size_of(written - 1)), 0);
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	/* and the tier keeps working */
+	assert_int_equal(put_block(d, 1u << 20, 7000), 0);
+	assert_int_equal(get_block(d, 1u << 20, 7000), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void junk_pages(const char *path, uint64_t from, uint64_t to, int n, unsigned seed)
+{
+	int fd = open(path, O_WRONLY);
+	char junk[4096];
+
+	assert_true(fd >= 0);
+	srand(seed);
+	for (int i = 0; i < n; i++) {
+		uint64_t page = from + (uint64_t)rand() % (to - from);
+		for (size_t j = 0; j < sizeof(junk); j++)
+			junk[j] = (char)rand();
+		assert_int_equal(pwrite(fd, junk, sizeof(junk), (off_t)(page * 4096)), 4096);
+	}
+	fsync(fd);
+	close(fd);
+}
+
+static void junk_pages_read_as_misses(void **st)
+{
+	(void)st;
+	for (int variant = 0; variant < 3; variant++) {
+		struct fix f;
+		fix_init(&f, 16 * MiB, 1 * MiB);
+		struct disk_tier *d = open_ok(&f, NULL);
+		uint64_t n = 180;
+
+		for (uint64_t i = 0; i < n; i++)
+			assert_int_equal(put_block(d, i, size_of(i)), 0);
+		disk_close(d);
+		struct stat sb;
+		assert_int_equal(stat(f.path, &sb), 0);
+		uint64_t pages = (uint64_t)sb.st_size / 4096;
+		/* 0: data pages only (checkpoint valid); 1: also the checkpoint
+		 * header (forces a scan); 2: anywhere, superblock included */
+		if (variant == 1)
+			junk_pages(f.path, 1, 2, 1, 7);
+		junk_pages(f.path, variant == 2 ? 0 : 32, pages, 60, 100 + (unsigned)variant);
+		if (variant == 2)
+			junk_pages(f.path, 0, 1, 1, 9);
+		d = open_ok(&f, NULL);
+		int ok = 0, bad = 0;
+		for (uint64_t i = 0; i < n; i++) {
+			int rc = get_block(d, i, size_of(i));
+			ok += rc == 0;
+			bad += rc == -EBADMSG;
+			/* a damaged block is dropped: the next read is a plain miss */
+			if (rc == -EBADMSG)
+				assert_int_equal(get_block(d, i, size_of(i)), -ENOENT);
+		}
+		if (variant == 0) {
+			assert_true(ok > 50);
+			assert_true(bad > 0);
+			assert_int_equal(stat_of(d, "checksum_failures"), bad);
+		}
+		if (variant == 2)
+			assert_int_equal(ok, 0); /* superblock gone: empty tier */
+		/* still writable and readable */
+		assert_int_equal(put_block(d, 9999, 12345), 0);
+		assert_int_equal(get_block(d, 9999, 12345), 0);
+		disk_close(d);
+		fix_done(&f);
+	}
+}
+
+static void injected_faults_fail_cleanly(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, &fops);
+
+	assert_int_equal(put_block(d, 1, 100000), 0);
+	/* EIO on a read: an error, not data; the block stays stored */
+	atomic_store(&faults.fail_reads, 1);
+	assert_int_equal(get_block(d, 1, 100000), -EIO);
+	assert_int_equal(stat_of(d, "io_errors"), 1);
+	assert_int_equal(get_block(d, 1, 100000), 0);
+	/* EIO on a write: the put fails and the block is not indexed */
+	atomic_store(&faults.fail_writes, 1);
+	assert_int_equal(put_block(d, 2, 100000), -EIO);
+	assert_int_equal(disk_contains(d, test_key(2), NULL), 0);
+	assert_int_equal(put_block(d, 2, 100000), 0);
+	assert_int_equal(get_block(d, 2, 100000), 0);
+	/* short reads are completed by re-reading the rest */
+	atomic_store(&faults.short_reads, 6);
+	assert_int_equal(get_block(d, 1, 100000), 0);
+	assert_int_equal(get_block(d, 2, 100000), 0);
+	assert_int_equal(atomic_load(&faults.short_reads), 0);
+	/* latency only delays */
+	atomic_store(&faults.delay_us, 2000);
+	assert_int_equal(get_block(d, 1, 100000), 0);
+	atomic_store(&faults.delay_us, 0);
+	/* a batch with one failing read: only that op fails */
+	kvt_op ops[2];
+	char *b = NULL;
+	assert_int_equal(posix_memalign((void **)&b, 4096, 2 * 102400), 0);
+	for (int i = 0; i < 2; i++) {
+		ops[i].key = test_key((uint64_t)i + 1);
+		ops[i].buf = b + i * 102400;
+		ops[i].len = 102400;
+	}
+	atomic_store(&faults.fail_reads, 1);
+	assert_int_equal(disk_get_batch(d, ops, 2), -EIO);
+	assert_true((ops[0].result == -EIO) != (ops[1].result == -EIO));
+	for (int i = 0; i < 2; i++)
+		if (ops[i].result == 0)
+			assert_true(check_block(ops[i].key, ops[i].buf, 100000));
+	free(b);
+	disk_close(d);
+	/* the checkpoint write fails: the next open scans and still finds all */
+	d = open_ok(&f, &fops);
+	atomic_store(&faults.fail_writes, 100);
+	disk_close(d);
+	atomic_store(&faults.fail_writes, 0);
+	d = open_ok(&f, &fops);
+	assert_int_equal(get_block(d, 1, 100000), 0);
+	assert_int_equal(get_block(d, 2, 100000), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void full_device_is_refused(void **st)
+{
+	(void)st;
+	struct fix f;
+	struct disk_tier *d = NULL;
+	fix_init(&f, 32ull << 40, 64 * MiB); /* 32 TiB: more than the disk has */
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -ENOSPC);
+	assert_null(d);
+	assert_non_null(strstr(kvt_last_error(), "no space"));
+	assert_int_equal(access(f.path, F_OK), -1); /* nothing left behind */
+	/* too small for two regions */
+	f.cfg.disk_capacity = 1 * MiB;
+	f.cfg.region_size = 1 * MiB;
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "disk.capacity"));
+	fix_done(&f);
+}
+
+static void bad_config_is_refused(void **st)
+{
+	(void)st;
+	struct fix f;
+	struct disk_tier *d = NULL;
+	char missing[4400];
+	fix_init(&f, 16 * MiB, 1 * MiB);
+
+	snprintf(missing, sizeof(missing), "%s/no/such/dir/file", f.dir);
+	f.paths[0] = missing;
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -ENOENT);
+	assert_non_null(strstr(kvt_last_error(), "directory does not exist"));
+	f.paths[0] = f.path;
+
+	f.cfg.region_size = 1 * MiB + 1;
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "disk.region_size"));
+	f.cfg.region_size = 1 * MiB;
+	f.cfg.queue_depth = 0;
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "disk.queue_depth"));
+	f.cfg.queue_depth = 8;
+	f.cfg.ndisk = 0;
+	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	f.cfg.ndisk = 1;
+	assert_int_equal(disk_open(NULL, NULL, 0, NULL, &d), -EINVAL);
+
+	/* tmpfs refused O_DIRECT before Linux 6.6; where it still does, so must we */
+	char shm[64];
+	snprintf(shm, sizeof(shm), "/dev/shm/kvt-disk-test-%d", (int)getpid());
+	int probe = open(shm, O_RDWR | O_CREAT | O_DIRECT, 0600);
+	int no_direct = probe < 0 && errno == EINVAL;
+	if (probe >= 0)
+		close(probe);
+	unlink(shm);
+	if (!no_direct) {
+		fprintf(stderr, "note: /dev/shm supports O_DIRECT here; "
+			"the no-O_DIRECT case is not exercised\n");
+	} else {
+		f.paths[0] = shm;
+		assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+		assert_non_null(strstr(kvt_last_error(), "O_DIRECT"));
+		assert_int_equal(access(shm, F_OK), -1);
+		f.paths[0] = f.path;
+	}
+	assert_null(d);
+	fix_done(&f);
+}
+
+static void write_sb_field(const char *path, size_t off, uint32_t v)
+{
+	int fd = open(path, O_RDWR);
+	unsigned char sb[4096];
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, sb, sizeof(sb), 0), 4096);
+	memcpy(sb + off, &v, 4);
+	uint64_t sum = XXH3_64bits(sb, 96); /* the checksum covers bytes 0..95 */
+	memcpy(sb + 96, &sum, 8);
+	assert_int_equal(pwrite(fd, sb, sizeof(sb), 0), 4096);
+	close(fd);
+}
+
+static void foreign_superblock_starts_empty(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	kvt_set_log(grab_log, NULL, KVT_LOG_DEBUG);
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	for (uint64_t i = 0; i < 20; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	/* another region size */
+	log_clear();
+	f.cfg.region_size = 2 * MiB;
+	d = open_ok(&f, NULL);
+	assert_true(log_has("another geometry"));
+	assert_int_equal(stat_of(d, "objects"), 0);
+	for (uint64_t i = 0; i < 20; i++)
+		assert_int_equal(get_block(d, i, size_of(i)), -ENOENT);
+	for (uint64_t i = 0; i < 20; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	/* another format version (checksum still right) */
+	write_sb_field(f.path, 8, 99);
+	log_clear();
+	d = open_ok(&f, NULL);
+	assert_true(log_has("another on-disk format version"));
+	assert_int_equal(stat_of(d, "objects"), 0);
+	disk_close(d);
+	/* and no stale record of the old instance is picked up by a scan */
+	d = open_ok(&f, NULL);
+	assert_int_equal(stat_of(d, "objects"), 0);
+	disk_close(d);
+	kvt_set_log(NULL, NULL, 0);
+	fix_done(&f);
+}
+
+static void striped_devices_round_trip_and_restart(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 32 * MiB, 1 * MiB);
+	f.cfg.ndisk = 2;
+	struct disk_tier *d = open_ok(&f, NULL);
+
+	for (uint64_t i = 0; i < 150; i++)
+		assert_int_equal(put_block(d, i, size_of(i)), 0);
+	assert_int_equal(stat_of(d, "devices"), 2);
+	disk_close(d);
+	struct stat a, b;
+	assert_int_equal(stat(f.path, &a), 0);
+	assert_int_equal(stat(f.path2, &b), 0);
+	assert_int_equal(a.st_size, 16 * MiB);
+	assert_int_equal(b.st_size, 16 * MiB);
+	d = open_ok(&f, NULL);
+	for (uint64_t i = 0; i < 150; i++)
+		assert_int_equal(get_block(d, i, size_of(i)), 0);
+	disk_close(d);
+	/* the same files listed in the other order are not misread */
+	f.paths[0] = f.path2;
+	f.paths[1] = f.path;
+	d = open_ok(&f, NULL);
+	assert_int_equal(stat_of(d, "objects"), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+static void stats_report_every_counter(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	static const char *names[] = { "capacity", "bytes_used", "objects", "hits",
+		"misses", "puts", "spills", "reclaims", "reinsertions",
+		"checksum_failures", "io_errors", "queue_depth", "inflight",
+		"index_bytes_per_block" };
+
+	for (uint64_t i = 0; i < 40; i++)
+		assert_int_equal(put_block(d, i, 60000), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		(void)stat_of(d, names[i]);
+	assert_int_equal(stat_of(d, "queue_depth"), 8);
+	assert_int_equal(stat_of(d, "inflight"), 0);
+	assert_int_equal(stat_of(d, "bytes_used"), 40 * (4096 + 61440));
+	assert_true(stat_of(d, "index_bytes_per_block") > 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+struct thr {
+	struct disk_tier *d;
+	int id;
+};
+
+static void *worker(void *arg)
+{
+	struct thr *t = arg;
+	void *b = NULL;
+
+	if (posix_memalign(&b, 4096, 80000))
+		return NULL;
+	for (uint64_t j = 0; j < 150; j++) {
+		uint64_t k = (uint64_t)t->id * 100000 + j;
+		size_t len = 3000 + (size_t)(k % 70000);
+		char *src = malloc(len);
+		fill_block(test_key(k), src, len);
+		int rc = disk_put(t->d, test_key(k), src, len);
+		free(src);
+		assert_int_equal(rc, 0);
+		/* read someone's block: right bytes or a miss */
+		uint64_t o = (uint64_t)((t->id + (int)j) % 4) * 100000 + j / 2;
+		size_t olen = 3000 + (size_t)(o % 70000), got = 0;
+		rc = disk_get(t->d, test_key(o), b, 80000, &got);
+		if (rc == 0) {
+			assert_int_equal(got, olen);
+			assert_true(check_block(test_key(o), b, olen));
+		} else {
+			assert_int_equal(rc, -ENOENT);
+		}
+		if (j % 16 == 0)
+			disk_lease(t->d, test_key(k), kvt_now_ns() + 1000000);
+	}
+	free(b);
+	return NULL;
+}
+
+static void threads_put_and_get_concurrently(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 8 * MiB, 512 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	pthread_t th[4];
+	struct thr t[4];
+
+	for (int i = 0; i < 4; i++) {
+		t[i].d = d;
+		t[i].id = i;
+		assert_int_equal(pthread_create(&th[i], NULL, worker, &t[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	assert_true(stat_of(d, "reclaims") > 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+int main(void)
+{
+	fops = uring_dev_ops;
+	fops.queue_open = f_queue_open;
+	fops.queue_close = f_queue_close;
+	fops.submit = f_submit;
+	fops.reap = f_reap;
+
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(put_get_round_trip_many_sizes),
+		cmocka_unit_test(remove_forgets_block),
+		cmocka_unit_test(batch_get_loads_every_block),
+		cmocka_unit_test(reclaim_when_full_gives_misses_not_wrong_bytes),
+		cmocka_unit_test(lease_protects_block_from_reclaim),
+		cmocka_unit_test(all_regions_leased_refuses_puts),
+		cmocka_unit_test(hits_near_tail_are_reinserted),
+		cmocka_unit_test(clean_restart_keeps_all_blocks),
+		cmocka_unit_test(crash_restart_scans_regions),
+		cmocka_unit_test(kill9_during_writes_never_returns_wrong_bytes),
+		cmocka_unit_test(junk_pages_read_as_misses),
+		cmocka_unit_test(injected_faults_fail_cleanly),
+		cmocka_unit_test(full_device_is_refused),
+		cmocka_unit_test(bad_config_is_refused),
+		cmocka_unit_test(foreign_superblock_starts_empty),
+		cmocka_unit_test(striped_devices_round_trip_and_restart),
+		cmocka_unit_test(stats_report_every_counter),
+		cmocka_unit_test(threads_put_and_get_concurrently),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

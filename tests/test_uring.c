@@ -1,0 +1,267 @@
+/*
+ * test_uring.c - the device layer (lib/uring.c): dev_run() driven through a
+ * fake in-memory device that completes out of order, cuts transfers short
+ * and fails on demand; and the real io_uring ops on a file in a temp dir
+ * (round trip, fixed buffers, device opening errors).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "uring.h"
+#include "util.h"
+
+/* --- a fake device: a byte array, completions in reverse order -------------- */
+
+static struct {
+	unsigned char mem[1 << 20];
+	struct dev_io *pend[256];
+	unsigned npend, max_inflight, short_every, zero_next, submits;
+	int fail_submit;
+} fake;
+
+static int fake_submit(void *q, struct dev_io *const *ios, unsigned n)
+{
+	(void)q;
+	if (fake.fail_submit)
+		return -EBUSY;
+	fake.submits++;
+	for (unsigned i = 0; i < n; i++)
+		fake.pend[fake.npend++] = ios[i];
+	if (fake.npend > fake.max_inflight)
+		fake.max_inflight = fake.npend;
+	return (int)n;
+}
+
+static int fake_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
+{
+	unsigned got = 0;
+
+	(void)q;
+	(void)min;
+	while (fake.npend && got < max) {
+		struct dev_io *io = fake.pend[--fake.npend];
+		uint32_t len = io->len;
+
+		if (fake.zero_next) {
+			fake.zero_next--;
+			len = 0;
+		} else if (fake.short_every && len > 512) {
+			len /= 2;
+		}
+		if (io->off + len > sizeof(fake.mem)) {
+			io->res = -EINVAL;
+		} else {
+			if (io->op == DEV_READ)
+				memcpy(io->buf, fake.mem + io->off, len);
+			else
+				memcpy(fake.mem + io->off, io->buf, len);
+			io->res = (int32_t)len;
+		}
+		done[got++] = io;
+	}
+	return (int)got;
+}
+
+static const struct kvt_dev_ops fake_ops = {
+	.submit = fake_submit,
+	.reap = fake_reap,
+};
+
+static void fake_reset(void)
+{
+	memset(&fake, 0, sizeof(fake));
+}
+
+static void dev_run_keeps_depth_and_completes_all(void **st)
+{
+	(void)st;
+	struct dev_io io[40], *p[40];
+	static unsigned char src[40][4096], dst[40][4096];
+	_Atomic uint64_t inflight = 0;
+
+	fake_reset();
+	for (int i = 0; i < 40; i++) {
+		memset(src[i], i + 1, sizeof(src[i]));
+		memset(&io[i], 0, sizeof(io[i]));
+		io[i].op = DEV_WRITE;
+		io[i].buf = src[i];
+		io[i].off = (uint64_t)i * 4096;
+		io[i].len = 4096;
+		io[i].fixed = -1;
+		p[i] = &io[i];
+	}
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 40, 8, &inflight), 0);
+	assert_int_equal(fake.max_inflight, 8);
+	assert_int_equal(inflight, 0);
+	for (int i = 0; i < 40; i++) {
+		assert_int_equal(io[i].res, 4096);
+		io[i].op = DEV_READ;
+		io[i].buf = dst[i];
+	}
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 40, 64, NULL), 0);
+	assert_int_equal(fake.max_inflight, 40); /* all of a batch in flight together */
+	for (int i = 0; i < 40; i++)
+		assert_memory_equal(src[i], dst[i], 4096);
+}
+
+static void dev_run_finishes_short_transfers(void **st)
+{
+	(void)st;
+	static unsigned char a[65536], b[65536];
+	struct dev_io io = { .op = DEV_WRITE, .buf = a, .off = 8192, .len = sizeof(a),
+			     .fixed = -1 };
+	struct dev_io *p = &io;
+
+	fake_reset();
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (unsigned char)(i * 7);
+	fake.short_every = 1;
+	assert_int_equal(dev_run(&fake_ops, NULL, &p, 1, 4, NULL), 0);
+	assert_int_equal(io.res, (int)sizeof(a));
+	/* the io is handed back as it was given */
+	assert_ptr_equal(io.buf, a);
+	assert_int_equal(io.off, 8192);
+	assert_int_equal(io.len, sizeof(a));
+	assert_true(fake.submits > 1);
+	io.op = DEV_READ;
+	io.buf = b;
+	assert_int_equal(dev_run(&fake_ops, NULL, &p, 1, 4, NULL), 0);
+	assert_memory_equal(a, b, sizeof(a));
+}
+
+static void dev_run_fails_transfer_without_progress(void **st)
+{
+	(void)st;
+	static unsigned char a[8192];
+	struct dev_io io[2], *p[2] = { &io[0], &io[1] };
+
+	fake_reset();
+	for (int i = 0; i < 2; i++) {
+		memset(&io[i], 0, sizeof(io[i]));
+		io[i].op = DEV_READ;
+		io[i].buf = a;
+		io[i].len = sizeof(a);
+		io[i].off = (uint64_t)i * sizeof(a);
+		io[i].fixed = -1;
+	}
+	fake.zero_next = 1;
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 2, 4, NULL), 0);
+	assert_true((io[0].res == -EIO) != (io[1].res == -EIO));
+	assert_true(io[0].res == 8192 || io[1].res == 8192);
+	/* an error from the device is reported per io */
+	io[1].off = sizeof(fake.mem);
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 2, 4, NULL), 0);
+	assert_int_equal(io[0].res, 8192);
+	assert_int_equal(io[1].res, -EINVAL);
+	/* a queue that refuses submissions fails every io and says so */
+	fake.fail_submit = 1;
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 2, 4, NULL), -EBUSY);
+	assert_int_equal(io[0].res, -EBUSY);
+	assert_int_equal(io[1].res, -EBUSY);
+}
+
+/* --- the real io_uring ops ------------------------------------------------------- */
+
+static void uring_round_trip_plain_and_fixed(void **st)
+{
+	(void)st;
+	char *dir = make_temp_dir("uring");
+	char path[4200];
+	void *arena = NULL, *q = NULL;
+	unsigned nfixed = 9;
+	const size_t len = 1 << 20;
+
+	snprintf(path, sizeof(path), "%s/dev", dir);
+	int fd = uring_dev_ops.dev_open(path, 4 << 20);
+	assert_true(fd >= 0);
+	struct stat sb;
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, 4 << 20);
+	assert_true(sb.st_blocks * 512 >= (4 << 20)); /* preallocated */
+
+	assert_int_equal(posix_memalign(&arena, 4096, 2 * len), 0);
+	assert_int_equal(uring_dev_ops.queue_open(&fd, 1, 16, arena, 2 * len, &nfixed, &q), 0);
+	assert_true(nfixed <= 1);
+	char *a = arena, *b = (char *)arena + len;
+	fill_block(test_key(3), a, len);
+	struct dev_io io[2], *p[2] = { &io[0], &io[1] };
+	memset(io, 0, sizeof(io));
+	io[0] = (struct dev_io){ .op = DEV_WRITE, .buf = a, .off = 0, .len = (uint32_t)len,
+				 .fixed = nfixed ? 0 : -1 };
+	io[1] = (struct dev_io){ .op = DEV_WRITE, .buf = a, .off = len, .len = (uint32_t)len,
+				 .fixed = -1 };
+	assert_int_equal(dev_run(&uring_dev_ops, q, p, 2, 16, NULL), 0);
+	assert_int_equal(io[0].res, (int)len);
+	assert_int_equal(io[1].res, (int)len);
+	assert_int_equal(uring_dev_ops.dev_sync(fd), 0);
+	for (int i = 0; i < 2; i++) {
+		memset(b, 0, len);
+		io[0] = (struct dev_io){ .op = DEV_READ, .buf = b, .off = (uint64_t)i * len,
+					 .len = (uint32_t)len, .fixed = (int8_t)(i ? -1 : (nfixed ? 0 : -1)) };
+		assert_int_equal(dev_run(&uring_dev_ops, q, p, 1, 16, NULL), 0);
+		assert_int_equal(io[0].res, (int)len);
+		assert_true(check_block(test_key(3), b, len));
+	}
+	/* an unaligned buffer is refused by O_DIRECT, reported per io */
+	io[0] = (struct dev_io){ .op = DEV_READ, .buf = b + 1, .off = 0, .len = 4096, .fixed = -1 };
+	assert_int_equal(dev_run(&uring_dev_ops, q, p, 1, 16, NULL), 0);
+	assert_int_equal(io[0].res, -EINVAL);
+	uring_dev_ops.queue_close(q);
+	uring_dev_ops.dev_close(fd);
+	free(arena);
+	rm_rf(dir);
+	free(dir);
+}
+
+static void dev_open_reports_why_it_refuses(void **st)
+{
+	(void)st;
+	char *dir = make_temp_dir("uring");
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/missing/dev", dir);
+	assert_int_equal(uring_dev_ops.dev_open(path, 1 << 20), -ENOENT);
+	assert_non_null(strstr(kvt_last_error(), "directory does not exist"));
+	snprintf(path, sizeof(path), "%s/huge", dir);
+	assert_int_equal(uring_dev_ops.dev_open(path, 1ull << 50), -ENOSPC);
+	assert_non_null(strstr(kvt_last_error(), "no space"));
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(uring_dev_ops.dev_open(dir, 1 << 20), -EISDIR);
+	/* an existing shorter file is extended, a longer one kept */
+	snprintf(path, sizeof(path), "%s/f", dir);
+	int fd = open(path, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 8192), 0);
+	close(fd);
+	fd = uring_dev_ops.dev_open(path, 1 << 20);
+	assert_true(fd >= 0);
+	struct stat sb;
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, 1 << 20);
+	uring_dev_ops.dev_close(fd);
+	rm_rf(dir);
+	free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(dev_run_keeps_depth_and_completes_all),
+		cmocka_unit_test(dev_run_finishes_short_transfers),
+		cmocka_unit_test(dev_run_fails_transfer_without_progress),
+		cmocka_unit_test(uring_round_trip_plain_and_fixed),
+		cmocka_unit_test(dev_open_reports_why_it_refuses),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
