@@ -182,8 +182,9 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap,
  * (the longest available prefix) and returns 0. With KVT_LEASE, each of
  * those blocks is also leased: it stays loadable for ram.lease_ms
  * milliseconds (it is not evicted or reclaimed), after which the lease lapses
- * by itself. Leased bytes are capped at ram.lease_cap of the RAM tier; past
- * the cap the call reports only the prefix it could lease. Returns -EINVAL
+ * by itself. Leased bytes in RAM are capped at ram.lease_cap of the RAM
+ * tier; past the cap a block counts only if its disk copy can be leased
+ * instead, so the call reports only the prefix it could lease. Returns -EINVAL
  * for a NULL store, found, or keys with n non-zero, or unknown flags.
  */
 KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,

@@ -440,8 +440,9 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 		int rc = ram_lookup(s->ram, keys[i], lease, deadline);
 		if (rc == 1)
 			continue;
-		if (rc < 0) /* the lease cap: report what could be leased */
-			break;
+		/* Absent from RAM, or present but past the RAM lease cap: a disk
+		 * copy can still be leased (it holds no RAM); otherwise the
+		 * prefix ends here. */
 		if (s->disk && (lease ? disk_lease(s->disk, keys[i], deadline)
 				      : disk_contains(s->disk, keys[i], NULL)) == 1)
 			continue;

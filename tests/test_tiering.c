@@ -1,0 +1,288 @@
+/*
+ * test_tiering.c - the store with a RAM tier and a file-backed NVMe tier:
+ * eviction spills to disk and gets come back verified, lookups span tiers,
+ * write-around when RAM holds only leased blocks (and refusal under
+ * ram.refuse_when_leased), removal from both tiers, a restart that keeps
+ * the disk's blocks, and many threads under TSan.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "kvtier.h"
+#include "util.h"
+
+#define MiB (1024u * 1024u)
+
+static char *dir;
+
+static int setup(void **state)
+{
+	(void)state;
+	dir = make_temp_dir("tiering");
+	return dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	rm_rf(dir);
+	free(dir);
+	return 0;
+}
+
+static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_cap,
+			      const char *extra)
+{
+	char cfg[1024];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"%uMiB\", \"lease_ms\": 60000, \"lease_cap\": %g,"
+		 " \"high_watermark\": 1.0, \"low_watermark\": 0.99, \"mlock\": false%s},"
+		 " \"disk\": {\"path\": \"%s/%s\", \"capacity\": \"64MiB\","
+		 " \"region_size\": \"4MiB\", \"queue_depth\": 8}}",
+		 ram_mib, lease_cap, extra, dir, file);
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+static void put_block(kvt_store *s, kvt_key k, size_t len)
+{
+	void *b = malloc(len);
+	fill_block(k, b, len);
+	int rc = kvt_put(s, k, b, len);
+	if (rc)
+		fail_msg("kvt_put: %s: %s", kvt_strerror(rc), kvt_last_error());
+	free(b);
+}
+
+static int get_block(kvt_store *s, kvt_key k, size_t len)
+{
+	void *b = malloc(len);
+	size_t got = 0;
+	int rc = kvt_get(s, k, b, len, &got);
+	if (rc == 0) {
+		assert_int_equal(got, len);
+		assert_true(check_block(k, b, len));
+	}
+	free(b);
+	return rc;
+}
+
+static long long stat_of(kvt_store *s, const char *tier, const char *name)
+{
+	char buf[16384];
+	assert_true(kvt_stats_json(s, buf, sizeof(buf)) < (int)sizeof(buf));
+	json_t *j = json_loads(buf, 0, NULL);
+	assert_non_null(j);
+	json_t *v = json_object_get(json_object_get(j, tier), name);
+	if (!v)
+		fail_msg("no stat %s.%s", tier, name);
+	long long x = json_integer_value(v);
+	json_decref(j);
+	return x;
+}
+
+static void test_eviction_spills_and_gets_come_back(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("spill.dat", 4, 0.5, "");
+	for (uint64_t i = 0; i < 16; i++)
+		put_block(s, test_key(i), MiB);
+	assert_true(stat_of(s, "ram", "spills") >= 12);
+	for (uint64_t i = 0; i < 16; i++)
+		assert_int_equal(get_block(s, test_key(i), MiB), 0);
+	assert_true(stat_of(s, "store", "hits_disk") >= 12);
+	/* The whole chain is available across the two tiers. */
+	kvt_key keys[17];
+	size_t found;
+	for (uint64_t i = 0; i < 17; i++)
+		keys[i] = test_key(i);
+	assert_int_equal(kvt_lookup(s, keys, 17, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 16);
+	kvt_op ops[16];
+	char *bufs[16];
+	for (int i = 0; i < 16; i++) {
+		bufs[i] = malloc(MiB);
+		ops[i] = (kvt_op){ keys[i], bufs[i], MiB, 1 };
+	}
+	assert_int_equal(kvt_get_batch(s, ops, 16), 0);
+	for (int i = 0; i < 16; i++) {
+		assert_int_equal(ops[i].len, MiB);
+		assert_true(check_block(keys[i], bufs[i], MiB));
+		free(bufs[i]);
+	}
+	kvt_close(s);
+}
+
+static void test_write_around_when_ram_is_all_leased(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("around.dat", 2, 1.0, "");
+	kvt_key k[2] = { test_key(1), test_key(2) };
+	size_t found;
+	put_block(s, k[0], MiB);
+	put_block(s, k[1], MiB);
+	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 2);
+	put_block(s, test_key(3), MiB); /* RAM cannot take it: disk does */
+	assert_int_equal(stat_of(s, "store", "write_arounds"), 1);
+	assert_int_equal(stat_of(s, "store", "refused_puts"), 0);
+	assert_int_equal(get_block(s, test_key(3), MiB), 0);
+	assert_int_equal(get_block(s, k[0], MiB), 0);
+	kvt_close(s);
+
+	s = open_tiered("refuse.dat", 2, 1.0, ", \"refuse_when_leased\": true");
+	put_block(s, k[0], MiB);
+	put_block(s, k[1], MiB);
+	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
+	char *b = malloc(MiB);
+	fill_block(test_key(3), b, MiB);
+	assert_int_equal(kvt_put(s, test_key(3), b, MiB), -ENOSPC);
+	assert_int_equal(stat_of(s, "store", "refused_puts"), 1);
+	free(b);
+	kvt_close(s);
+}
+
+static void test_batch_put_writes_around_in_one_go(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("batch.dat", 2, 1.0, "");
+	kvt_key k[2] = { test_key(1), test_key(2) };
+	size_t found;
+	put_block(s, k[0], MiB);
+	put_block(s, k[1], MiB);
+	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
+	kvt_op ops[6];
+	char *bufs[6];
+	for (int i = 0; i < 6; i++) {
+		bufs[i] = malloc(MiB);
+		fill_block(test_key(10 + (uint64_t)i), bufs[i], MiB);
+		ops[i] = (kvt_op){ test_key(10 + (uint64_t)i), bufs[i], MiB, 1 };
+	}
+	assert_int_equal(kvt_put_batch(s, ops, 6), 0);
+	assert_int_equal(stat_of(s, "store", "write_arounds"), 6);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(get_block(s, test_key(10 + (uint64_t)i), MiB), 0);
+		free(bufs[i]);
+	}
+	kvt_close(s);
+}
+
+static void test_remove_clears_both_tiers(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("remove.dat", 2, 0.5, "");
+	for (uint64_t i = 0; i < 6; i++)
+		put_block(s, test_key(i), MiB);
+	for (uint64_t i = 0; i < 6; i++)
+		assert_int_equal(kvt_remove(s, test_key(i)), 0);
+	for (uint64_t i = 0; i < 6; i++) {
+		assert_int_equal(get_block(s, test_key(i), MiB), -ENOENT);
+		assert_int_equal(kvt_remove(s, test_key(i)), -ENOENT);
+	}
+	kvt_close(s);
+}
+
+static void test_restart_keeps_disk_blocks(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("restart.dat", 2, 0.5, "");
+	for (uint64_t i = 0; i < 20; i++)
+		put_block(s, test_key(i), 512 * 1024);
+	long long on_disk = stat_of(s, "disk", "objects");
+	assert_true(on_disk >= 16);
+	kvt_close(s);
+	s = open_tiered("restart.dat", 2, 0.5, "");
+	assert_int_equal(stat_of(s, "disk", "objects"), on_disk);
+	int back = 0;
+	for (uint64_t i = 0; i < 20; i++) {
+		int rc = get_block(s, test_key(i), 512 * 1024);
+		assert_true(rc == 0 || rc == -ENOENT);
+		back += rc == 0;
+	}
+	assert_true(back >= on_disk);
+	kvt_close(s);
+}
+
+struct hammer_arg {
+	kvt_store *s;
+	unsigned id;
+	long wrong;
+};
+
+static void *hammer(void *p)
+{
+	struct hammer_arg *a = p;
+	char *buf = malloc(256 * 1024);
+	uint64_t x = a->id * 7919 + 1;
+	for (int r = 0; r < 400; r++) {
+		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		kvt_key k = test_key(x % 200);
+		size_t len = 64 * 1024 + (size_t)(k.lo % 3) * 64 * 1024, got;
+		if (x & 1) {
+			fill_block(k, buf, len);
+			int rc = kvt_put(a->s, k, buf, len);
+			assert_true(rc == 0 || rc == -ENOSPC);
+		} else {
+			int rc = kvt_get(a->s, k, buf, 256 * 1024, &got);
+			if (rc == 0 && (got != len || !check_block(k, buf, got)))
+				a->wrong++;
+			assert_true(rc == 0 || rc == -ENOENT || rc == -EBADMSG);
+		}
+		if (r % 64 == 0) {
+			size_t found;
+			assert_int_equal(kvt_lookup(a->s, &k, 1, KVT_LEASE, &found), 0);
+			kvt_release(a->s, &k, found);
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_threads_across_tiers(void **state)
+{
+	(void)state;
+	char cfg[1024];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"4MiB\", \"mlock\": false},"
+		 " \"disk\": {\"path\": \"%s/threads.dat\", \"capacity\": \"32MiB\","
+		 " \"region_size\": \"2MiB\"}, \"threads\": 2}", dir);
+	assert_int_equal(kvt_open(cfg, &s), 0);
+	pthread_t t[4];
+	struct hammer_arg a[4];
+	for (unsigned i = 0; i < 4; i++) {
+		a[i] = (struct hammer_arg){ s, i, 0 };
+		pthread_create(&t[i], NULL, hammer, &a[i]);
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(a[i].wrong, 0);
+	}
+	kvt_close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_eviction_spills_and_gets_come_back),
+		cmocka_unit_test(test_write_around_when_ram_is_all_leased),
+		cmocka_unit_test(test_batch_put_writes_around_in_one_go),
+		cmocka_unit_test(test_remove_clears_both_tiers),
+		cmocka_unit_test(test_restart_keeps_disk_blocks),
+		cmocka_unit_test(test_threads_across_tiers),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
