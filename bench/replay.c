@@ -67,6 +67,7 @@ void replay_opts_defaults(struct replay_opts *o)
 	o->model = "qwen3-coder-30b-a3b";
 	o->kv_bytes_per_token = 2ull * 48 * 4 * 128 * 2; /* 96 KiB */
 	o->scale = 1024;
+	o->charge_scale = 1;
 	o->policy = POL_DEFAULT;
 	o->ram_tokens = (32ull << 30) / (96 << 10);      /* 32 GiB */
 	o->disk_tokens = 8ull << 20;
@@ -668,8 +669,9 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	res->prompt_tokens += c->prompt_tokens;
 	res->prompt_blocks += ng;
 	res->calls++;
-	res->charged_load_s += load_real * r->o->scale;
-	dur = (double)miss_tok / r->o->prefill_rate + load_real * r->o->scale + lookup_real;
+	res->charged_load_s += load_real * r->o->charge_scale;
+	res->fullsize_load_s += load_real * r->o->scale;
+	dur = (double)miss_tok / r->o->prefill_rate + load_real * r->o->charge_scale + lookup_real;
 	return heap_push(&r->h, t + dur, EV_PREFILL_END, ci) ? rfail(r, -ENOMEM, "out of memory")
 							       : 0;
 }
@@ -1022,7 +1024,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 
 	if (o->endpoints == 0 || o->gpu_block == 0 || o->chunk_tokens < o->gpu_block ||
 	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
-	    o->scale == 0 || o->kv_bytes_per_token == 0)
+	    o->scale == 0 || o->kv_bytes_per_token == 0 || !(o->charge_scale >= 0))
 		return rfail(&r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
 	if (n == 0)
 		return rfail(&r, -EINVAL, "the workload has no calls");

@@ -62,6 +62,7 @@ struct replay_opts {
 	const char *model;         /* namespace model id */
 	uint64_t kv_bytes_per_token;
 	uint32_t scale;            /* block bytes divided by this */
+	double charge_scale;       /* measured load time x this is charged (1) */
 	/* store */
 	enum replay_policy policy;
 	uint64_t ram_tokens;       /* RAM tier capacity in tokens (full size) */
@@ -95,7 +96,8 @@ struct replay_result {
 	double load_total_s;                     /* real */
 	double load_ram_s, load_disk_s;          /* batches served by RAM only / touching disk */
 	uint64_t load_ram_batches, load_disk_batches;
-	double charged_load_s;                   /* simulated: real x scale */
+	double charged_load_s;                   /* simulated: real x charge_scale */
+	double fullsize_load_s;                  /* real x scale: full-size bound */
 	/* model */
 	double busy_s, makespan_s, throughput;   /* simulated */
 	double saved_store, saved_store_net, saved_gpu; /* shares of busy time */

@@ -91,6 +91,8 @@ static const char usage_replay[] =
 	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
 	"  --kv-bytes-per-token N  instead of a model preset\n"
 	"  --scale N               divide block bytes by N (1024)\n"
+	"  --charge-scale X        charge X times the measured load time to prefill (1;\n"
+	"                          the --scale value charges it as if at full size)\n"
 	"store:\n"
 	"  --policy LIST           default (= ram+disk), ram-only, refuse, gpu-only,\n"
 	"                          recompute; a comma-separated list runs each\n"
@@ -120,7 +122,7 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES
+	O_RELEASE, O_THREADS, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE
 };
 
 static const struct option longopts[] = {
@@ -148,6 +150,7 @@ static const struct option longopts[] = {
 	{ "model", required_argument, NULL, O_MODEL },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KVBPT },
 	{ "scale", required_argument, NULL, O_SCALE },
+	{ "charge-scale", required_argument, NULL, O_CHARGE },
 	{ "policy", required_argument, NULL, O_POLICY },
 	{ "ram-tokens", required_argument, NULL, O_RAM_TOKENS },
 	{ "ram", required_argument, NULL, O_RAM },
@@ -477,6 +480,10 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 				BAD("scale");
 			c->o.scale = (uint32_t)u;
 			break;
+		case O_CHARGE:
+			if (parse_count(optarg, 1e9, &c->o.charge_scale))
+				BAD("charge-scale");
+			break;
 		case O_POLICY:
 			if (set_policies(c, optarg))
 				BAD("policy");
@@ -612,7 +619,12 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 {
 	uint64_t tok = 0;
 	size_t i;
+	char speed[32];
 
+	if (c->o.speed > 0)
+		snprintf(speed, sizeof(speed), "x%g", c->o.speed);
+	else
+		snprintf(speed, sizeof(speed), "max");
 	for (i = 0; i < w->ncalls; i++)
 		tok += w->calls[i].prompt_tokens;
 	fprintf(f, "kvbench %s%s%s: %zu calls, %zu sessions, %.1fM prompt tokens (%s)\n", c->cmd,
@@ -627,14 +639,14 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 	else if (c->o.sched == SCHED_DISTANCE)
 		fprintf(f, " (reuse distance %u, %u in flight)", c->o.reuse_distance,
 			c->o.max_inflight);
-	fprintf(f, "\n  store: RAM %llu tokens, disk %llu tokens, lease %llu ms simulated; %s %llu B/token / %u = %llu B per %u-token block; speed %s%.0f\n\n",
+	fprintf(f, "\n  store: RAM %llu tokens, disk %llu tokens, lease %llu ms simulated; %s %llu B/token / %u = %llu B per %u-token block; speed %s\n\n",
 		(unsigned long long)c->o.ram_tokens, (unsigned long long)c->o.disk_tokens,
 		(unsigned long long)c->o.lease_ms, c->o.model,
 		(unsigned long long)c->o.kv_bytes_per_token, c->o.scale,
 		(unsigned long long)replay_block_bytes(&c->o, w->kind == WL_BLOCKS ? w->block_tokens
 										   : c->o.chunk_tokens),
 		w->kind == WL_BLOCKS ? w->block_tokens : c->o.chunk_tokens,
-		c->o.speed > 0 ? "x" : "max", c->o.speed > 0 ? c->o.speed : 0);
+		speed);
 }
 
 static json_t *config_json(const struct cli *c, const struct wl *w)

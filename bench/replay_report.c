@@ -22,7 +22,7 @@ enum {
 	F_RAM_MIB, F_DISK_MIB,
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
-	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S,
+	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
 	F_BUSY_S, F_MAKESPAN_S, F_THROUGHPUT,
 	F_SAVED_STORE, F_SAVED_NET, F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
@@ -67,7 +67,8 @@ static const struct field fields[F_N] = {
 	[F_LOAD_P99] = { "load_p99_us", "load latency p99 (us, measured)", "%.0f" },
 	[F_LOAD_RAM_S] = { "load_ram_s", "load time, RAM-only batches (s)", "%.3f" },
 	[F_LOAD_DISK_S] = { "load_disk_s", "load time, batches touching disk (s)", "%.3f" },
-	[F_CHARGED_S] = { "charged_load_s", "load time charged, full size (s)", "%.1f" },
+	[F_CHARGED_S] = { "charged_load_s", "load time charged to prefill (s)", "%.2f" },
+	[F_FULLSIZE_S] = { "fullsize_load_s", "load time x scale, full-size bound (s)", "%.1f" },
 	[F_BUSY_S] = { "busy_s", "endpoint busy time (s, modelled)", "%.0f" },
 	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
 	[F_THROUGHPUT] = { "throughput", "throughput (calls/s, modelled)", "%.3f" },
@@ -130,6 +131,7 @@ static double fget(const struct replay_result *r, int id)
 	case F_LOAD_RAM_S: return r->load_ram_s;
 	case F_LOAD_DISK_S: return r->load_disk_s;
 	case F_CHARGED_S: return r->charged_load_s;
+	case F_FULLSIZE_S: return r->fullsize_load_s;
 	case F_BUSY_S: return r->busy_s;
 	case F_MAKESPAN_S: return r->makespan_s;
 	case F_THROUGHPUT: return r->throughput;
@@ -140,6 +142,8 @@ static double fget(const struct replay_result *r, int id)
 	case F_TTFT_P90: return r->ttft_p90;
 	case F_TTFT_P99: return r->ttft_p99;
 	case F_STICKY:
+		if (r->sticky_stay + r->sticky_spill == 0)
+			return NAN;
 		return pct((double)r->sticky_stay, (double)(r->sticky_stay + r->sticky_spill));
 	case F_BOUND_BLK: return pct((double)r->bound_blk, (double)r->total_blk);
 	case F_BOUND_TOK: return pct((double)r->bound_tok, pt);

@@ -152,6 +152,7 @@ struct disk_tier {
 	pthread_mutex_t lock;
 	struct region *regions;
 	uint32_t cur;             /* open region or NIL */
+	uint32_t nfree;           /* regions never written */
 	uint64_t rec_seq, region_seq;
 	struct ient *ents;
 	size_t ents_map;          /* bytes mapped for ents */
@@ -552,6 +553,8 @@ static int region_open_next(struct disk_tier *d)
 	if (d->regions[best].state == R_SEALED) {
 		region_clear(d, best);
 		ctr_add(&d->reclaims, 1);
+	} else {
+		d->nfree--;
 	}
 	d->regions[best].state = R_OPEN;
 	d->regions[best].seq = ++d->region_seq;
@@ -846,8 +849,13 @@ static int near_tail(const struct disk_tier *d, uint32_t r)
 {
 	const struct region *rg = &d->regions[r];
 
-	return r != d->cur && rg->state == R_SEALED &&
-	       (d->region_seq - rg->seq) * 4 >= (uint64_t)d->nregions * 3;
+	if (r == d->cur || rg->state != R_SEALED)
+		return 0;
+	/* Only once the log has wrapped: while free regions remain, nothing is
+	 * about to be reclaimed. */
+	if (d->nfree)
+		return 0;
+	return (d->region_seq - rg->seq) * 4 >= (uint64_t)d->nregions * 3;
 }
 
 int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
@@ -1554,6 +1562,9 @@ static int recover(struct disk_tier *d)
 		resume_open_region(d);
 	}
 	stage_put(d, s, (size_t)d->ndev * PAGE);
+	d->nfree = 0;
+	for (uint32_t r = 0; r < d->nregions; r++)
+		d->nfree += d->regions[r].state == R_FREE;
 	if (err)
 		return kvt_fail(err, "disk: recovery failed: %s", strerror(-err));
 	return 0;

@@ -287,7 +287,7 @@ static void table_aligns_columns(void **state)
 
 struct count_arg {
 	int seen[8];
-	unsigned nthreads;
+	unsigned nthreads[8]; /* per thread: no shared writes */
 };
 
 static void count_thread(unsigned tid, unsigned nthreads, void *arg)
@@ -295,21 +295,22 @@ static void count_thread(unsigned tid, unsigned nthreads, void *arg)
 	struct count_arg *c = arg;
 
 	c->seen[tid]++;
-	c->nthreads = nthreads;
+	c->nthreads[tid] = nthreads;
 }
 
 static void parallel_runs_each_thread_once(void **state)
 {
-	struct count_arg c = { { 0 }, 0 };
+	struct count_arg c = { { 0 }, { 0 } };
 	uint64_t wall = 0;
 	int i;
 
 	(void)state;
 	assert_int_equal(bench_parallel(3, 1, count_thread, &c, &wall), 0);
-	for (i = 0; i < 3; i++)
+	for (i = 0; i < 3; i++) {
 		assert_int_equal(c.seen[i], 1);
+		assert_int_equal(c.nthreads[i], 3);
+	}
 	assert_int_equal(c.seen[3], 0);
-	assert_int_equal(c.nthreads, 3);
 	assert_true(wall > 0);
 	assert_int_equal(bench_parallel(0, 0, count_thread, &c, NULL), -EINVAL);
 	assert_int_equal(bench_parallel(1, 0, NULL, &c, NULL), -EINVAL);
