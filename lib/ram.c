@@ -323,6 +323,8 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 	}
 	int again = 0;
 	while ((off = arena_alloc(r->arena, len)) < 0) {
+		if (off != -ENOSPC)
+			return (int)off;
 		int rc = evict_one(r);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
