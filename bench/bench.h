@@ -42,6 +42,7 @@ int bench_hash_main(int argc, char **argv);   /* hash.c */
 int bench_disk_main(int argc, char **argv);   /* disk.c */
 int bench_replay_main(int argc, char **argv); /* replay_cli.c */
 int bench_sweep_main(int argc, char **argv);  /* replay_cli.c */
+int bench_plot_main(int argc, char **argv);   /* plot.c */
 
 /* Exit statuses of a subcommand (and of kvbench). */
 #define BENCH_EXIT_OK 0
@@ -199,7 +200,7 @@ typedef void (*bench_thread_fn)(unsigned tid, unsigned nthreads, void *arg);
 
 /*
  * Runs fn(tid, nthreads, arg) on nthreads new threads, tid 0..nthreads-1,
- * released together from a barrier; thread tid is pinned to CPU tid modulo
+ * all released together once every thread exists; thread tid is pinned to CPU tid modulo
  * the online CPUs when pin is non-zero. Sets *wall_ns (may be NULL) to the
  * time from the release to the end of the last thread. Returns 0, or a
  * negative errno when threads could not be started (none then runs).
@@ -246,6 +247,18 @@ struct bench_memcpy *bench_memcpy_new(size_t block, size_t src_bytes,
 int bench_memcpy_run(struct bench_memcpy *m, uint64_t ops_per_thread,
 		     unsigned ndst, double *bytes_per_s,
 		     struct bench_samples *lat);
+
+/*
+ * The other direction, the limit for puts: the same copies, but from the
+ * caller's region "from" (whole blocks; block i of it for region block i
+ * mod its block count) into the arena-like region, block by block in the
+ * order above. Both sides then stream through memory that is not in the
+ * cache, as a put from an engine's buffers into the arena does. Returns 0 or
+ * a negative errno.
+ */
+int bench_memcpy_run_into(struct bench_memcpy *m, const void *from,
+			  size_t from_bytes, uint64_t ops_per_thread,
+			  double *bytes_per_s, struct bench_samples *lat);
 
 void bench_memcpy_free(struct bench_memcpy *m);
 
@@ -352,10 +365,11 @@ int bench_stats_number(const json_t *stats, const char *path, double *out);
 /*
  * Creates a fresh private directory (mkdtemp, mode 0700) named
  * kvbench-XXXXXX under /var/tmp, or /tmp when /var/tmp is not writable, and
- * writes its path to buf (cap >= 64 is plenty). The directory is registered
- * for removal, with everything in it, at exit and on SIGINT, SIGTERM and
- * SIGHUP, unless removed earlier with bench_tmpdir_remove(). Returns 0 or a
- * negative errno (message on stderr).
+ * writes its path to buf (cap at least 24 bytes, else -ENAMETOOLONG). The
+ * directory is registered for removal, with everything in it, at exit and
+ * on SIGINT, SIGTERM and SIGHUP, unless removed earlier with
+ * bench_tmpdir_remove(); at most 8 are registered at once (-EMFILE). Returns
+ * 0 or a negative errno (message on stderr).
  */
 int bench_tmpdir_create(char *buf, size_t cap);
 

@@ -606,6 +606,8 @@ struct memcpy_run {
 	struct bench_memcpy *m;
 	uint64_t ops;
 	unsigned ndst;
+	const char *from; /* non-NULL: copy from[] into the region (puts) */
+	size_t nfrom;     /* blocks in from */
 	struct bench_samples *lat; /* [threads] or NULL */
 };
 
@@ -623,8 +625,12 @@ static void memcpy_thread(unsigned tid, unsigned nthreads, void *arg)
 	for (k = 0; k < r->ops; k++) {
 		uint64_t t0 = bench_now_ns();
 
-		memcpy(dst + (size_t)d * m->block, m->src + idx * m->block,
-		       m->block);
+		if (r->from)
+			memcpy(m->src + idx * m->block,
+			       r->from + (idx % r->nfrom) * m->block, m->block);
+		else
+			memcpy(dst + (size_t)d * m->block, m->src + idx * m->block,
+			       m->block);
 		uint64_t t1 = bench_now_ns();
 
 		if (lat)
@@ -639,17 +645,15 @@ static void memcpy_thread(unsigned tid, unsigned nthreads, void *arg)
 	__asm__ volatile("" : : "r"(dst) : "memory");
 }
 
-int bench_memcpy_run(struct bench_memcpy *m, uint64_t ops_per_thread,
-		     unsigned ndst, double *bytes_per_s, struct bench_samples *lat)
+static int memcpy_run(struct memcpy_run *pr, double *bytes_per_s,
+		      struct bench_samples *lat)
 {
-	struct memcpy_run r = { .m = m, .ops = ops_per_thread, .ndst = ndst };
-	uint64_t wall = 0;
+	struct memcpy_run r = *pr;
+	struct bench_memcpy *m = r.m;
+	uint64_t ops_per_thread = r.ops, wall = 0;
 	unsigned i;
 	int err = 0;
 
-	if (!m || !bytes_per_s || ops_per_thread == 0 || ndst == 0 ||
-	    ndst > m->max_dst)
-		return -EINVAL;
 	if (lat) {
 		r.lat = calloc(m->threads, sizeof(*r.lat));
 		if (!r.lat)
@@ -672,6 +676,31 @@ int bench_memcpy_run(struct bench_memcpy *m, uint64_t ops_per_thread,
 		free(r.lat);
 	}
 	return err;
+}
+
+int bench_memcpy_run(struct bench_memcpy *m, uint64_t ops_per_thread,
+		     unsigned ndst, double *bytes_per_s, struct bench_samples *lat)
+{
+	struct memcpy_run r = { .m = m, .ops = ops_per_thread, .ndst = ndst };
+
+	if (!m || !bytes_per_s || ops_per_thread == 0 || ndst == 0 ||
+	    ndst > m->max_dst)
+		return -EINVAL;
+	return memcpy_run(&r, bytes_per_s, lat);
+}
+
+int bench_memcpy_run_into(struct bench_memcpy *m, const void *from,
+			  size_t from_bytes, uint64_t ops_per_thread,
+			  double *bytes_per_s, struct bench_samples *lat)
+{
+	struct memcpy_run r = { .m = m, .ops = ops_per_thread, .ndst = 1,
+				.from = from };
+
+	if (!m || !from || !bytes_per_s || ops_per_thread == 0 ||
+	    from_bytes < m->block)
+		return -EINVAL;
+	r.nfrom = from_bytes / m->block;
+	return memcpy_run(&r, bytes_per_s, lat);
 }
 
 double bench_memcpy_limit(size_t block, size_t src_bytes, unsigned ndst,
@@ -1258,13 +1287,19 @@ static int rm_tree_at(int parent, const char *name, unsigned depth)
 	return err;
 }
 
+/*
+ * A signal may run this on any thread while another one (the store's) still
+ * creates files in the directory, so a failed removal is tried again.
+ */
 static void remove_registered(void)
 {
-	int i;
+	int i, tries;
 
 	for (i = 0; i < TMPDIR_MAX; i++) {
 		if (tmpdir_used[i]) {
-			rm_tree_at(AT_FDCWD, tmpdirs[i], 0);
+			for (tries = 0; tries < 3; tries++)
+				if (rm_tree_at(AT_FDCWD, tmpdirs[i], 0) == 0)
+					break;
 			tmpdir_used[i] = 0;
 		}
 	}
@@ -1305,6 +1340,7 @@ int bench_tmpdir_create(char *buf, size_t cap)
 {
 	static const char *const bases[] = { "/var/tmp", "/tmp" };
 	char path[TMPDIR_PATH];
+	sigset_t block, old;
 	unsigned i;
 	int slot, err = -ENOENT;
 
@@ -1314,6 +1350,15 @@ int bench_tmpdir_create(char *buf, size_t cap)
 		fprintf(stderr, "kvbench: too many temporary directories\n");
 		return -EMFILE;
 	}
+	if (!buf || cap < sizeof("/var/tmp/kvbench-XXXXXX"))
+		return -ENAMETOOLONG;
+	install_hooks();
+	/* No signal between creating the directory and registering it. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
 	for (i = 0; i < sizeof(bases) / sizeof(bases[0]); i++) {
 		snprintf(path, sizeof(path), "%s/kvbench-XXXXXX", bases[i]);
 		if (mkdtemp(path)) {
@@ -1322,19 +1367,17 @@ int bench_tmpdir_create(char *buf, size_t cap)
 		}
 		err = -errno;
 	}
+	if (!err) {
+		memcpy(tmpdirs[slot], path, sizeof(path));
+		tmpdir_used[slot] = 1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (err) {
 		fprintf(stderr,
 			"kvbench: cannot create a directory in /var/tmp or /tmp: %s\n",
 			strerror(-err));
 		return err;
 	}
-	if (strlen(path) + 1 > cap) {
-		rmdir(path);
-		return -ENAMETOOLONG;
-	}
-	install_hooks();
-	memcpy(tmpdirs[slot], path, sizeof(path));
-	tmpdir_used[slot] = 1;
 	memcpy(buf, path, strlen(path) + 1);
 	return 0;
 }

@@ -323,14 +323,19 @@ static void print_summary(struct demo *d)
 	}
 	if (!bench_stats_number(st, "store.refused_puts", &v))
 		printf("  refused puts   %.0f\n", v);
-	if (!bench_stats_number(st, "ram.index_bytes_per_block", &v))
-		printf("  index          %.1f bytes per stored block\n", v);
+	if (!bench_stats_number(st, "ram.index_bytes_per_block", &v)) {
+		printf("  index          RAM %.1f bytes per stored block", v);
+		if (!bench_stats_number(st, "disk.index_bytes_per_block", &v))
+			printf(", disk %.1f", v);
+		printf("\n");
+	}
 	if (!bench_stats_number(st, "store.get_latency.p50_us", &v) &&
 	    !bench_stats_number(st, "store.get_latency.p99_us", &w))
-		printf("  get latency    p50 %.0f us, p99 %.0f us (per block)\n", v, w);
+		printf("  get latency    p50 %.0f us, p99 %.0f us per block, all tiers\n", v, w);
 	if (!bench_stats_number(st, "store.put_latency.p50_us", &v) &&
 	    !bench_stats_number(st, "store.put_latency.p99_us", &w))
-		printf("  put latency    p50 %.0f us, p99 %.0f us (per block)\n", v, w);
+		printf("  put latency    p50 %.0f us, p99 %.0f us per block, spills included\n",
+		       v, w);
 	bench_json_result(d->doc, json_pack("{s:s, s:o}", "name", "store_stats",
 					    "stats", st));
 }

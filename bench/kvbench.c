@@ -17,6 +17,7 @@ static const struct bench_cmd commands[] = {
 	{ "disk", bench_disk_main, "NVMe tier: spill and cold batch load as a share of fio, reopen times" },
 	{ "replay", bench_replay_main, "agent sessions or a trace through GPU caches and the store: hit shares, time saved" },
 	{ "sweep", bench_sweep_main, "replays over fleet width, store capacity or another parameter" },
+	{ "plot", bench_plot_main, "draws a replay or sweep JSON file with gnuplot (PNG or SVG)" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -290,6 +290,11 @@ static void copy_row(struct bench_table *t, json_t *doc, const struct row *r)
 			      "calls", (json_int_t)r->ops, "failures",
 			      (json_int_t)r->failures);
 	bench_json_result(doc, o);
+	bench_json_limit(doc, json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "name", "memcpy",
+					"for", r->op, "block_bytes", (json_int_t)r->size,
+					"threads", (json_int_t)r->threads, "dst_buffers",
+					(json_int_t)(r->batch ? r->batch : 1),
+					"bytes_per_s", bench_json_reps(&r->limit)));
 }
 
 /* --- put, get, batch get for one block size ---------------------------------- */
@@ -462,7 +467,8 @@ static int bench_size(const struct ram_opts *o, uint64_t size,
 			wall = run(&j, nt, put_thread);
 			rate[rep] = wall ? (double)nkeys * size / ((double)wall / 1e9) : 0;
 			lat_collect(lat, nt, rep ? &all : NULL);
-			if (bench_memcpy_run(mc, nkeys / nt, 1, &limit[rep], NULL))
+			if (bench_memcpy_run_into(mc, pool, nkeys * size, nkeys / nt,
+						  &limit[rep], NULL))
 				limit[rep] = NAN;
 		}
 		r = (struct row){ .op = "put", .size = size, .threads = nt,
@@ -881,6 +887,20 @@ int bench_ram_main(int argc, char **argv)
 		return bench_usage_error(CMD, usage,
 					 "--working-set must be at most 80%% of --capacity, so that "
 					 "gets measure copies, not misses");
+	if (o.copy) {
+		unsigned long tmax = 1;
+
+		for (i = 0; i < o.nthreads; i++)
+			if (o.threads[i] > tmax)
+				tmax = o.threads[i];
+		for (i = 0; i < o.nsizes; i++)
+			if (o.working_set / o.sizes[i] < o.batch * tmax)
+				return bench_usage_error(CMD, usage,
+							 "--working-set holds %llu blocks of %llu bytes, "
+							 "fewer than --batch x the most threads (%lu)",
+							 (unsigned long long)(o.working_set / o.sizes[i]),
+							 (unsigned long long)o.sizes[i], o.batch * tmax);
+	}
 	o.reps = co.reps;
 
 	doc = bench_json_new(CMD);

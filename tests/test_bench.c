@@ -330,6 +330,18 @@ static void memcpy_probe_reports_a_rate_and_latencies(void **state)
 	assert_int_equal(bench_memcpy_run(m, 10, 3, &rate, NULL), -EINVAL);
 	assert_int_equal(bench_memcpy_run(m, 10, 0, &rate, NULL), -EINVAL);
 	assert_int_equal(bench_memcpy_run(m, 0, 1, &rate, NULL), -EINVAL);
+	{
+		char from[2 * 4096];
+
+		rate = 0;
+		assert_int_equal(bench_memcpy_run_into(m, from, sizeof(from), 5, &rate,
+						       NULL), 0);
+		assert_true(rate > 0);
+		assert_int_equal(bench_memcpy_run_into(m, from, 100, 5, &rate, NULL),
+				 -EINVAL);
+		assert_int_equal(bench_memcpy_run_into(m, NULL, 4096, 5, &rate, NULL),
+				 -EINVAL);
+	}
 	bench_memcpy_free(m);
 	bench_samples_free(&lat);
 	errno = 0;
@@ -542,6 +554,8 @@ static void subcommands_reject_bad_command_lines(void **state)
 	assert_int_equal(run_main(bench_ram_main, "ram", "--threads", "0", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--working-set", "3GiB", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--help=1", NULL), 2);
+	assert_int_equal(run_main(bench_ram_main, "ram", "--sizes", "1MiB", "--working-set",
+				  "16MiB", "--batch", "32", NULL), 2);
 	assert_int_equal(run_main(bench_demo_main, "demo", "--ram", "1MiB", NULL), 2);
 	assert_int_equal(run_main(bench_demo_main, "demo", "--reps", "x", NULL), 2);
 }
@@ -624,6 +638,12 @@ static void ram_writes_json_results(void **state)
 						      "median")) > 0);
 	r = result_named(doc, "get_batch", 0);
 	assert_int_equal(json_integer_value(json_object_get(r, "blocks_per_call")), 4);
+	/* one memcpy limit per copy figure, the batch one into as many buffers */
+	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 3);
+	r = json_array_get(json_object_get(doc, "limits"), 2);
+	assert_string_equal(json_string_value(json_object_get(r, "name")), "memcpy");
+	assert_string_equal(json_string_value(json_object_get(r, "for")), "get_batch");
+	assert_int_equal(json_integer_value(json_object_get(r, "dst_buffers")), 4);
 	r = result_named(doc, "lookup", 0);
 	assert_int_equal(json_integer_value(json_object_get(r, "keys_per_call")), 50);
 	assert_int_equal(json_integer_value(json_object_get(r, "short_calls")), 0);
