@@ -508,7 +508,7 @@ static int apply(const json_t *root, struct kvt_config *c)
 		} else if (!strcmp(k, "disk")) {
 			r = parse_disk(v, c, &g);
 		} else if (!strcmp(k, "peers")) {
-			r = kvt_fail(-ENOTSUP, "peers: the peer tier is not implemented in this version");
+			r = kvt_fail(-ENOTSUP, "peers: this version has no peer tier (RDMA/TCP peers are absent; see the README status table)");
 		} else {
 			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers)",
 				     QUOTE_MAX, k);

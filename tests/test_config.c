@@ -525,7 +525,7 @@ static void test_peers_are_refused_as_unsupported(void **state)
 {
 	(void)state;
 	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": []}}", -ENOTSUP,
-		    "peers: the peer tier is not implemented in this version");
+		    "peers: this version has no peer tier (RDMA/TCP peers are absent; see the README status table)");
 	expect_fail("{\"peers\": null}", -ENOTSUP, "peers");
 }
 
