@@ -731,6 +731,12 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 				res->put_bytes += r->ops[k].len;
 		}
 	}
+	if (r->store_on && r->o->policy == POL_REFUSE && ns > 0) {
+		/* Mooncake's connector asks the store which blocks of the whole
+		 * prompt exist, and every query grants a lease: do the same */
+		size_t f = 0;
+		(void)kvt_lookup(r->st, r->skeys, ns, KVT_LEASE, &f);
+	}
 	r->ttft[r->nttft++] = t - r->arrive[ci];
 	e->busy = 0;
 	e->score -= c->prompt_tokens;
@@ -942,8 +948,12 @@ static char *store_config(const struct replay_opts *o, const char *disk_path)
 	json_object_set_new(ram, "capacity",
 			    json_integer((json_int_t)replay_block_bytes(o, o->ram_tokens)));
 	json_object_set_new(ram, "lease_ms", json_integer((json_int_t)llround(lease)));
-	if (o->policy == POL_REFUSE)
+	if (o->policy == POL_REFUSE) {
+		/* Mooncake Store: no cap on leased bytes, and a RAM tier that
+		 * holds only live leases refuses the put */
 		json_object_set_new(ram, "refuse_when_leased", json_true());
+		json_object_set_new(ram, "lease_cap", json_real(1.0));
+	}
 	json_object_set_new(root, "ram", ram);
 	json_object_set_new(root, "threads", json_integer(o->threads));
 	if (disk_path && o->policy != POL_RAM_ONLY) {

@@ -39,6 +39,7 @@ struct cli {
 	double values[MAX_VALUES];
 	size_t nvalues;
 	int speed_set;
+	int per_width;   /* fleet: use max(16, 4 x width) sessions a run */
 };
 
 static const char usage_replay[] =
@@ -54,7 +55,8 @@ static const char usage_replay[] =
 	"             (policies recompute,gpu-only,ram-only,default)\n"
 	"  exp2       reuse distance 128, 16 in flight, 2 endpoints, 256 GiB RAM\n"
 	"             (policies ram-only,default)\n"
-	"  fleet-W    W = 1, 2, 6, 12 or 18 sessions on 1 endpoint, 32 GB RAM + disk\n"
+	"  fleet-W    W = 1, 2, 6, 12 or 18 sessions on 1 endpoint, 32 GB RAM + disk;\n"
+	"             max(16, 4W) of the generated sessions are replayed\n"
 	"  fleet      fleet-12 (policies default,ram-only)\n"
 	"  lease      fleet-12 with a 300 s lease (policies default,refuse)\n"
 	"  mooncake   trace timestamps, 4 endpoints, 3M-token RAM, 100M-token disk\n"
@@ -94,8 +96,10 @@ static const char usage_replay[] =
 	"  --charge-scale X        charge X times the measured load time to prefill (1;\n"
 	"                          the --scale value charges it as if at full size)\n"
 	"store:\n"
-	"  --policy LIST           default (= ram+disk), ram-only, refuse, gpu-only,\n"
-	"                          recompute; a comma-separated list runs each\n"
+	"  --policy LIST           default (= ram+disk), ram-only, refuse (Mooncake-like:\n"
+	"                          no lease cap, refuse puts when RAM is all leased),\n"
+	"                          gpu-only, recompute; a comma-separated list runs\n"
+	"                          each\n"
 	"  --ram-tokens N          RAM tier capacity in tokens (K, M, G suffixes)\n"
 	"  --ram SIZE              RAM tier capacity as full-size bytes (e.g. 32GiB)\n"
 	"  --disk-tokens N         disk tier capacity in tokens\n"
@@ -267,7 +271,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->max_inflight = 16;
 		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
 		o->disk_tokens = 32ull << 20;
-		o->speed = 200;
+		o->speed = 400;
 		return set_policies(c, "ram-only,default");
 	}
 	if (!strcmp(p, "fleet") || !strcmp(p, "lease") || !strncmp(p, "fleet-", 6)) {
@@ -285,7 +289,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->ram_tokens = (uint64_t)(32e9 / (double)o->kv_bytes_per_token);
 		o->disk_tokens = 32ull << 20;
 		o->speed = 200;
-		c->sessions_limit = 64;
+		c->per_width = 1;
 		if (!strcmp(p, "lease")) {
 			o->lease_ms = 300000;
 			return set_policies(c, "default,refuse");
@@ -390,6 +394,7 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 		case O_SESSIONS:
 			if (parse_u64(optarg, 1, 1e9, &c->sessions_limit))
 				BAD("sessions");
+			c->per_width = 0;
 			break;
 		case O_SHARED:
 			if (parse_u64(optarg, 0, 1 << 20, &u))
@@ -772,9 +777,17 @@ static int run_all(struct cli *c, int sweep)
 				o.label = label;
 				xs[n] = c->values[i];
 			}
-			fprintf(stderr, "kvbench %s: running %s%s%s ...\n", c->cmd,
-				replay_policy_name[o.policy], sweep ? " at " : "", sweep ? label : "");
-			r = replay_run(&o, &w, &res[n], err, sizeof(err));
+			struct wl wr = w; /* a view: fewer sessions for narrow fleets */
+			if (c->per_width && !c->trace) {
+				wl_truncate_sessions(&wr, o.active * 4 > 16 ? o.active * 4 : 16);
+				/* wide fleets load more per simulated second */
+				if (!c->speed_set)
+					o.speed = o.active <= 2 ? 200 : 100;
+			}
+			fprintf(stderr, "kvbench %s: running %s%s%s (%zu calls) ...\n", c->cmd,
+				replay_policy_name[o.policy], sweep ? " at " : "", sweep ? label : "",
+				wr.ncalls);
+			r = replay_run(&o, &wr, &res[n], err, sizeof(err));
 			if (r) {
 				fprintf(stderr, "kvbench %s: policy %s: %s\n", c->cmd,
 					replay_policy_name[o.policy], err);

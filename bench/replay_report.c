@@ -206,8 +206,8 @@ static const struct replay_ref refs_fleet18[] = {
 	{ NULL, NULL, 0, NULL }
 };
 static const struct replay_ref refs_lease[] = {
-	{ "refused_share", NULL, 87.2, FLEET ", writes refused at a 300 s lease (Mooncake Store)" },
-	{ "store_share", NULL, 19.8, FLEET ", Store hit rate at a 300 s lease (45.1 short)" },
+	{ "refused_share", "refuse", 87.2, FLEET ", writes refused at a 300 s lease (Mooncake Store)" },
+	{ "store_share", "refuse", 19.8, FLEET ", Store hit rate at a 300 s lease (45.1 short)" },
 	{ NULL, NULL, 0, NULL }
 };
 #define PART1 "controlled study"

@@ -1,0 +1,266 @@
+/*
+ * test_replay.c - the replay engine (bench/replay.c) on the real store:
+ * tiny traces whose hits were worked out by hand replay to exactly those
+ * counts, in the GPU prefix cache and in the RAM tier; the Mooncake
+ * excerpt's unbounded bound; policies that turn caches off.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "replay.h"
+#include "trace.h"
+
+static const char *data_path(const char *name)
+{
+	static char buf[512];
+	const char *slash = strrchr(__FILE__, '/');
+	int dir = slash ? (int)(slash - __FILE__) : 0;
+
+	snprintf(buf, sizeof(buf), "%.*s%sdata/%s", dir, __FILE__, slash ? "/" : "", name);
+	return buf;
+}
+
+static void opts_for_tests(struct replay_opts *o)
+{
+	replay_opts_defaults(o);
+	o->speed = 0; /* back to back */
+	o->progress = 0;
+	o->ram_tokens = 100000;
+	o->disk_tokens = 0;
+	o->active = 1; /* sessions one after another */
+	o->stagger_s = 0;
+}
+
+static void load(const char *name, struct wl *w)
+{
+	char err[256];
+
+	if (trace_load(data_path(name), TRACE_AUTO, 512, w, NULL, err, sizeof(err)))
+		fail_msg("%s", err);
+}
+
+static void run(const struct replay_opts *o, const struct wl *w, struct replay_result *r)
+{
+	char err[512];
+	int rc = replay_run(o, w, r, err, sizeof(err));
+
+	if (rc)
+		fail_msg("replay_run: %d %s", rc, err);
+}
+
+/*
+ * tiny-sessions.jsonl, by hand (16-token GPU blocks):
+ *   A0: 32 task-text tokens + 68 new = 100 tokens, 6 full blocks: all computed.
+ *   A1: A0's prompt + 20 answer + 40 new = 160 tokens, 10 blocks: the 6
+ *       blocks of A0 are cached (96 tokens); 64 tokens computed.
+ *   B0: 48 task-text tokens + 16 new = 64 tokens, 4 blocks: the first 2
+ *       blocks (32 task-text tokens) match A0; 32 tokens computed.
+ */
+static void tiny_trace_hits_the_gpu_cache_as_worked_out(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+
+	(void)state;
+	load("tiny-sessions.jsonl", &w);
+	opts_for_tests(&o);
+	o.policy = POL_GPU_ONLY;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, 3);
+	assert_int_equal(r.prompt_tokens, 324);
+	assert_int_equal(r.prompt_blocks, 20);
+	assert_int_equal(r.tok[T_GPU], 128);
+	assert_int_equal(r.blk[T_GPU], 8);
+	assert_int_equal(r.tok[T_MISS], 196);
+	assert_int_equal(r.blk[T_MISS], 12);
+	assert_int_equal(r.tok[T_RAM], 0);
+	assert_int_equal(r.puts_offered, 0);
+	/* an unbounded cache would find the same blocks */
+	assert_int_equal(r.bound_blk, 8);
+	assert_int_equal(r.bound_tok, 128);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+/*
+ * The same trace with no GPU cache and 32-token store blocks:
+ *   A0: 3 store blocks looked up, none found, 3 put.
+ *   A1: 5 store blocks, the first 3 found and loaded (96 tokens), 2 put.
+ *   B0: 2 store blocks, the first (task text) found (32 tokens), 1 put.
+ */
+static void tiny_trace_hits_the_ram_tier_as_worked_out(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+
+	(void)state;
+	load("tiny-sessions.jsonl", &w);
+	opts_for_tests(&o);
+	o.policy = POL_RAM_ONLY;
+	o.gpu_tokens = 0;
+	o.chunk_tokens = 32;
+	run(&o, &w, &r);
+	assert_int_equal(r.tok[T_GPU], 0);
+	assert_int_equal(r.tok[T_RAM], 128);
+	assert_int_equal(r.blk[T_RAM], 8);
+	assert_int_equal(r.tok[T_DISK], 0);
+	assert_int_equal(r.tok[T_MISS], 196);
+	assert_int_equal(r.puts_offered, 6);
+	assert_int_equal(r.puts_refused, 0);
+	assert_int_equal(r.put_errors, 0);
+	assert_int_equal(r.lookups, 3);
+	assert_int_equal(r.bytes_loaded[T_RAM], 4 * replay_block_bytes(&o, 32));
+	assert_non_null(r.store_stats);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+/*
+ * mooncake-excerpt.jsonl: six lines of the conversation trace (lines 2, 31,
+ * 67, 134, 138 and 192 of the file). Leading ids already seen, by hand:
+ *   [0,14..27]             15 ids, 7322 tokens: 0
+ *   [0,820,821]             3 ids: 1 (id 0)                   512 tokens
+ *   [0,1541..1545]          6 ids: 1 (id 0)                   512 tokens
+ *   [0,1541..1544,3753]     6 ids: 5 (0,1541..1544)          2560 tokens
+ *   [0,14..26,3868,3869]   16 ids: 14 (0,14..26)             7168 tokens
+ *   [0,820,5023..5025]      5 ids: 2 (0,820)                 1024 tokens
+ * = 23 of 51 blocks, 11,776 of 24,410 tokens.
+ */
+static void mooncake_excerpt_replays_to_the_hand_counts(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+
+	(void)state;
+	load("mooncake-excerpt.jsonl", &w);
+	opts_for_tests(&o);
+	o.sched = SCHED_ARRIVAL;
+
+	o.policy = POL_GPU_ONLY;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, 6);
+	assert_int_equal(r.prompt_tokens, 24410);
+	assert_int_equal(r.total_blk, 51);
+	assert_int_equal(r.bound_blk, 23);
+	assert_int_equal(r.bound_tok, 11776);
+	assert_int_equal(r.blk[T_GPU], 23);
+	assert_int_equal(r.tok[T_GPU], 11776);
+	assert_int_equal(r.tok[T_MISS], 24410 - 11776);
+	replay_result_free(&r);
+
+	o.policy = POL_RAM_ONLY;
+	o.gpu_tokens = 0;
+	run(&o, &w, &r);
+	assert_int_equal(r.blk[T_RAM], 23);
+	assert_int_equal(r.tok[T_RAM], 11776);
+	assert_int_equal(r.puts_offered, 51 - 23);
+	assert_int_equal(r.bound_tok, 11776);
+	replay_result_free(&r);
+
+	/* a GPU cache of one 512-token block keeps only the last block put
+	 * (the head of the last prompt), so only a request starting with
+	 * that same id hits: every line starts with id 0 and the head is
+	 * inserted last, so each later line hits exactly id 0 */
+	o.policy = POL_GPU_ONLY;
+	o.gpu_tokens = 512;
+	run(&o, &w, &r);
+	assert_int_equal(r.blk[T_GPU], 5);
+	assert_int_equal(r.tok[T_GPU], 5 * 512);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+static void recompute_policy_computes_every_token(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl_gen g;
+	struct wl w;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	wl_truncate_sessions(&w, 4);
+	opts_for_tests(&o);
+	o.policy = POL_RECOMPUTE;
+	o.active = 2;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, w.ncalls);
+	assert_int_equal(r.tok[T_MISS], r.prompt_tokens);
+	assert_int_equal(r.tok[T_GPU] + r.tok[T_RAM] + r.tok[T_DISK], 0);
+	assert_true(r.busy_s > 0);
+	assert_true(r.saved_store == 0);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+static void generated_sessions_replay_the_same_way_twice(void **state)
+{
+	struct replay_opts o;
+	struct replay_result a, b;
+	struct wl_gen g;
+	struct wl w;
+	int t;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	wl_truncate_sessions(&w, 6);
+	opts_for_tests(&o);
+	o.policy = POL_GPU_ONLY;
+	o.active = 3;
+	o.gpu_tokens = 100000;
+	run(&o, &w, &a);
+	run(&o, &w, &b);
+	for (t = 0; t < T_NTIERS; t++)
+		assert_int_equal(a.tok[t], b.tok[t]);
+	assert_true(a.tok[T_GPU] > 0); /* later turns reuse their prefix */
+	assert_true(a.ttft_p50 == b.ttft_p50);
+	replay_result_free(&a);
+	replay_result_free(&b);
+	wl_free(&w);
+}
+
+static void bad_engine_options_are_refused(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+	char err[256];
+
+	(void)state;
+	load("tiny-sessions.jsonl", &w);
+	opts_for_tests(&o);
+	o.chunk_tokens = 24; /* not a multiple of 16 */
+	assert_int_equal(replay_run(&o, &w, &r, err, sizeof(err)), -EINVAL);
+	opts_for_tests(&o);
+	o.sched = SCHED_ARRIVAL; /* the trace has no timestamps */
+	assert_int_equal(replay_run(&o, &w, &r, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "timestamps"));
+	wl_free(&w);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(tiny_trace_hits_the_gpu_cache_as_worked_out),
+		cmocka_unit_test(tiny_trace_hits_the_ram_tier_as_worked_out),
+		cmocka_unit_test(mooncake_excerpt_replays_to_the_hand_counts),
+		cmocka_unit_test(recompute_policy_computes_every_token),
+		cmocka_unit_test(generated_sessions_replay_the_same_way_twice),
+		cmocka_unit_test(bad_engine_options_are_refused),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,247 @@
+/*
+ * test_workload.c - the workload generator (bench/workload.c): determinism
+ * for a seed, calibration to the seed study (prompt-length groups and the
+ * think-time distribution), the shape of sessions, bad parameters.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "workload.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double quantile(double *v, size_t n, double q)
+{
+	double pos = q * (double)(n - 1);
+	size_t i = (size_t)pos;
+	double f = pos - (double)i;
+
+	return i + 1 < n ? v[i] * (1 - f) + v[i + 1] * f : v[n - 1];
+}
+
+static void generator_is_deterministic_for_a_seed(void **state)
+{
+	struct wl_gen g;
+	struct wl a, b, c;
+	size_t i, differ = 0;
+	uint32_t *ta, *tb;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	g.seed = 7;
+	assert_int_equal(wl_generate(&g, &a), 0);
+	assert_int_equal(wl_generate(&g, &b), 0);
+	g.seed = 8;
+	assert_int_equal(wl_generate(&g, &c), 0);
+	assert_int_equal(a.ncalls, b.ncalls);
+	for (i = 0; i < a.ncalls; i++) {
+		assert_int_equal(a.calls[i].session, b.calls[i].session);
+		assert_int_equal(a.calls[i].prompt_tokens, b.calls[i].prompt_tokens);
+		assert_int_equal(a.calls[i].output_tokens, b.calls[i].output_tokens);
+		assert_true(a.calls[i].think_s == b.calls[i].think_s);
+		if (a.calls[i].prompt_tokens != c.calls[i].prompt_tokens)
+			differ++;
+	}
+	assert_true(differ > a.ncalls / 2); /* another seed, another workload */
+	ta = malloc(a.calls[100].prompt_tokens * sizeof(*ta));
+	tb = malloc(b.calls[100].prompt_tokens * sizeof(*tb));
+	assert_non_null(ta);
+	assert_non_null(tb);
+	wl_call_tokens(&a, &a.calls[100], ta);
+	wl_call_tokens(&b, &b.calls[100], tb);
+	assert_memory_equal(ta, tb, a.calls[100].prompt_tokens * sizeof(*ta));
+	free(ta);
+	free(tb);
+	wl_free(&a);
+	wl_free(&b);
+	wl_free(&c);
+}
+
+static void generator_matches_the_study_scale_and_length_groups(void **state)
+{
+	struct wl_gen g;
+	struct wl w;
+	size_t i, grp[4] = { 0 };
+	const size_t want[4] = { 1116, 3061, 2779, 947 };
+	uint64_t L;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	assert_int_equal(w.ncalls, 7903);
+	assert_int_equal(w.nsessions, 256);
+	for (i = 0; i < w.ncalls; i++) {
+		L = w.calls[i].prompt_tokens;
+		grp[L <= 32768 ? 0 : L <= 65536 ? 1 : L <= 98304 ? 2 : 3]++;
+	}
+	for (i = 0; i < 4; i++) {
+		assert_true(fabs((double)grp[i] - (double)want[i]) <= 0.03 * (double)want[i]);
+	}
+	wl_free(&w);
+}
+
+static void generator_matches_think_time_percentiles(void **state)
+{
+	struct wl_gen g;
+	struct wl w;
+	struct wl_think t;
+	double *v, sum = 0;
+	size_t i, n = 0;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	v = malloc(w.ncalls * sizeof(*v));
+	assert_non_null(v);
+	for (i = 0; i < w.ncalls; i++) {
+		if (w.calls[i].turn == 0) {
+			assert_true(w.calls[i].think_s == 0);
+			continue;
+		}
+		assert_true(w.calls[i].think_s > 0 && w.calls[i].think_s <= 300);
+		v[n++] = w.calls[i].think_s;
+		sum += w.calls[i].think_s;
+	}
+	qsort(v, n, sizeof(*v), cmp_double);
+	assert_true(fabs(quantile(v, n, 0.50) / 5.16 - 1) < 0.05);
+	assert_true(fabs(quantile(v, n, 0.90) / 23.44 - 1) < 0.05);
+	assert_true(fabs(quantile(v, n, 0.99) / 80.56 - 1) < 0.10);
+	assert_true(fabs(sum / (double)n / 10.36 - 1) < 0.06);
+	/* the fitted distribution itself: mean 10.36 s */
+	wl_think_fit(&t, 5.16, 23.44, 300);
+	assert_true(fabs(wl_think_mean(&t) / 10.36 - 1) < 0.01);
+	free(v);
+	wl_free(&w);
+}
+
+static void each_prompt_extends_the_previous_prompt_and_answer(void **state)
+{
+	struct wl_gen g;
+	struct wl w;
+	const struct wl_call *c;
+	uint32_t *prev, *cur;
+	size_t s, t;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	for (s = 0; s < w.nsessions; s++) {
+		c = &w.calls[w.sessions[s].first_call];
+		for (t = 1; t < w.sessions[s].ncalls; t++) {
+			assert_int_equal(c[t].session, s);
+			assert_int_equal(c[t].turn, t);
+			assert_true(c[t].prompt_tokens > c[t - 1].prompt_tokens + c[t - 1].output_tokens);
+		}
+	}
+	/* token level, one session: turn t's prompt is a prefix of turn t+1's */
+	c = &w.calls[w.sessions[3].first_call];
+	prev = malloc(200000 * sizeof(*prev));
+	cur = malloc(200000 * sizeof(*cur));
+	assert_non_null(prev);
+	assert_non_null(cur);
+	wl_call_tokens(&w, &c[0], prev);
+	wl_call_tokens(&w, &c[1], cur);
+	assert_memory_equal(prev, cur, c[0].prompt_tokens * sizeof(*cur));
+	wl_free(&w);
+	free(prev);
+	free(cur);
+}
+
+static void sessions_share_the_leading_task_text_only(void **state)
+{
+	struct wl_gen g;
+	struct wl w;
+	uint32_t *a, *b;
+	const struct wl_call *ca, *cb;
+	size_t i, same = 0;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	ca = &w.calls[w.sessions[0].first_call];
+	cb = &w.calls[w.sessions[1].first_call];
+	a = malloc(ca->prompt_tokens * sizeof(*a));
+	b = malloc(cb->prompt_tokens * sizeof(*b));
+	assert_non_null(a);
+	assert_non_null(b);
+	wl_call_tokens(&w, ca, a);
+	wl_call_tokens(&w, cb, b);
+	assert_memory_equal(a, b, g.shared_tokens * sizeof(*a));
+	for (i = g.shared_tokens; i < g.shared_tokens + 1000; i++)
+		same += a[i] == b[i];
+	assert_true(same < 10); /* after the task text, sessions diverge */
+	free(a);
+	free(b);
+	wl_free(&w);
+}
+
+static void inconsistent_generator_parameters_are_rejected(void **state)
+{
+	struct wl_gen g;
+	struct wl w;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	g.calls = 7900; /* groups sum to 7903 */
+	assert_int_equal(wl_generate(&g, &w), -EINVAL);
+	wl_gen_defaults(&g);
+	g.sessions = 5000; /* fewer than 2 calls a session */
+	assert_int_equal(wl_generate(&g, &w), -EINVAL);
+	wl_gen_defaults(&g);
+	g.think_p90 = 1; /* below the median */
+	assert_int_equal(wl_generate(&g, &w), -EINVAL);
+	wl_gen_defaults(&g);
+	g.shared_tokens = 7000; /* longer than the shortest prompt */
+	assert_int_equal(wl_generate(&g, &w), -EINVAL);
+}
+
+static void prng_is_reproducible_and_uniform(void **state)
+{
+	struct wl_rng a, b;
+	double sum = 0;
+	int i;
+
+	(void)state;
+	wl_rng_seed(&a, 42);
+	wl_rng_seed(&b, 42);
+	for (i = 0; i < 1000; i++)
+		assert_true(wl_rng_next(&a) == wl_rng_next(&b));
+	for (i = 0; i < 100000; i++) {
+		double u = wl_rng_uniform(&a);
+		assert_true(u >= 0 && u < 1);
+		sum += u;
+	}
+	assert_true(fabs(sum / 100000 - 0.5) < 0.01);
+	for (i = 0; i < 1000; i++) {
+		uint64_t x = wl_rng_range(&a, 5, 9);
+		assert_true(x >= 5 && x <= 9);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(generator_is_deterministic_for_a_seed),
+		cmocka_unit_test(generator_matches_the_study_scale_and_length_groups),
+		cmocka_unit_test(generator_matches_think_time_percentiles),
+		cmocka_unit_test(each_prompt_extends_the_previous_prompt_and_answer),
+		cmocka_unit_test(sessions_share_the_leading_task_text_only),
+		cmocka_unit_test(inconsistent_generator_parameters_are_rejected),
+		cmocka_unit_test(prng_is_reproducible_and_uniform),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
