@@ -140,3 +140,61 @@ clean:
 	rm -rf build
 
 -include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d)
+
+# --- fuzzing ---
+# Coverage-guided fuzz targets of tests/fuzz/ (config parser, trace readers,
+# disk-tier recovery) under libFuzzer with ASan+UBSan; needs clang.
+#   make fuzz                  each target for FUZZ_SECONDS (default 60)
+#   make fuzz-build            just build them (build/fuzz/fuzz_*)
+#   make fuzz-replay           the seed corpora through tests/fuzz/driver.c,
+#                              built with $(CC) (no clang needed); `make check`
+#                              replays them too (tests/test_fuzz_corpus.c)
+# New inputs go to build/fuzz/corpus/<target>, crashes to
+# build/fuzz/crash-<target>-*; minimise one with
+#   build/fuzz/fuzz_<target> -minimize_crash=1 -runs=100000 CRASHFILE
+FUZZ_CC      ?= clang-14
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= build/fuzz
+FUZZ_TARGETS := config trace disk_scan
+FUZZ_SAN     := address,undefined
+FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -pthread -g -O1 \
+		-fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
+FUZZ_LIB_OBJ   := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.fo)
+FUZZ_BENCH_OBJ := $(filter-out $(FUZZ_BUILD)/bench/kvbench.fo,$(BENCH_SRC:%.c=$(FUZZ_BUILD)/%.fo))
+FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_REPLAY  := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/replay_%)
+
+.PHONY: fuzz fuzz-build fuzz-replay
+$(FUZZ_BUILD)/%.fo: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,$(FUZZ_SAN) -c $< -o $@
+
+$(FUZZ_BUILD)/libfuzzkv.a: $(FUZZ_BENCH_OBJ) $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzkv.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer,$(FUZZ_SAN) -o $@ $< \
+		$(FUZZ_BUILD)/libfuzzkv.a $(LIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: $(FUZZ_BIN)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+		dict=; [ ! -f tests/fuzz/$$t.dict ] || dict=-dict=tests/fuzz/$$t.dict; \
+		echo "fuzz_$$t for $(FUZZ_SECONDS)s"; \
+		$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $$dict \
+			$(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t; \
+	done
+
+# The stand-alone driver, with the compiler and sanitizers of a normal build.
+$(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(STLIB) $(BENCHLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -Ibench -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS)
+
+fuzz-replay: $(FUZZ_REPLAY)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		$(FUZZ_BUILD)/replay_$$t tests/fuzz/corpus/$$t; \
+	done
