@@ -8,6 +8,15 @@
  * device limit measured in the same run on a file of the same size on the
  * same file system: fio (--rw=randread / --rw=write, same block size and
  * queue depth, io_uring, O_DIRECT) when installed, else a raw io_uring loop.
+ * The limit is measured before and after the repetitions (the better of the
+ * two counts), and again after each repetition, so that each figure is also
+ * given as the median of per-repetition shares against a limit measured
+ * seconds away: a shared machine's device drifts more than that between
+ * the start and the end of a run.
+ * The tier's spills run on a file written once beforehand, as fio's own
+ * file is (writes then overwrite written blocks, a long-lived tier's steady
+ * state); "new file" spills into a freshly preallocated file, whose
+ * unwritten extents the file system converts as they are first written.
  * Knows the tier only through disk.h and uring.h.
  */
 #include <errno.h>
@@ -86,17 +95,21 @@ static int have_fio(void)
 	return system("fio --version >/dev/null 2>&1") == 0;
 }
 
-/* Runs fio and returns bytes/s of the job's direction, or NAN. */
-static double fio_run(const struct run *r, const char *rw)
+/* Runs fio on path for secs seconds (0: one pass over the file) and returns
+ * bytes/s of the job's direction, or NAN. */
+static double fio_run(const struct run *r, const char *path, const char *rw,
+		      unsigned secs)
 {
-	char cmd[8800], out[4096 + 16];
+	char cmd[8800], out[4096 + 16], timed[64] = "";
 	snprintf(out, sizeof(out), "%s.json", r->limpath);
+	if (secs)
+		snprintf(timed, sizeof(timed), "--runtime=%u --time_based ", secs);
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
-		 "--ioengine=io_uring --direct=1 --size=%llu --runtime=3 --time_based "
+		 "--ioengine=io_uring --direct=1 --size=%llu %s"
 		 "--output-format=json --output=%s >/dev/null 2>&1",
-		 r->limpath, rw, (unsigned long long)r->o.bs, r->o.qd,
-		 (unsigned long long)r->o.size, out);
+		 path, rw, (unsigned long long)r->o.bs, r->o.qd,
+		 (unsigned long long)r->o.size, timed, out);
 	if (system(cmd) != 0)
 		return NAN;
 	json_error_t e;
@@ -112,10 +125,11 @@ static double fio_run(const struct run *r, const char *rw)
 	return bw;
 }
 
-/* The raw loop: the device layer alone, same sizes and depth, for 2 s. */
-static double raw_run(const struct run *r, int write)
+/* The raw loop: the device layer alone, same sizes and depth, on path for
+ * secs s (0: one pass of writes over the file). */
+static double raw_run(const struct run *r, const char *path, int write, unsigned secs)
 {
-	int fd = uring_dev_ops.dev_open(r->limpath, r->o.size);
+	int fd = uring_dev_ops.dev_open(path, r->o.size);
 	void *q = NULL;
 	unsigned nf = 0, qd = (unsigned)r->o.qd;
 	uint64_t nb = r->o.size / r->o.bs, bytes = 0, pos = 0, seed = 88172645463325252ull;
@@ -136,7 +150,8 @@ static double raw_run(const struct run *r, int write)
 	struct dev_io *io = calloc(n, sizeof(*io));
 	struct dev_io **p = calloc(n, sizeof(*p));
 	uint64_t t0 = bench_now_ns();
-	while (io && p && bench_now_ns() - t0 < 2000000000ull) {
+	while (io && p && (secs ? bench_now_ns() - t0 < secs * 1000000000ull
+				: pos < nb)) {
 		for (unsigned i = 0; i < n; i++) {
 			uint64_t b;
 			if (write) {
@@ -164,25 +179,106 @@ static double raw_run(const struct run *r, int write)
 	return bw;
 }
 
-struct limits {
+struct limit {
 	double read, write;
+	double write_new;         /* one pass of writes over a new file */
 };
 
-static void measure_limits(struct run *r, struct limits *l)
+/*
+ * Removes a file and flushes its file system, so that freeing its blocks
+ * (and discarding them, on a file system mounted with -o discard) is done
+ * before the next figure starts rather than under it.
+ */
+static void drop_file(const char *path)
 {
-	double rd, wr;
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	int fd;
 
-	if (r->o.fio) {
-		wr = fio_run(r, "write"); /* also fills the file: reads hit real blocks */
-		rd = fio_run(r, "randread");
-	} else {
-		wr = raw_run(r, 1);
-		rd = raw_run(r, 0);
+	if (unlink(path) != 0)
+		return;
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+		 slash ? path : ".");
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		syncfs(fd);
+		close(fd);
 	}
-	if (!(l->write >= wr))
-		l->write = wr;
-	if (!(l->read >= rd))
-		l->read = rd;
+}
+
+/* One measurement of the limits, each for secs seconds. */
+static void measure_limits(struct run *r, struct limit *l, unsigned secs)
+{
+	char fresh[4096 + 8];
+
+	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
+	drop_file(fresh);
+	if (r->o.fio) {
+		l->write = fio_run(r, r->limpath, "write", secs); /* also fills the file */
+		l->read = fio_run(r, r->limpath, "randread", secs);
+		l->write_new = fio_run(r, fresh, "write", 0);
+	} else {
+		l->write = raw_run(r, r->limpath, 1, secs);
+		l->read = raw_run(r, r->limpath, 0, secs);
+		l->write_new = raw_run(r, fresh, 1, 0);
+	}
+	drop_file(fresh);
+}
+
+static double better(double a, double b)
+{
+	return isnan(a) || b > a ? b : a;
+}
+
+/*
+ * Recreates the tier's file and writes every byte of it once (zeros, so no
+ * superblock: the tier formats it), as fio writes its own file before it
+ * rewrites it. Returns 0 or -errno.
+ */
+static int layout(const struct run *r)
+{
+	const uint32_t chunk = 8u << 20;
+	uint64_t size = r->o.size / 4096 * 4096;
+	unsigned n = (unsigned)((size + chunk - 1) / chunk), nf = 0;
+	void *q = NULL, *buf = NULL;
+	struct dev_io *io = calloc(n, sizeof(*io));
+	struct dev_io **p = calloc(n, sizeof(*p));
+	int fd, err = 0;
+
+	drop_file(r->tierpath);
+	fd = uring_dev_ops.dev_open(r->tierpath, size);
+	if (fd < 0 || !io || !p || posix_memalign(&buf, 4096, chunk) ||
+	    uring_dev_ops.queue_open(&fd, 1, 8, NULL, 0, &nf, &q)) {
+		err = fd < 0 ? fd : -ENOMEM;
+		goto out;
+	}
+	memset(buf, 0, chunk);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = (uint64_t)i * chunk;
+
+		io[i] = (struct dev_io){ .op = DEV_WRITE, .buf = buf, .off = off,
+			.len = (uint32_t)(size - off < chunk ? size - off : chunk),
+			.fixed = -1 };
+		p[i] = &io[i];
+	}
+	err = dev_run(&uring_dev_ops, q, p, n, 4, NULL);
+	for (unsigned i = 0; i < n && !err; i++)
+		if (io[i].res < 0)
+			err = io[i].res;
+	if (!err)
+		err = uring_dev_ops.dev_sync(fd);
+out:
+	if (err)
+		fprintf(stderr, "kvbench disk: writing %s once: %s\n", r->tierpath,
+			strerror(-err));
+	if (q)
+		uring_dev_ops.queue_close(q);
+	if (fd >= 0)
+		uring_dev_ops.dev_close(fd);
+	free(buf);
+	free(io);
+	free(p);
+	return err;
 }
 
 /* --- the tier ---------------------------------------------------------------------- */
@@ -317,7 +413,7 @@ static void row(struct bench_table *t, const char *name, double v, double lim)
 }
 
 static json_t *jfig(const char *name, const struct bench_summary *s, double lim,
-		    const char *limname)
+		    const char *limname, const struct bench_summary *paired)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "name", json_string(name));
@@ -326,7 +422,15 @@ static json_t *jfig(const char *name, const struct bench_summary *s, double lim,
 	json_object_set_new(o, "reps", bench_json_reps(s));
 	json_object_set_new(o, "limit", json_string(limname));
 	json_object_set_new(o, "share", bench_json_real(s->median / lim));
+	/* per repetition: the figure over the limit measured right after it */
+	json_object_set_new(o, "paired_share", bench_json_reps(paired));
 	return o;
+}
+
+static void paired_line(const char *name, const struct bench_summary *p)
+{
+	printf("    %-30s %4.0f%%  (%.0f%%-%.0f%%)\n", name, 100.0 * p->median,
+	       100.0 * p->min, 100.0 * p->max);
 }
 
 int bench_disk_main(int argc, char **argv)
@@ -410,9 +514,27 @@ int bench_disk_main(int argc, char **argv)
 	if (r.cfg.region_size < 4 * (r.o.bs + 4096))
 		r.cfg.region_size = (4 * (r.o.bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
 	r.cfg.queue_depth = (unsigned)r.o.qd;
-	/* 80% of what the regions hold, so nothing is reclaimed within a rep */
-	uint64_t per_region = r.cfg.region_size / (r.o.bs + 4096);
-	r.nblocks = (size_t)(r.o.size / r.cfg.region_size * per_region * 8 / 10);
+	/* 80% of what the tier's regions hold (its metadata takes part of
+	 * --size), so that nothing is reclaimed, nor moved by reinsertion,
+	 * within a rep */
+	uint64_t per_region = r.cfg.region_size / (r.o.bs + 4096), nregions = 0;
+	struct disk_tier *probe = NULL;
+	if (tier_open(&r, &probe) == 0) {
+		json_t *st = json_object();
+		disk_stats(probe, st);
+		nregions = (uint64_t)json_integer_value(json_object_get(st, "regions"));
+		json_decref(st);
+		disk_close(probe);
+	}
+	drop_file(r.tierpath);
+	if (!nregions) {
+		if (r.o.dir)
+			rmdir(dir);
+		else
+			bench_tmpdir_remove(dir);
+		return BENCH_EXIT_FAIL;
+	}
+	r.nblocks = (size_t)(nregions * per_region * 8 / 10);
 	if (r.nblocks < r.o.batch)
 		r.nblocks = r.o.batch;
 	r.arena_len = 2 * r.o.batch * r.o.bs;
@@ -431,27 +553,29 @@ int bench_disk_main(int argc, char **argv)
 	       r.o.fio ? "fio" : "raw io_uring loop");
 	fflush(stdout);
 
-	struct limits lim = { NAN, NAN };
-	measure_limits(&r, &lim);
+	struct limit before = { NAN, NAN, NAN }, after = { NAN, NAN, NAN }, lim;
+	measure_limits(&r, &before, 3);
 
 	unsigned reps = co.reps;
-	double *sp1 = calloc(reps, sizeof(double)), *spb = calloc(reps, sizeof(double));
-	double *ld = calloc(reps, sizeof(double));
+	/* per rep: spill one at a time, put batches, put batches into a new
+	 * file, load; then each over the limit measured right after the rep */
+	double *v = calloc(8 * (size_t)reps, sizeof(double));
+	double *sp1 = v, *spb = v + reps, *spn = v + 2 * reps, *ld = v + 3 * reps;
+	double *p1 = v + 4 * reps, *pb = v + 5 * reps, *pn = v + 6 * reps, *pl = v + 7 * reps;
 	struct bench_samples lat = { 0 };
 	int bad = 0;
 	struct disk_tier *d = NULL;
 
-	for (unsigned rep = 0; rep <= reps && rc == BENCH_EXIT_OK; rep++) {
-		/* rep 0 warms up; each rep writes its own keys twice: one at a time and batched */
-		unlink(r.tierpath);
-		if (tier_open(&r, &d)) {
+	for (unsigned rep = 0; v && rep <= reps && rc == BENCH_EXIT_OK; rep++) {
+		/* rep 0 warms up; each rep writes its own keys three times: one at a
+		 * time and batched on a written file, batched on a new one */
+		if (layout(&r) || tier_open(&r, &d)) {
 			rc = BENCH_EXIT_FAIL;
 			break;
 		}
 		double a = spill(&r, d, 1000 + rep, 0);
 		disk_close(d);
-		unlink(r.tierpath);
-		if (tier_open(&r, &d)) {
+		if (layout(&r) || tier_open(&r, &d)) {
 			rc = BENCH_EXIT_FAIL;
 			break;
 		}
@@ -464,36 +588,70 @@ int bench_disk_main(int argc, char **argv)
 		struct bench_samples l = { 0 };
 		double g = load(&r, d, rep, &l, &bad);
 		disk_close(d);
-		if (isnan(a) || isnan(b) || isnan(g))
+		drop_file(r.tierpath);
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		double c = spill(&r, d, 2000 + rep, 1);
+		disk_close(d);
+		if (isnan(a) || isnan(b) || isnan(c) || isnan(g))
 			rc = BENCH_EXIT_FAIL;
 		if (rep > 0) {
+			struct limit now;
+
+			measure_limits(&r, &now, 2);
 			sp1[rep - 1] = a;
 			spb[rep - 1] = b;
+			spn[rep - 1] = c;
 			ld[rep - 1] = g;
+			p1[rep - 1] = a / now.write;
+			pb[rep - 1] = b / now.write;
+			pn[rep - 1] = c / now.write_new;
+			pl[rep - 1] = g / now.read;
 			bench_samples_append(&lat, &l);
 		}
 		bench_samples_free(&l);
 	}
+	if (!v)
+		rc = BENCH_EXIT_FAIL;
 	double clean_ms, crash_ms, bpb;
 	reopen_times(&r, &clean_ms, &crash_ms, &bpb);
-	measure_limits(&r, &lim); /* after as well; the better of the two counts */
+	measure_limits(&r, &after, 3); /* after as well; the better of the two counts */
+	lim.write = better(before.write, after.write);
+	lim.read = better(before.read, after.read);
+	lim.write_new = better(before.write_new, after.write_new);
 
-	struct bench_summary s1, sb, sl, sla;
-	bench_summarize(sp1, reps, &s1);
-	bench_summarize(spb, reps, &sb);
-	bench_summarize(ld, reps, &sl);
+	struct bench_summary s1, sb, sn, sl, sla, q1, qb, qn, ql;
+	bench_summarize(sp1, v ? reps : 0, &s1);
+	bench_summarize(spb, v ? reps : 0, &sb);
+	bench_summarize(spn, v ? reps : 0, &sn);
+	bench_summarize(ld, v ? reps : 0, &sl);
+	bench_summarize(p1, v ? reps : 0, &q1);
+	bench_summarize(pb, v ? reps : 0, &qb);
+	bench_summarize(pn, v ? reps : 0, &qn);
+	bench_summarize(pl, v ? reps : 0, &ql);
 	bench_summarize(lat.v, lat.n, &sla);
 
 	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share" };
 	struct bench_table *t = bench_table_new(4, hdr);
 	row(t, "spill, one put at a time", s1.median, lim.write);
 	row(t, "spill, put batches", sb.median, lim.write);
+	row(t, "spill, put batches, new file", sn.median, lim.write_new);
 	row(t, "cold batch load", sl.median, lim.read);
 	bench_table_print(t, stdout, 2);
 	bench_table_free(t);
-	printf("  limits: %s write %.2f GB/s, randread %.2f GB/s (bs %llu KiB, qd %lu)\n",
-	       r.o.fio ? "fio" : "raw loop", lim.write / 1e9, lim.read / 1e9,
-	       (unsigned long long)(r.o.bs >> 10), r.o.qd);
+	printf("  limits (bs %llu KiB, qd %lu), the better of before/after: %s write %.2f GB/s "
+	       "(%.2f/%.2f), write to a new file %.2f GB/s (%.2f/%.2f), randread %.2f GB/s "
+	       "(%.2f/%.2f)\n", (unsigned long long)(r.o.bs >> 10), r.o.qd,
+	       r.o.fio ? "fio" : "raw loop", lim.write / 1e9, before.write / 1e9,
+	       after.write / 1e9, lim.write_new / 1e9, before.write_new / 1e9,
+	       after.write_new / 1e9, lim.read / 1e9, before.read / 1e9, after.read / 1e9);
+	printf("  share of the limit measured right after each rep (median, min-max):\n");
+	paired_line("spill, one put at a time", &q1);
+	paired_line("spill, put batches", &qb);
+	paired_line("spill, put batches, new file", &qn);
+	paired_line("cold batch load", &ql);
 	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
 	       r.o.batch, sla.median, sla.p90, sla.p99);
 	printf("  reopen %llu MiB tier: after clean close %.1f ms, after kill -9 %.1f ms\n",
@@ -518,11 +676,24 @@ int bench_disk_main(int argc, char **argv)
 			json_object_set_new(l1, "value", bench_json_real(lim.read));
 			json_object_set_new(l2, "name", json_string(r.o.fio ? "fio write" : "raw write"));
 			json_object_set_new(l2, "value", bench_json_real(lim.write));
+			json_object_set_new(l1, "before", bench_json_real(before.read));
+			json_object_set_new(l1, "after", bench_json_real(after.read));
+			json_object_set_new(l2, "before", bench_json_real(before.write));
+			json_object_set_new(l2, "after", bench_json_real(after.write));
+			json_t *l3 = json_object();
+			json_object_set_new(l3, "name", json_string(r.o.fio ? "fio write, new file"
+								 : "raw write, new file"));
+			json_object_set_new(l3, "value", bench_json_real(lim.write_new));
+			json_object_set_new(l3, "before", bench_json_real(before.write_new));
+			json_object_set_new(l3, "after", bench_json_real(after.write_new));
 			bench_json_limit(doc, l1);
 			bench_json_limit(doc, l2);
-			bench_json_result(doc, jfig("spill_put", &s1, lim.write, "write"));
-			bench_json_result(doc, jfig("spill_put_batch", &sb, lim.write, "write"));
-			json_t *lo = jfig("batch_load", &sl, lim.read, "randread");
+			bench_json_limit(doc, l3);
+			bench_json_result(doc, jfig("spill_put", &s1, lim.write, "write", &q1));
+			bench_json_result(doc, jfig("spill_put_batch", &sb, lim.write, "write", &qb));
+			bench_json_result(doc, jfig("spill_put_batch_new_file", &sn, lim.write_new,
+						    "write_new_file", &qn));
+			json_t *lo = jfig("batch_load", &sl, lim.read, "randread", &ql);
 			json_object_set_new(lo, "batch_latency_us", bench_json_latency(&sla));
 			bench_json_result(doc, lo);
 			json_t *ro = json_object();
@@ -538,14 +709,13 @@ int bench_disk_main(int argc, char **argv)
 			json_decref(doc);
 		}
 	}
-	free(sp1);
-	free(spb);
-	free(ld);
+	free(v);
 	bench_samples_free(&lat);
 	munmap(r.arena, r.arena_len);
 	if (r.o.dir) {
 		unlink(r.tierpath);
 		unlink(r.limpath);
+		/* (measure_limits removed limpath.new) */
 		rmdir(dir);
 	} else {
 		bench_tmpdir_remove(dir);

@@ -3,7 +3,9 @@
  * O_DIRECT (creating and preallocating files, checking block device sizes,
  * refusing file systems without O_DIRECT), one io_uring queue per caller
  * with the RAM arena registered as fixed buffers, and dev_run(), the loop
- * that keeps a batch's I/Os in flight together.
+ * that keeps a batch's I/Os in flight together and runs the caller's hooks
+ * (prepare an io before it goes out, finish one as it completes) under the
+ * I/O still in flight.
  * Knows nothing about regions, records, keys or the index (disk.c).
  */
 #include <errno.h>
@@ -272,109 +274,231 @@ const struct kvt_dev_ops uring_dev_ops = {
 
 /* --- the batch loop ----------------------------------------------------------- */
 
+/* With a prep hook, ready ios go to the device once this many bytes are
+ * ready (or the free slots are used up), so the device starts early. */
+#define SUBMIT_BYTES (512u << 10)
+
+struct run {
+	const struct kvt_dev_ops *ops;
+	void *q;
+	struct dev_io **ios;
+	unsigned n, depth;
+	_Atomic uint64_t *inflight;
+	const struct dev_hooks *h;
+	struct dev_io **retry;    /* ring of short transfers to resubmit */
+	struct dev_io **sub;      /* ios of the submission being built */
+	struct dev_io **reaped;
+	struct dev_io **fin;      /* complete, their done hook not yet run */
+	uint8_t *final;           /* per io: res is final */
+	unsigned next;            /* first io never taken for submission */
+	unsigned prepped;         /* ios [0, prepped) went through prep */
+	unsigned rhead, nretry, nin, nfinal, nfin;
+	int qerr;
+};
+
 /* Puts io back to its original extent after (partial) retries. */
 static void io_rewind(struct dev_io *io)
 {
 	io->buf = (char *)io->buf - io->done;
 	io->off -= io->done;
 	io->len += io->done;
+	io->done = 0;
+}
+
+/* Makes io's outcome final: its full length when res >= 0, else res. Its
+ * done hook runs now, or at the next run_done() when deferred. */
+static void finish(struct run *r, struct dev_io *io, int32_t res, int defer)
+{
+	io_rewind(io);
+	io->res = res >= 0 ? (int32_t)io->len : res;
+	r->final[io->idx] = 1;
+	r->nfinal++;
+	if (!r->h || !r->h->done)
+		return;
+	if (defer)
+		r->fin[r->nfin++] = io;
+	else
+		r->h->done(r->h->arg, io->idx, io);
+}
+
+static void run_done(struct run *r)
+{
+	for (unsigned i = 0; i < r->nfin; i++)
+		r->h->done(r->h->arg, r->fin[i]->idx, r->fin[i]);
+	r->nfin = 0;
+}
+
+/* Runs the prep hook on the next io not prepared yet. */
+static void prep_next(struct run *r)
+{
+	struct dev_io *io = r->ios[r->prepped++];
+	int e = r->h->prep(r->h->arg, io->idx, io);
+
+	io->done = 0;
+	io->res = e < 0 ? e : 0; /* a failure is seen when the io's turn comes */
+}
+
+/* Fails every io that is neither final nor in flight with err. */
+static void fail_unsent(struct run *r, int err)
+{
+	while (r->nretry) {
+		finish(r, r->retry[r->rhead], err, 0);
+		r->rhead = (r->rhead + 1) % r->depth;
+		r->nretry--;
+	}
+	for (; r->next < r->n; r->next++)
+		finish(r, r->ios[r->next], err, 0);
+}
+
+/* Submits sub[0..k). On failure nothing of it went out: it and every io
+ * not yet sent fail with the error, and no more is submitted. */
+static void flush(struct run *r, unsigned k)
+{
+	int e = r->ops->submit(r->q, r->sub, k);
+
+	if (e < 0) {
+		r->qerr = e;
+		for (unsigned i = 0; i < k; i++)
+			finish(r, r->sub[i], e, 0);
+		fail_unsent(r, e);
+		return;
+	}
+	r->nin += k;
+	if (r->inflight)
+		atomic_fetch_add_explicit(r->inflight, k, memory_order_relaxed);
+}
+
+/* Fills the free slots: retries first, then fresh ios (prepared first). */
+static void fill(struct run *r)
+{
+	int prep = r->h && r->h->prep;
+	uint64_t bytes = 0;
+	unsigned k = 0;
+
+	while (!r->qerr && r->nin + k < r->depth) {
+		struct dev_io *io;
+
+		if (r->nretry) {
+			io = r->retry[r->rhead];
+			r->rhead = (r->rhead + 1) % r->depth;
+			r->nretry--;
+		} else if (r->next < r->n) {
+			if (prep && r->next == r->prepped)
+				prep_next(r);
+			io = r->ios[r->next++];
+			if (io->res < 0) {
+				finish(r, io, io->res, 0);
+				continue;
+			}
+		} else {
+			break;
+		}
+		r->sub[k++] = io;
+		bytes += io->len;
+		if (prep && bytes >= SUBMIT_BYTES) {
+			flush(r, k);
+			k = 0;
+			bytes = 0;
+		}
+	}
+	if (k && !r->qerr)
+		flush(r, k);
+}
+
+int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
+		  unsigned n, unsigned depth, _Atomic uint64_t *inflight,
+		  const struct dev_hooks *hooks)
+{
+	struct run r = { .ops = ops, .q = q, .ios = ios, .n = n, .depth = depth,
+			 .inflight = inflight, .h = hooks };
+	struct dev_io **mem;
+
+	if (n == 0)
+		return 0;
+	if (r.depth == 0)
+		r.depth = 1;
+	for (unsigned i = 0; i < n; i++) {
+		ios[i]->idx = i;
+		ios[i]->done = 0;
+		ios[i]->res = 0;
+	}
+	mem = malloc(sizeof(*mem) * (4u * (size_t)r.depth));
+	r.final = calloc(n, 1);
+	if (!mem || !r.final) {
+		free(mem);
+		free(r.final);
+		for (unsigned i = 0; i < n; i++) {
+			ios[i]->res = -ENOMEM;
+			if (hooks && hooks->done)
+				hooks->done(hooks->arg, i, ios[i]);
+		}
+		return -ENOMEM;
+	}
+	r.retry = mem;
+	r.sub = mem + r.depth;
+	r.reaped = mem + 2 * r.depth;
+	r.fin = mem + 3 * r.depth;
+
+	while (r.nfinal < n) {
+		fill(&r);
+		run_done(&r);
+		if (r.nfinal == n || !r.nin)
+			continue;
+
+		/* While the queue is full, prepare the next ios instead of
+		 * sleeping; look for completions after each. */
+		unsigned min = 1;
+		if (r.h && r.h->prep && !r.qerr && r.prepped < n &&
+		    r.prepped - r.next < r.depth) {
+			prep_next(&r);
+			min = 0;
+		}
+		int got = ops->reap(q, r.reaped, r.depth, min);
+		if (got < 0) {
+			/* The queue is broken: we cannot learn the outcome. */
+			r.qerr = got;
+			if (inflight)
+				atomic_fetch_sub_explicit(inflight, r.nin, memory_order_relaxed);
+			r.nin = 0;
+			r.nretry = 0;
+			for (unsigned i = 0; i < n; i++)
+				if (!r.final[i])
+					finish(&r, ios[i], got, 0);
+			break;
+		}
+		r.nin -= (unsigned)got;
+		if (inflight)
+			atomic_fetch_sub_explicit(inflight, (unsigned)got,
+						  memory_order_relaxed);
+		for (int i = 0; i < got; i++) {
+			struct dev_io *io = r.reaped[i];
+			int32_t res = io->res;
+
+			if (res >= 0 && (uint32_t)res < io->len) {
+				if (res == 0) {
+					finish(&r, io, -EIO, 1);
+					continue;
+				}
+				/* Short transfer: continue with the rest. */
+				io->buf = (char *)io->buf + res;
+				io->off += (uint32_t)res;
+				io->len -= (uint32_t)res;
+				io->done += (uint32_t)res;
+				io->res = 0;
+				r.retry[(r.rhead + r.nretry++) % r.depth] = io;
+				continue;
+			}
+			finish(&r, io, res, 1);
+		}
+	}
+	run_done(&r);
+	free(mem);
+	free(r.final);
+	return r.qerr;
 }
 
 int dev_run(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 	    unsigned n, unsigned depth, _Atomic uint64_t *inflight)
 {
-	struct dev_io **todo, **sub, **done;
-	unsigned head = 0, ntodo = n, nin = 0;
-	int qerr = 0;
-
-	if (n == 0)
-		return 0;
-	if (depth == 0)
-		depth = 1;
-	todo = malloc(sizeof(*todo) * ((size_t)n + 2u * depth));
-	if (!todo) {
-		for (unsigned i = 0; i < n; i++)
-			ios[i]->res = -ENOMEM;
-		return -ENOMEM;
-	}
-	sub = todo + n;
-	done = sub + depth;
-	for (unsigned i = 0; i < n; i++) {
-		todo[i] = ios[i];
-		ios[i]->done = 0;
-		ios[i]->res = 0;
-	}
-
-	while (ntodo || nin) {
-		unsigned k = depth - nin < ntodo ? depth - nin : ntodo;
-
-		for (unsigned i = 0; i < k; i++)
-			sub[i] = todo[(head + i) % n];
-		if (k) {
-			int r = ops->submit(q, sub, k);
-
-			if (r < 0) {
-				/* Nothing of this round went out: fail all not yet sent. */
-				qerr = r;
-				for (unsigned i = 0; i < ntodo; i++) {
-					struct dev_io *io = todo[(head + i) % n];
-					io_rewind(io);
-					io->res = r;
-				}
-				ntodo = 0;
-				k = 0;
-			} else {
-				head = (head + k) % n;
-				ntodo -= k;
-				nin += k;
-				if (inflight)
-					atomic_fetch_add_explicit(inflight, k,
-								  memory_order_relaxed);
-			}
-		}
-		if (!nin)
-			break;
-		int got = ops->reap(q, done, depth, 1);
-		if (got < 0) {
-			/* The queue is broken: we cannot learn the outcome. */
-			qerr = got;
-			for (unsigned i = 0; i < n; i++)
-				if (ios[i]->res == 0 && ios[i]->len) {
-					ios[i]->res = got;
-				}
-			if (inflight)
-				atomic_fetch_sub_explicit(inflight, nin, memory_order_relaxed);
-			break;
-		}
-		nin -= (unsigned)got;
-		if (inflight)
-			atomic_fetch_sub_explicit(inflight, (unsigned)got,
-						  memory_order_relaxed);
-		for (int i = 0; i < got; i++) {
-			struct dev_io *io = done[i];
-			int32_t r = io->res;
-
-			if (r >= 0 && (uint32_t)r < io->len) {
-				if (r == 0) {
-					io_rewind(io);
-					io->res = -EIO;
-					continue;
-				}
-				/* Short transfer: continue with the rest. */
-				io->buf = (char *)io->buf + r;
-				io->off += (uint32_t)r;
-				io->len -= (uint32_t)r;
-				io->done += (uint32_t)r;
-				io->res = 0;
-				todo[(head + ntodo) % n] = io;
-				ntodo++;
-				continue;
-			}
-			io_rewind(io);
-			if (r >= 0)
-				io->res = (int32_t)io->len;
-		}
-	}
-	free(todo);
-	return qerr;
+	return dev_run_hooks(ops, q, ios, n, depth, inflight, NULL);
 }

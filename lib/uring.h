@@ -3,7 +3,9 @@
  * device, open an I/O queue over devices, submit reads/writes at offsets,
  * reap completions), the io_uring implementation of it (liburing, O_DIRECT,
  * fixed buffers for the RAM arena), and dev_run(), which drives a batch of
- * I/Os through any implementation with a bounded number in flight.
+ * I/Os through any implementation with a bounded number in flight, running
+ * the caller's per-io work (dev_hooks: checksums) while the rest is in
+ * flight.
  * Knows nothing about regions, records, keys or the index: that is disk.c.
  * Tests wrap uring_dev_ops to inject errors, short transfers and latency.
  */
@@ -28,6 +30,7 @@ struct dev_io {
 	int8_t fixed;       /* registered buffer index, or -1 for a plain op */
 	int32_t res;        /* set at completion: bytes moved or -errno */
 	uint32_t done;      /* bytes dev_run has completed so far (retries) */
+	uint32_t idx;       /* set by dev_run: the io's position in its batch */
 };
 
 /*
@@ -73,6 +76,28 @@ extern const struct kvt_dev_ops uring_dev_ops;
 #define DEV_FIXED_CHUNK (1ull << 30)
 
 /*
+ * Work a caller overlaps with a batch's I/O (dev_run_hooks). Either hook may
+ * be NULL; both run on the calling thread, never concurrently.
+ *
+ * prep(arg, i, io) runs once for ios[i], in index order, before that io
+ * is first submitted and while earlier ios are in flight: it fills the
+ * io's buffer (for example checksums a payload and writes the header that
+ * carries the sum) and may set its buf and len. Returning a negative errno
+ * fails the io without submitting it (res = that errno). An io failed
+ * before its turn (the queue refused a submission) is never prepared.
+ *
+ * done(arg, i, io) runs exactly once for ios[i] as soon as it is complete
+ * (res final, the io rewound to its original extent), while later ios are
+ * still in flight: a read can be verified there. It is also called for ios
+ * that failed or were never submitted.
+ */
+struct dev_hooks {
+	int (*prep)(void *arg, unsigned i, struct dev_io *io);
+	void (*done)(void *arg, unsigned i, struct dev_io *io);
+	void *arg;
+};
+
+/*
  * Runs ios[0..n) on q, keeping at most depth in flight, resubmitting the rest
  * of short transfers (a transfer that makes no progress fails with -EIO).
  * Returns when every io is complete; each io's res is then its full length or
@@ -82,5 +107,15 @@ extern const struct kvt_dev_ops uring_dev_ops;
  */
 int dev_run(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 	    unsigned n, unsigned depth, _Atomic uint64_t *inflight);
+
+/*
+ * dev_run() with hooks (NULL: none). With a prep hook, ios are prepared and
+ * submitted a few at a time as soon as each is ready, and ios beyond the
+ * free slots are prepared ahead while the queue is full, so that the
+ * caller's CPU work runs under the device's.
+ */
+int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
+		  unsigned n, unsigned depth, _Atomic uint64_t *inflight,
+		  const struct dev_hooks *hooks);
 
 #endif

@@ -254,6 +254,128 @@ static void dev_open_reports_why_it_refuses(void **st)
 	free(dir);
 }
 
+
+struct hook_log {
+	unsigned prepped[64], nprep;
+	unsigned donecount[64];
+	int32_t doneres[64];
+	int fail_prep_of;           /* index whose prep fails, or -1 */
+	unsigned char *bufs;        /* 4096 bytes per io */
+};
+
+static int hook_prep(void *arg, unsigned i, struct dev_io *io)
+{
+	struct hook_log *h = arg;
+
+	/* not yet handed to the device: the fake holds no io with this buffer */
+	for (unsigned k = 0; k < fake.npend; k++)
+		assert_ptr_not_equal(fake.pend[k], io);
+	h->prepped[h->nprep++] = i;
+	if ((int)i == h->fail_prep_of)
+		return -ECANCELED;
+	memset(h->bufs + (size_t)i * 4096, (int)i + 1, 4096);
+	io->buf = h->bufs + (size_t)i * 4096; /* the hook may set buf */
+	return 0;
+}
+
+static void hook_done(void *arg, unsigned i, struct dev_io *io)
+{
+	struct hook_log *h = arg;
+
+	h->donecount[i]++;
+	h->doneres[i] = io->res;
+}
+
+/* A submit that refuses ios whose prep hook has not run (buf still NULL). */
+static int checked_submit(void *q, struct dev_io *const *ios, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		assert_non_null(ios[i]->buf);
+	return fake_submit(q, ios, n);
+}
+
+static const struct kvt_dev_ops checked_ops = {
+	.submit = checked_submit,
+	.reap = fake_reap,
+};
+
+static void dev_run_hooks_prepare_in_order_before_submitting(void **st)
+{
+	(void)st;
+	static unsigned char bufs[40 * 4096];
+	struct dev_io io[40], *p[40];
+	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
+	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+
+	fake_reset();
+	for (int i = 0; i < 40; i++) {
+		io[i] = (struct dev_io){ .op = DEV_WRITE, .off = (uint64_t)i * 4096,
+					 .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(dev_run_hooks(&checked_ops, NULL, p, 40, 8, NULL, &hooks), 0);
+	assert_int_equal(h.nprep, 40);
+	for (unsigned i = 0; i < 40; i++) {
+		assert_int_equal(h.prepped[i], i);
+		assert_int_equal(h.donecount[i], 1);
+		assert_int_equal(h.doneres[i], 4096);
+		assert_int_equal(io[i].res, 4096);
+		assert_int_equal(fake.mem[i * 4096], i + 1); /* the prepared bytes */
+	}
+	assert_true(fake.max_inflight <= 8);
+}
+
+static void dev_run_hooks_finish_every_io_once(void **st)
+{
+	(void)st;
+	static unsigned char bufs[8 * 4096];
+	struct dev_io io[8], *p[8];
+	struct hook_log h = { .fail_prep_of = 3, .bufs = bufs };
+	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+
+	fake_reset();
+	fake.short_every = 1; /* every transfer comes back half done first */
+	for (int i = 0; i < 8; i++) {
+		io[i] = (struct dev_io){ .op = DEV_WRITE, .off = (uint64_t)i * 4096,
+					 .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	io[5].off = sizeof(fake.mem); /* the device rejects this one */
+	assert_int_equal(dev_run_hooks(&checked_ops, NULL, p, 8, 4, NULL, &hooks), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		assert_int_equal(h.donecount[i], 1);
+		assert_int_equal(h.doneres[i], io[i].res);
+		assert_int_equal(io[i].len, 4096); /* handed back as given */
+	}
+	assert_int_equal(io[3].res, -ECANCELED); /* prep failed: never submitted */
+	assert_int_equal(io[5].res, -EINVAL);
+	assert_int_equal(io[0].res, 4096);
+	assert_int_equal(io[7].res, 4096);
+}
+
+static void dev_run_hooks_report_a_refused_submission_to_every_io(void **st)
+{
+	(void)st;
+	static unsigned char bufs[4 * 4096];
+	struct dev_io io[4], *p[4];
+	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
+	struct dev_hooks hooks = { NULL, hook_done, &h };
+
+	fake_reset();
+	fake.fail_submit = 1;
+	for (int i = 0; i < 4; i++) {
+		io[i] = (struct dev_io){ .op = DEV_READ, .buf = bufs + i * 4096,
+					 .off = (uint64_t)i * 4096, .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(dev_run_hooks(&fake_ops, NULL, p, 4, 2, NULL, &hooks), -EBUSY);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(h.donecount[i], 1);
+		assert_int_equal(io[i].res, -EBUSY);
+	}
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -262,6 +384,9 @@ int main(void)
 		cmocka_unit_test(dev_run_fails_transfer_without_progress),
 		cmocka_unit_test(uring_round_trip_plain_and_fixed),
 		cmocka_unit_test(dev_open_reports_why_it_refuses),
+		cmocka_unit_test(dev_run_hooks_prepare_in_order_before_submitting),
+		cmocka_unit_test(dev_run_hooks_finish_every_io_once),
+		cmocka_unit_test(dev_run_hooks_report_a_refused_submission_to_every_io),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
