@@ -32,6 +32,7 @@
 
 #define NSHARDS 64u
 #define EVICT_SCAN 32 /* pinned entries skipped per shard before giving up */
+#define EVICT_BATCH 32 /* blocks whose spills go to the disk tier together */
 
 struct ram_tier {
 	struct shard shards[NSHARDS];
@@ -211,62 +212,94 @@ static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
 	return -EAGAIN;
 }
 
-/* Evicts one block: spill outside the lock, then free. 0, -ENOSPC or -EAGAIN. */
-static int evict_one(struct ram_tier *r)
-{
+/* A block picked for eviction, pinned and off the lists. */
+struct victim {
 	struct shard *sh;
 	uint32_t id;
-	int rc = pick_victim(r, &sh, &id);
+};
 
-	if (rc)
-		return rc;
-	/* The entry is pinned and off the lists: its extent and fields other
-	 * than lease/pins/state are stable without the lock. */
-	pthread_mutex_lock(&sh->lock);
-	kvt_key key = sh->ents[id].key;
-	uint64_t off = sh->ents[id].off;
-	uint32_t len = sh->ents[id].len;
-	pthread_mutex_unlock(&sh->lock);
-
-	int spilled = 0;
-	if (r->spill) {
-		spilled = r->spill(r->arg, key, r->base + off, len) == 0;
-		ctr_add(spilled ? &r->spills : &r->spill_failures, 1);
-	}
+/*
+ * Finishes the eviction of a victim whose spill is done: frees it, or keeps
+ * it when it was leased meanwhile, or takes the spilled copy back when it
+ * was removed meanwhile.
+ */
+static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
+{
+	struct shard *sh = v.sh;
+	uint32_t id = v.id;
 
 	pthread_mutex_lock(&sh->lock);
 	struct ient *e = &sh->ents[id];
 	e->pins--;
 	if (e->state == IENT_DEAD) {
-		/* Removed while we spilled: take the spilled copy back too. */
 		if (spilled && r->unspill)
-			r->unspill(r->arg, key);
+			r->unspill(r->arg, e->key);
 		if (e->pins == 0)
 			release_entry(r, sh, id);
 		pthread_mutex_unlock(&sh->lock);
-		return 0;
+		return;
 	}
 	if (e->lease_until > kvt_now_ns()) {
 		/* Leased while we spilled: the lease wins, the block stays. */
 		e->state = IENT_HELD;
 		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
 		pthread_mutex_unlock(&sh->lock);
-		return 0;
+		return;
 	}
 	if (e->lease_until) {
 		drop_lease(r, e);
 		ctr_add(&r->lease_expiries, 1);
 	}
 	ctr_add(&r->evictions, 1);
-	ctr_add(&r->evicted_bytes, len);
+	ctr_add(&r->evicted_bytes, e->len);
 	shard_unlink(sh, id);
-	if (e->pins == 0) {
+	if (e->pins == 0)
 		release_entry(r, sh, id);
-	} else {
+	else
 		e->state = IENT_DEAD;
-	}
 	pthread_mutex_unlock(&sh->lock);
-	return 0;
+}
+
+/*
+ * Evicts up to max blocks (at least one), the least recent first, stopping
+ * early once used bytes minus what is being evicted reach `floor`. Their
+ * spills go out as one batch, outside every lock. Returns the number
+ * evicted, or -ENOSPC / -EAGAIN when no block could be picked.
+ */
+static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
+{
+	struct victim v[EVICT_BATCH];
+	kvt_op ops[EVICT_BATCH];
+	uint64_t pending = 0;
+	size_t n = 0;
+	int rc = 0;
+
+	if (max > EVICT_BATCH)
+		max = EVICT_BATCH;
+	while (n < max) {
+		if (n && atomic_load_explicit(&r->used, memory_order_relaxed) <= floor + pending)
+			break;
+		rc = pick_victim(r, &v[n].sh, &v[n].id);
+		if (rc)
+			break;
+		/* Pinned and off the lists: key, offset and length are stable. */
+		pthread_mutex_lock(&v[n].sh->lock);
+		struct ient *e = &v[n].sh->ents[v[n].id];
+		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
+		pending += arena_extent_bytes(r->arena, e->off);
+		pthread_mutex_unlock(&v[n].sh->lock);
+		n++;
+	}
+	if (n == 0)
+		return rc;
+	if (r->spill) {
+		r->spill(r->arg, ops, n);
+		for (size_t i = 0; i < n; i++)
+			ctr_add(ops[i].result == 0 ? &r->spills : &r->spill_failures, 1);
+	}
+	for (size_t i = 0; i < n; i++)
+		finish_eviction(r, v[i], r->spill && ops[i].result == 0);
+	return (int)n;
 }
 
 size_t ram_evict_to_low(struct ram_tier *r)
@@ -275,12 +308,12 @@ size_t ram_evict_to_low(struct ram_tier *r)
 	int again = 0;
 
 	while (atomic_load_explicit(&r->used, memory_order_relaxed) > r->low_bytes) {
-		int rc = evict_one(r);
+		int rc = evict_batch(r, EVICT_BATCH, r->low_bytes);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
-		if (rc)
+		if (rc < 0)
 			break;
-		n++;
+		n += (size_t)rc;
 	}
 	return n;
 }
@@ -325,10 +358,12 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 	while ((off = arena_alloc(r->arena, len)) < 0) {
 		if (off != -ENOSPC)
 			return (int)off;
-		int rc = evict_one(r);
+		/* Make room one block at a time (exact LRU order); the evictor
+		 * thread, running ahead between the watermarks, spills in batches. */
+		int rc = evict_batch(r, 1, 0);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
-		if (rc) {
+		if (rc < 0) {
 			ctr_add(&r->refused_puts, 1);
 			return -ENOSPC;
 		}

@@ -17,9 +17,10 @@
 
 struct ram_tier;
 
-/* Called by eviction with the block's bytes (still in the arena, and not
- * freed until this returns). Returns 0 if the block was kept elsewhere. */
-typedef int (*ram_spill_fn)(void *arg, kvt_key key, const void *data, size_t len);
+/* Called by eviction with up to EVICT_BATCH blocks at once: ops[i].buf
+ * points at the bytes in the arena (not freed until this returns). Sets
+ * ops[i].result to 0 for each block kept elsewhere. */
+typedef void (*ram_spill_fn)(void *arg, kvt_op *ops, size_t n);
 
 /* Called when an evicted block's spill raced with a removal of its key. */
 typedef void (*ram_unspill_fn)(void *arg, kvt_key key);

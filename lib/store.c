@@ -132,10 +132,10 @@ static int reg_take(kvt_store *s)
 
 /* --- tier glue -------------------------------------------------------------- */
 
-static int spill_to_disk(void *arg, kvt_key key, const void *data, size_t len)
+static void spill_to_disk(void *arg, kvt_op *ops, size_t n)
 {
 	kvt_store *s = arg;
-	return disk_put(s->disk, key, data, len);
+	disk_put_batch(s->disk, ops, n);
 }
 
 static void unspill_from_disk(void *arg, kvt_key key)
