@@ -261,7 +261,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->stagger_s = 30;
 		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
 		o->disk_tokens = 32ull << 20;
-		o->speed = 200;
+		o->speed = 600;
 		return set_policies(c, "recompute,gpu-only,ram-only,default");
 	}
 	if (!strcmp(p, "exp2")) {
@@ -271,7 +271,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->max_inflight = 16;
 		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
 		o->disk_tokens = 32ull << 20;
-		o->speed = 400;
+		o->speed = 800;
 		return set_policies(c, "ram-only,default");
 	}
 	if (!strcmp(p, "fleet") || !strcmp(p, "lease") || !strncmp(p, "fleet-", 6)) {
@@ -301,7 +301,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->sched = SCHED_ARRIVAL;
 		o->ram_tokens = 3000000;
 		o->disk_tokens = 100000000;
-		o->speed = 60;
+		o->speed = 90;
 		return set_policies(c, "ram-only,default");
 	}
 	return -EINVAL;
