@@ -123,7 +123,10 @@ install: all
 	ln -sf libkvtier.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvtier.so
 	install -m 644 $(STLIB) $(DESTDIR)$(LIBDIR)/
-	install -m 644 $(BUILD)/kvtier.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	# Written at install time: the prefix given here, not the one of `make`.
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+		pkgconfig/kvtier.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc
 	install -m 755 $(KVBENCH) $(DESTDIR)$(BINDIR)/
 	for s in 1 3 5 7; do \
 		ls man/*.$$s >/dev/null 2>&1 || continue; \
