@@ -770,10 +770,10 @@ static int run_all(struct cli *c, int sweep)
 			if (sweep) {
 				set_param(&o, c->over, c->values[i]);
 				if (c->npol > 1)
-					snprintf(label, sizeof(label), "%s=%g %s", c->over, c->values[i],
+					snprintf(label, sizeof(label), "%s=%.15g %s", c->over, c->values[i],
 						 replay_policy_name[o.policy]);
 				else
-					snprintf(label, sizeof(label), "%s=%g", c->over, c->values[i]);
+					snprintf(label, sizeof(label), "%s=%.15g", c->over, c->values[i]);
 				o.label = label;
 				xs[n] = c->values[i];
 			}
