@@ -305,7 +305,7 @@ static void test_lease_cap_limits_reported_prefix(void **state)
 static void test_leases_expire_by_themselves(void **state)
 {
 	(void)state;
-	kvt_store *s = open_exact(2, 30, 1.0);
+	kvt_store *s = open_exact(2, 400, 1.0);
 	kvt_key k[2] = { test_key(1), test_key(2) };
 	size_t found;
 	put_block(s, k[0], MiB);
@@ -320,7 +320,7 @@ static void test_leases_expire_by_themselves(void **state)
 	assert_int_equal(stat_of(s, "store", "refused_puts"), 1);
 	assert_int_equal(stat_of(s, "ram", "refused_puts"), 1);
 	/* A caller that crashed after its lookup leaks nothing: the leases lapse. */
-	struct timespec ts = { 0, 80 * 1000 * 1000 };
+	struct timespec ts = { 0, 800 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
 	put_block(s, test_key(3), MiB);
 	assert_true(stat_of(s, "ram", "lease_expiries") >= 1);
