@@ -235,7 +235,8 @@ typedef struct kvt_op {
 } kvt_op;
 
 /*
- * Stores n blocks together (one submission to each device) and returns when
+ * Stores n blocks together (the blocks that go to disk, written around RAM
+ * or through it, in one submission per 128 blocks) and returns when
  * all are complete: 0 if every op succeeded, else the result of the first op
  * (lowest index) that failed. Each op's result is set as for kvt_put().
  * Returns -EINVAL without touching any op for a NULL store, or ops NULL with
@@ -244,7 +245,8 @@ typedef struct kvt_op {
 KVT_API int kvt_put_batch(kvt_store *s, kvt_op *ops, size_t n);
 
 /*
- * Loads n blocks together (disk reads of the batch are submitted at once)
+ * Loads n blocks together (the disk reads of up to 128 blocks are submitted
+ * at once)
  * and returns when all are complete: 0 if every op succeeded, else the
  * result of the first op that failed. For each op, len is the capacity of
  * buf on entry and the bytes loaded on return (or the size needed, with

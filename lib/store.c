@@ -175,49 +175,6 @@ static void *evictor_main(void *arg)
 
 /* --- single operations (arguments already checked) ------------------------ */
 
-static int put_one(kvt_store *s, kvt_key key, const void *data, size_t len)
-{
-	char kb[34];
-	int rc;
-
-	if (s->disk && disk_contains(s->disk, key, NULL))
-		return 0; /* immutable: already stored */
-	rc = ram_put(s->ram, key, data, len);
-	if (rc == 1)
-		return 0;
-	if (rc == 0) {
-		if (s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
-			int drc = disk_put(s->disk, key, data, len);
-			if (drc == 0)
-				ctr_add(&s->write_through, 1);
-			else
-				kvt_log(KVT_LOG_WARN, "write-through of %s to disk failed: %s",
-					kvt_key_str(key, kb), kvt_strerror(drc));
-		}
-		if (ram_above_high(s->ram))
-			kick_evictor(s);
-		return 0;
-	}
-	if (rc != -ENOSPC)
-		return rc;
-	if (s->disk && !s->cfg.refuse_when_leased) {
-		rc = disk_put(s->disk, key, data, len);
-		if (rc == 0) {
-			ctr_add(&s->write_arounds, 1);
-			return 0;
-		}
-		if (rc != -ENOSPC)
-			return rc;
-	}
-	ctr_add(&s->refused_puts, 1);
-	return kvt_fail(-ENOSPC, "kvt_put: no tier can take block %s (%zu bytes): "
-			"%s", kvt_key_str(key, kb), len,
-			s->cfg.refuse_when_leased ? "RAM holds only leased or pinned blocks "
-			"and ram.refuse_when_leased is set" : s->disk ?
-			"RAM holds only leased or pinned blocks and the disk tier is full" :
-			"RAM holds only leased or pinned blocks and there is no disk tier");
-}
-
 static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len)
 {
 	if (!s->cfg.promote)
@@ -282,6 +239,102 @@ static int check_get_args(const void *buf, size_t cap, const char *fn)
 	if (!buf && cap)
 		return kvt_fail(-EINVAL, "%s: buf is NULL but cap is %zu", fn, cap);
 	return 0;
+}
+
+/* Blocks handled together: one disk submission each (on the stack, so a
+ * put never allocates). Above the disk's queue depth, so no I/O is lost. */
+#define CHUNK 128
+
+static int first_failure(const kvt_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].result)
+			return ops[i].result;
+	return 0;
+}
+
+/* The disk's share of a put chunk: write-arounds and write-throughs. */
+struct disk_leg {
+	size_t op;        /* index in the chunk's ops */
+	int write_around; /* 1: RAM refused it; 0: write-through copy */
+};
+
+/*
+ * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
+ * to disk (unless ram.refuse_when_leased), write-through copies follow,
+ * all of the chunk's disk writes in one submission.
+ */
+static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
+{
+	struct disk_leg leg[CHUNK];
+	kvt_op dops[CHUNK];
+	size_t nd = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		kvt_op *op = &ops[i];
+		int rc = check_put_args(s, op->buf, op->len, fn);
+		op->result = rc;
+		if (rc || (s->disk && disk_contains(s->disk, op->key, NULL)))
+			continue; /* bad op, or immutable and already stored */
+		rc = ram_put(s->ram, op->key, op->buf, op->len);
+		if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
+			leg[nd] = (struct disk_leg){ i, 0 };
+			dops[nd++] = *op;
+		} else if (rc == -ENOSPC && s->disk && !s->cfg.refuse_when_leased) {
+			leg[nd] = (struct disk_leg){ i, 1 };
+			dops[nd++] = *op;
+		} else if (rc == -ENOSPC) {
+			ctr_add(&s->refused_puts, 1);
+			op->result = -ENOSPC;
+		} else if (rc < 0) {
+			op->result = rc;
+		}
+	}
+	if (nd)
+		disk_put_batch(s->disk, dops, nd);
+	for (size_t j = 0; j < nd; j++) {
+		kvt_op *op = &ops[leg[j].op];
+		int rc = dops[j].result;
+		char kb[34];
+		if (!leg[j].write_around) { /* RAM holds it: the put succeeded */
+			if (rc == 0)
+				ctr_add(&s->write_through, 1);
+			else
+				kvt_log(KVT_LOG_WARN, "write-through of %s to disk failed: %s",
+					kvt_key_str(op->key, kb), kvt_strerror(rc));
+			continue;
+		}
+		if (rc == 0)
+			ctr_add(&s->write_arounds, 1);
+		else if (rc == -ENOSPC)
+			ctr_add(&s->refused_puts, 1);
+		op->result = rc;
+	}
+}
+
+/* Puts ops[0..n) chunk by chunk; returns the first failure or 0, naming
+ * the block and the reason when no tier could take it. */
+static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
+{
+	for (size_t i = 0; i < n; i += CHUNK)
+		put_chunk(s, ops + i, n - i < CHUNK ? n - i : CHUNK, fn);
+	if (ram_above_high(s->ram))
+		kick_evictor(s);
+	int rc = first_failure(ops, n);
+	if (rc != -ENOSPC)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		if (ops[i].result != -ENOSPC)
+			continue;
+		char kb[34];
+		return kvt_fail(-ENOSPC, "%s: no tier can take block %s (%zu bytes): "
+				"RAM holds only leased or pinned blocks and %s", fn,
+				kvt_key_str(ops[i].key, kb), ops[i].len,
+				!s->disk ? "there is no disk tier" :
+				s->cfg.refuse_when_leased ? "ram.refuse_when_leased is set" :
+				"the disk tier is full");
+	}
+	return rc;
 }
 
 /* --- public calls ------------------------------------------------------------- */
@@ -394,11 +447,9 @@ KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len)
 {
 	if (!s)
 		return kvt_fail(-EINVAL, "kvt_put: store is NULL");
-	int rc = check_put_args(s, data, len, "kvt_put");
-	if (rc)
-		return rc;
+	kvt_op op = { key, (void *)data, len, 0 };
 	uint64_t t0 = kvt_now_ns();
-	rc = put_one(s, key, data, len);
+	int rc = put_ops(s, &op, 1, "kvt_put");
 	hist_record(&s->put_lat, kvt_now_ns() - t0);
 	ctr_add(&s->puts, 1);
 	return rc;
@@ -551,102 +602,26 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 
 /* --- batches ------------------------------------------------------------------- */
 
-static int first_failure(const kvt_op *ops, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (ops[i].result)
-			return ops[i].result;
-	return 0;
-}
-
-/* The disk's share of a put batch: write-arounds and write-throughs. */
-struct disk_leg {
-	size_t op;        /* index in the caller's ops */
-	int write_around; /* 1: RAM refused it; 0: write-through copy */
-};
-
 static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
-	struct disk_leg *leg = NULL;
-	kvt_op *dops = NULL;
-	size_t nd = 0;
-
-	if (s->disk && n) {
-		leg = malloc(n * sizeof(*leg));
-		dops = malloc(n * sizeof(*dops));
-		if (!leg || !dops) { /* no memory for a batch: one by one */
-			free(leg);
-			free(dops);
-			leg = NULL;
-			dops = NULL;
-		}
-	}
-	for (size_t i = 0; i < n; i++) {
-		kvt_op *op = &ops[i];
-		int rc = check_put_args(s, op->buf, op->len, "kvt_put_batch");
-		if (rc || !leg) {
-			op->result = rc ? rc : put_one(s, op->key, op->buf, op->len);
-			continue;
-		}
-		op->result = 0;
-		if (disk_contains(s->disk, op->key, NULL))
-			continue;
-		rc = ram_put(s->ram, op->key, op->buf, op->len);
-		if (rc == 0 && s->cfg.write_policy == KVT_WRITE_THROUGH) {
-			leg[nd] = (struct disk_leg){ i, 0 };
-			dops[nd++] = *op;
-		} else if (rc == -ENOSPC && !s->cfg.refuse_when_leased) {
-			leg[nd] = (struct disk_leg){ i, 1 };
-			dops[nd++] = *op;
-		} else if (rc == -ENOSPC) {
-			ctr_add(&s->refused_puts, 1);
-			op->result = -ENOSPC;
-		} else if (rc < 0) {
-			op->result = rc;
-		}
-	}
-	if (nd) {
-		/* One submission for every block of the batch that goes to disk. */
-		disk_put_batch(s->disk, dops, nd);
-		for (size_t j = 0; j < nd; j++) {
-			kvt_op *op = &ops[leg[j].op];
-			int rc = dops[j].result;
-			if (!leg[j].write_around) {
-				if (rc == 0)
-					ctr_add(&s->write_through, 1);
-				continue; /* RAM holds it: the put succeeded */
-			}
-			if (rc == 0)
-				ctr_add(&s->write_arounds, 1);
-			else if (rc == -ENOSPC)
-				ctr_add(&s->refused_puts, 1);
-			op->result = rc;
-		}
-	}
-	free(leg);
-	free(dops);
-	if (ram_above_high(s->ram))
-		kick_evictor(s);
+	int rc = put_ops(s, ops, n, "kvt_put_batch");
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)
 		hist_record(&s->put_lat, dt);
 	ctr_add(&s->puts, n);
 	ctr_add(&s->batches, 1);
-	int rc = first_failure(ops, n);
-	if (rc == -ENOSPC)
-		kvt_set_error("kvt_put_batch: no tier could take some blocks "
-			      "(RAM holds only leased or pinned blocks%s)",
-			      s->disk ? (s->cfg.refuse_when_leased ? " and ram.refuse_when_leased is set"
-						 : " and the disk tier is full") : " and there is no disk tier");
 	return rc;
 }
 
-static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
+/*
+ * Loads ops[0..n), n <= CHUNK: RAM first, then every RAM miss of the chunk
+ * from disk in one submission, promoting disk hits.
+ */
+static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 {
-	uint64_t t0 = kvt_now_ns();
-	size_t nmiss = 0, *miss = NULL;
-	kvt_op *dops = NULL;
+	size_t miss[CHUNK], nmiss = 0;
+	kvt_op dops[CHUNK];
 
 	for (size_t i = 0; i < n; i++) {
 		int rc = check_get_args(ops[i].buf, ops[i].len, "kvt_get_batch");
@@ -657,20 +632,6 @@ static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 		size_t cap = ops[i].len;
 		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap, &ops[i].len);
 		if (rc == -ENOENT && s->disk) {
-			if (!miss) {
-				miss = malloc(n * sizeof(*miss));
-				dops = malloc(n * sizeof(*dops));
-				if (!miss || !dops) {
-					free(miss);
-					free(dops);
-					miss = NULL;
-					dops = NULL;
-					/* No memory for a batch: load one by one. */
-					rc = get_one(s, ops[i].key, ops[i].buf, cap, &ops[i].len);
-					ops[i].result = rc;
-					continue;
-				}
-			}
 			ops[i].len = cap;
 			miss[nmiss] = i;
 			dops[nmiss++] = ops[i];
@@ -679,19 +640,24 @@ static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 		count_get(s, rc, 0);
 		ops[i].result = rc;
 	}
-	if (nmiss) {
+	if (nmiss)
 		disk_get_batch(s->disk, dops, nmiss);
-		for (size_t j = 0; j < nmiss; j++) {
-			kvt_op *op = &ops[miss[j]];
-			op->result = dops[j].result;
-			op->len = dops[j].len;
-			count_get(s, op->result, 1);
-			if (op->result == 0)
-				promote(s, op->key, op->buf, op->len);
-		}
+	for (size_t j = 0; j < nmiss; j++) {
+		kvt_op *op = &ops[miss[j]];
+		op->result = dops[j].result;
+		op->len = dops[j].len;
+		count_get(s, op->result, 1);
+		if (op->result == 0)
+			promote(s, op->key, op->buf, op->len);
 	}
-	free(miss);
-	free(dops);
+}
+
+static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
+{
+	uint64_t t0 = kvt_now_ns();
+
+	for (size_t i = 0; i < n; i += CHUNK)
+		get_chunk(s, ops + i, n - i < CHUNK ? n - i : CHUNK);
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)
 		hist_record(&s->get_lat, dt);
