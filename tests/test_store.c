@@ -40,32 +40,6 @@ static kvt_store *open_exact(unsigned blocks, unsigned lease_ms, double lease_ca
 	return s;
 }
 
-static void put_block(kvt_store *s, kvt_key k, size_t len)
-{
-	void *b = malloc(len);
-	assert_non_null(b);
-	fill_block(k, b, len);
-	int rc = kvt_put(s, k, b, len);
-	if (rc)
-		fail_msg("kvt_put: %s: %s", kvt_strerror(rc), kvt_last_error());
-	free(b);
-}
-
-/* 0 if present with the right bytes, else the error. */
-static int get_block(kvt_store *s, kvt_key k, size_t len)
-{
-	void *b = malloc(len);
-	size_t got = 0;
-	assert_non_null(b);
-	int rc = kvt_get(s, k, b, len, &got);
-	if (rc == 0) {
-		assert_int_equal(got, len);
-		assert_true(check_block(k, b, len));
-	}
-	free(b);
-	return rc;
-}
-
 static json_t *stats(kvt_store *s)
 {
 	int n = kvt_stats_json(s, NULL, 0);
@@ -80,23 +54,12 @@ static json_t *stats(kvt_store *s)
 	return j;
 }
 
-static long long stat_of(kvt_store *s, const char *tier, const char *name)
-{
-	json_t *j = stats(s);
-	json_t *v = json_object_get(json_object_get(j, tier), name);
-	if (!v)
-		fail_msg("no stat %s.%s", tier, name);
-	long long x = json_integer_value(v);
-	json_decref(j);
-	return x;
-}
-
 static void test_open_defaults_and_version(void **state)
 {
 	(void)state;
 	kvt_store *s = NULL;
 	assert_int_equal(kvt_open(NULL, &s), 0);
-	assert_int_equal(stat_of(s, "ram", "capacity"), 1024ll * MiB);
+	assert_int_equal(store_stat(s, "ram", "capacity"), 1024ll * MiB);
 	kvt_close(s);
 	assert_int_equal(kvt_open("", &s), 0);
 	kvt_close(s);
@@ -135,10 +98,10 @@ static void test_put_get_roundtrip_and_sizes(void **state)
 	kvt_store *s = open_exact(16, 5000, 0.5);
 	size_t sizes[] = { 1, 7, 4095, 4096, 4097, 65536, 1000000, MiB };
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-		put_block(s, test_key(i), sizes[i]);
+		store_put_block(s, test_key(i), sizes[i]);
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-		assert_int_equal(get_block(s, test_key(i), sizes[i]), 0);
-	assert_int_equal(get_block(s, test_key(99), 100), -ENOENT);
+		assert_int_equal(store_get_block(s, test_key(i), sizes[i]), 0);
+	assert_int_equal(store_get_block(s, test_key(99), 100), -ENOENT);
 	assert_non_null(strstr(kvt_last_error(), "not stored"));
 	kvt_close(s);
 }
@@ -149,13 +112,13 @@ static void test_get_small_buffer_reports_size(void **state)
 	kvt_store *s = open_exact(4, 5000, 0.5);
 	char small[100];
 	size_t len = 0;
-	put_block(s, test_key(1), 5000);
+	store_put_block(s, test_key(1), 5000);
 	assert_int_equal(kvt_get(s, test_key(1), small, sizeof(small), &len), -ENOBUFS);
 	assert_int_equal(len, 5000);
 	len = 0;
 	assert_int_equal(kvt_get(s, test_key(1), NULL, 0, &len), -ENOBUFS);
 	assert_int_equal(len, 5000);
-	assert_int_equal(get_block(s, test_key(1), 5000), 0);
+	assert_int_equal(store_get_block(s, test_key(1), 5000), 0);
 	kvt_close(s);
 }
 
@@ -194,7 +157,7 @@ static void test_bad_arguments_rejected(void **state)
 	assert_int_equal(kvt_put_batch(s, NULL, 0), 0);
 	assert_int_equal(kvt_get_batch(s, NULL, 0), 0);
 	/* Nothing above changed the store. */
-	assert_int_equal(stat_of(s, "ram", "objects"), 0);
+	assert_int_equal(store_stat(s, "ram", "objects"), 0);
 	kvt_close(s);
 }
 
@@ -202,14 +165,14 @@ static void test_second_put_is_noop(void **state)
 {
 	(void)state;
 	kvt_store *s = open_exact(4, 5000, 0.5);
-	put_block(s, test_key(1), 4096);
+	store_put_block(s, test_key(1), 4096);
 	/* Same key, other bytes: blocks are immutable, the first copy stays. */
 	char junk[4096];
 	memset(junk, 0xab, sizeof(junk));
 	assert_int_equal(kvt_put(s, test_key(1), junk, sizeof(junk)), 0);
-	assert_int_equal(get_block(s, test_key(1), 4096), 0);
-	assert_int_equal(stat_of(s, "ram", "objects"), 1);
-	assert_int_equal(stat_of(s, "ram", "duplicate_puts"), 1);
+	assert_int_equal(store_get_block(s, test_key(1), 4096), 0);
+	assert_int_equal(store_stat(s, "ram", "objects"), 1);
+	assert_int_equal(store_stat(s, "ram", "duplicate_puts"), 1);
 	kvt_close(s);
 }
 
@@ -222,15 +185,15 @@ static void test_lookup_reports_longest_prefix(void **state)
 	for (int i = 0; i < 10; i++)
 		keys[i] = test_key(100 + (uint64_t)i);
 	for (int i = 0; i < 6; i++)
-		put_block(s, keys[i], 4096);
-	put_block(s, keys[7], 4096); /* beyond a gap: not part of the prefix */
+		store_put_block(s, keys[i], 4096);
+	store_put_block(s, keys[7], 4096); /* beyond a gap: not part of the prefix */
 	assert_int_equal(kvt_lookup(s, keys, 10, 0, &found), 0);
 	assert_int_equal(found, 6);
 	assert_int_equal(kvt_lookup(s, keys + 6, 4, 0, &found), 0);
 	assert_int_equal(found, 0);
 	assert_int_equal(kvt_lookup(s, keys, 3, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 3);
-	assert_int_equal(stat_of(s, "ram", "leased_objects"), 3);
+	assert_int_equal(store_stat(s, "ram", "leased_objects"), 3);
 	kvt_close(s);
 }
 
@@ -239,17 +202,17 @@ static void test_lru_refreshed_on_hit_and_put(void **state)
 	(void)state;
 	kvt_store *s = open_exact(4, 5000, 0.5);
 	for (int i = 0; i < 4; i++)
-		put_block(s, test_key((uint64_t)i), MiB);
-	assert_int_equal(get_block(s, test_key(0), MiB), 0); /* hit refreshes 0 */
-	put_block(s, test_key(4), MiB);                     /* evicts 1 */
-	assert_int_equal(get_block(s, test_key(1), MiB), -ENOENT);
-	assert_int_equal(get_block(s, test_key(0), MiB), 0);
-	put_block(s, test_key(2), MiB);                     /* put refreshes 2 */
-	put_block(s, test_key(5), MiB);                     /* evicts 3 */
-	assert_int_equal(get_block(s, test_key(3), MiB), -ENOENT);
-	assert_int_equal(get_block(s, test_key(2), MiB), 0);
-	assert_int_equal(stat_of(s, "ram", "evictions"), 2);
-	assert_int_equal(stat_of(s, "ram", "evicted_bytes"), 2 * MiB);
+		store_put_block(s, test_key((uint64_t)i), MiB);
+	assert_int_equal(store_get_block(s, test_key(0), MiB), 0); /* hit refreshes 0 */
+	store_put_block(s, test_key(4), MiB);                     /* evicts 1 */
+	assert_int_equal(store_get_block(s, test_key(1), MiB), -ENOENT);
+	assert_int_equal(store_get_block(s, test_key(0), MiB), 0);
+	store_put_block(s, test_key(2), MiB);                     /* put refreshes 2 */
+	store_put_block(s, test_key(5), MiB);                     /* evicts 3 */
+	assert_int_equal(store_get_block(s, test_key(3), MiB), -ENOENT);
+	assert_int_equal(store_get_block(s, test_key(2), MiB), 0);
+	assert_int_equal(store_stat(s, "ram", "evictions"), 2);
+	assert_int_equal(store_stat(s, "ram", "evicted_bytes"), 2 * MiB);
 	kvt_close(s);
 }
 
@@ -261,18 +224,18 @@ static void test_leased_blocks_survive_eviction(void **state)
 	size_t found;
 	for (int i = 0; i < 4; i++) {
 		k[i] = test_key((uint64_t)i);
-		put_block(s, k[i], MiB);
+		store_put_block(s, k[i], MiB);
 	}
 	/* Lease the two oldest; the next puts must evict the others. */
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 2);
-	put_block(s, test_key(10), MiB);
-	put_block(s, test_key(11), MiB);
-	assert_int_equal(get_block(s, k[0], MiB), 0);
-	assert_int_equal(get_block(s, k[1], MiB), 0);
-	assert_int_equal(get_block(s, k[2], MiB), -ENOENT);
-	assert_int_equal(get_block(s, k[3], MiB), -ENOENT);
-	assert_int_equal(stat_of(s, "ram", "leased_bytes"), 2 * MiB);
+	store_put_block(s, test_key(10), MiB);
+	store_put_block(s, test_key(11), MiB);
+	assert_int_equal(store_get_block(s, k[0], MiB), 0);
+	assert_int_equal(store_get_block(s, k[1], MiB), 0);
+	assert_int_equal(store_get_block(s, k[2], MiB), -ENOENT);
+	assert_int_equal(store_get_block(s, k[3], MiB), -ENOENT);
+	assert_int_equal(store_stat(s, "ram", "leased_bytes"), 2 * MiB);
 	kvt_close(s);
 }
 
@@ -284,13 +247,13 @@ static void test_lease_cap_limits_reported_prefix(void **state)
 	size_t found;
 	for (int i = 0; i < 4; i++) {
 		k[i] = test_key((uint64_t)i);
-		put_block(s, k[i], MiB);
+		store_put_block(s, k[i], MiB);
 	}
 	assert_int_equal(kvt_lookup(s, k, 4, 0, &found), 0);
 	assert_int_equal(found, 4);
 	assert_int_equal(kvt_lookup(s, k, 4, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 2);
-	assert_int_equal(stat_of(s, "ram", "lease_refusals"), 1);
+	assert_int_equal(store_stat(s, "ram", "lease_refusals"), 1);
 	/* Renewing held leases costs nothing more. */
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 2);
@@ -308,8 +271,8 @@ static void test_leases_expire_by_themselves(void **state)
 	kvt_store *s = open_exact(2, 400, 1.0);
 	kvt_key k[2] = { test_key(1), test_key(2) };
 	size_t found;
-	put_block(s, k[0], MiB);
-	put_block(s, k[1], MiB);
+	store_put_block(s, k[0], MiB);
+	store_put_block(s, k[1], MiB);
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 2);
 	/* Everything is leased: a RAM-only store must refuse, and count it. */
@@ -317,14 +280,14 @@ static void test_leases_expire_by_themselves(void **state)
 	memset(b, 1, sizeof(b));
 	assert_int_equal(kvt_put(s, test_key(3), b, sizeof(b)), -ENOSPC);
 	assert_non_null(strstr(kvt_last_error(), "leased"));
-	assert_int_equal(stat_of(s, "store", "refused_puts"), 1);
-	assert_int_equal(stat_of(s, "ram", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "store", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
 	/* A caller that crashed after its lookup leaks nothing: the leases lapse. */
 	struct timespec ts = { 0, 800 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
-	put_block(s, test_key(3), MiB);
-	assert_true(stat_of(s, "ram", "lease_expiries") >= 1);
-	assert_int_equal(get_block(s, test_key(3), MiB), 0);
+	store_put_block(s, test_key(3), MiB);
+	assert_true(store_stat(s, "ram", "lease_expiries") >= 1);
+	assert_int_equal(store_get_block(s, test_key(3), MiB), 0);
 	kvt_close(s);
 }
 
@@ -332,16 +295,16 @@ static void test_remove(void **state)
 {
 	(void)state;
 	kvt_store *s = open_exact(4, 5000, 0.5);
-	put_block(s, test_key(1), 8192);
+	store_put_block(s, test_key(1), 8192);
 	size_t found;
 	kvt_key k = test_key(1);
 	assert_int_equal(kvt_lookup(s, &k, 1, KVT_LEASE, &found), 0);
 	assert_int_equal(kvt_remove(s, k), 0);
-	assert_int_equal(get_block(s, k, 8192), -ENOENT);
+	assert_int_equal(store_get_block(s, k, 8192), -ENOENT);
 	assert_int_equal(kvt_remove(s, k), -ENOENT);
-	assert_int_equal(stat_of(s, "ram", "objects"), 0);
-	assert_int_equal(stat_of(s, "ram", "leased_bytes"), 0);
-	assert_int_equal(stat_of(s, "ram", "bytes_used"), 0);
+	assert_int_equal(store_stat(s, "ram", "objects"), 0);
+	assert_int_equal(store_stat(s, "ram", "leased_bytes"), 0);
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
 	kvt_close(s);
 }
 
@@ -349,9 +312,9 @@ static void test_stats_json_like_snprintf(void **state)
 {
 	(void)state;
 	kvt_store *s = open_exact(4, 5000, 0.5);
-	put_block(s, test_key(1), 4096);
-	assert_int_equal(get_block(s, test_key(1), 4096), 0);
-	assert_int_equal(get_block(s, test_key(2), 4096), -ENOENT);
+	store_put_block(s, test_key(1), 4096);
+	assert_int_equal(store_get_block(s, test_key(1), 4096), 0);
+	assert_int_equal(store_get_block(s, test_key(2), 4096), -ENOENT);
 	int n = kvt_stats_json(s, NULL, 0);
 	assert_true(n > 100);
 	char small[10];
@@ -384,7 +347,7 @@ static void test_double_close_is_harmless(void **state)
 	kvt_close(s);
 	assert_non_null(strstr(kvt_last_error(), "not an open store"));
 	kvt_close(NULL);
-	put_block(t, test_key(1), 100); /* the other store is untouched */
+	store_put_block(t, test_key(1), 100); /* the other store is untouched */
 	kvt_close(t);
 }
 

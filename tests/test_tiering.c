@@ -57,53 +57,16 @@ static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_c
 	return s;
 }
 
-static void put_block(kvt_store *s, kvt_key k, size_t len)
-{
-	void *b = malloc(len);
-	fill_block(k, b, len);
-	int rc = kvt_put(s, k, b, len);
-	if (rc)
-		fail_msg("kvt_put: %s: %s", kvt_strerror(rc), kvt_last_error());
-	free(b);
-}
-
-static int get_block(kvt_store *s, kvt_key k, size_t len)
-{
-	void *b = malloc(len);
-	size_t got = 0;
-	int rc = kvt_get(s, k, b, len, &got);
-	if (rc == 0) {
-		assert_int_equal(got, len);
-		assert_true(check_block(k, b, len));
-	}
-	free(b);
-	return rc;
-}
-
-static long long stat_of(kvt_store *s, const char *tier, const char *name)
-{
-	char buf[16384];
-	assert_true(kvt_stats_json(s, buf, sizeof(buf)) < (int)sizeof(buf));
-	json_t *j = json_loads(buf, 0, NULL);
-	assert_non_null(j);
-	json_t *v = json_object_get(json_object_get(j, tier), name);
-	if (!v)
-		fail_msg("no stat %s.%s", tier, name);
-	long long x = json_integer_value(v);
-	json_decref(j);
-	return x;
-}
-
 static void test_eviction_spills_and_gets_come_back(void **state)
 {
 	(void)state;
 	kvt_store *s = open_tiered("spill.dat", 4, 0.5, "");
 	for (uint64_t i = 0; i < 16; i++)
-		put_block(s, test_key(i), MiB);
-	assert_true(stat_of(s, "ram", "spills") >= 12);
+		store_put_block(s, test_key(i), MiB);
+	assert_true(store_stat(s, "ram", "spills") >= 12);
 	for (uint64_t i = 0; i < 16; i++)
-		assert_int_equal(get_block(s, test_key(i), MiB), 0);
-	assert_true(stat_of(s, "store", "hits_disk") >= 12);
+		assert_int_equal(store_get_block(s, test_key(i), MiB), 0);
+	assert_true(store_stat(s, "store", "hits_disk") >= 12);
 	/* The whole chain is available across the two tiers. */
 	kvt_key keys[17];
 	size_t found;
@@ -132,25 +95,25 @@ static void test_write_around_when_ram_is_all_leased(void **state)
 	kvt_store *s = open_tiered("around.dat", 2, 1.0, "");
 	kvt_key k[2] = { test_key(1), test_key(2) };
 	size_t found;
-	put_block(s, k[0], MiB);
-	put_block(s, k[1], MiB);
+	store_put_block(s, k[0], MiB);
+	store_put_block(s, k[1], MiB);
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 2);
-	put_block(s, test_key(3), MiB); /* RAM cannot take it: disk does */
-	assert_int_equal(stat_of(s, "store", "write_arounds"), 1);
-	assert_int_equal(stat_of(s, "store", "refused_puts"), 0);
-	assert_int_equal(get_block(s, test_key(3), MiB), 0);
-	assert_int_equal(get_block(s, k[0], MiB), 0);
+	store_put_block(s, test_key(3), MiB); /* RAM cannot take it: disk does */
+	assert_int_equal(store_stat(s, "store", "write_arounds"), 1);
+	assert_int_equal(store_stat(s, "store", "refused_puts"), 0);
+	assert_int_equal(store_get_block(s, test_key(3), MiB), 0);
+	assert_int_equal(store_get_block(s, k[0], MiB), 0);
 	kvt_close(s);
 
 	s = open_tiered("refuse.dat", 2, 1.0, ", \"refuse_when_leased\": true");
-	put_block(s, k[0], MiB);
-	put_block(s, k[1], MiB);
+	store_put_block(s, k[0], MiB);
+	store_put_block(s, k[1], MiB);
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	char *b = malloc(MiB);
 	fill_block(test_key(3), b, MiB);
 	assert_int_equal(kvt_put(s, test_key(3), b, MiB), -ENOSPC);
-	assert_int_equal(stat_of(s, "store", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "store", "refused_puts"), 1);
 	free(b);
 	kvt_close(s);
 }
@@ -161,8 +124,8 @@ static void test_batch_put_writes_around_in_one_go(void **state)
 	kvt_store *s = open_tiered("batch.dat", 2, 1.0, "");
 	kvt_key k[2] = { test_key(1), test_key(2) };
 	size_t found;
-	put_block(s, k[0], MiB);
-	put_block(s, k[1], MiB);
+	store_put_block(s, k[0], MiB);
+	store_put_block(s, k[1], MiB);
 	assert_int_equal(kvt_lookup(s, k, 2, KVT_LEASE, &found), 0);
 	kvt_op ops[6];
 	char *bufs[6];
@@ -172,9 +135,9 @@ static void test_batch_put_writes_around_in_one_go(void **state)
 		ops[i] = (kvt_op){ test_key(10 + (uint64_t)i), bufs[i], MiB, 1 };
 	}
 	assert_int_equal(kvt_put_batch(s, ops, 6), 0);
-	assert_int_equal(stat_of(s, "store", "write_arounds"), 6);
+	assert_int_equal(store_stat(s, "store", "write_arounds"), 6);
 	for (int i = 0; i < 6; i++) {
-		assert_int_equal(get_block(s, test_key(10 + (uint64_t)i), MiB), 0);
+		assert_int_equal(store_get_block(s, test_key(10 + (uint64_t)i), MiB), 0);
 		free(bufs[i]);
 	}
 	kvt_close(s);
@@ -185,11 +148,11 @@ static void test_remove_clears_both_tiers(void **state)
 	(void)state;
 	kvt_store *s = open_tiered("remove.dat", 2, 0.5, "");
 	for (uint64_t i = 0; i < 6; i++)
-		put_block(s, test_key(i), MiB);
+		store_put_block(s, test_key(i), MiB);
 	for (uint64_t i = 0; i < 6; i++)
 		assert_int_equal(kvt_remove(s, test_key(i)), 0);
 	for (uint64_t i = 0; i < 6; i++) {
-		assert_int_equal(get_block(s, test_key(i), MiB), -ENOENT);
+		assert_int_equal(store_get_block(s, test_key(i), MiB), -ENOENT);
 		assert_int_equal(kvt_remove(s, test_key(i)), -ENOENT);
 	}
 	kvt_close(s);
@@ -200,15 +163,15 @@ static void test_restart_keeps_disk_blocks(void **state)
 	(void)state;
 	kvt_store *s = open_tiered("restart.dat", 2, 0.5, "");
 	for (uint64_t i = 0; i < 20; i++)
-		put_block(s, test_key(i), 512 * 1024);
-	long long on_disk = stat_of(s, "disk", "objects");
+		store_put_block(s, test_key(i), 512 * 1024);
+	long long on_disk = store_stat(s, "disk", "objects");
 	assert_true(on_disk >= 16);
 	kvt_close(s);
 	s = open_tiered("restart.dat", 2, 0.5, "");
-	assert_int_equal(stat_of(s, "disk", "objects"), on_disk);
+	assert_int_equal(store_stat(s, "disk", "objects"), on_disk);
 	int back = 0;
 	for (uint64_t i = 0; i < 20; i++) {
-		int rc = get_block(s, test_key(i), 512 * 1024);
+		int rc = store_get_block(s, test_key(i), 512 * 1024);
 		assert_true(rc == 0 || rc == -ENOENT);
 		back += rc == 0;
 	}

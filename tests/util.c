@@ -1,9 +1,15 @@
 /* util.c - see util.h. */
 #include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
 
 #include "util.h"
 
@@ -81,4 +87,47 @@ void rm_rf(const char *path)
 {
 	if (path)
 		nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void store_put_block(kvt_store *s, kvt_key k, size_t len)
+{
+	void *b = malloc(len);
+	assert_non_null(b);
+	fill_block(k, b, len);
+	int rc = kvt_put(s, k, b, len);
+	if (rc)
+		fail_msg("kvt_put: %s: %s", kvt_strerror(rc), kvt_last_error());
+	free(b);
+}
+
+int store_get_block(kvt_store *s, kvt_key k, size_t len)
+{
+	void *b = malloc(len);
+	size_t got = 0;
+	assert_non_null(b);
+	int rc = kvt_get(s, k, b, len, &got);
+	if (rc == 0) {
+		assert_int_equal(got, len);
+		assert_true(check_block(k, b, len));
+	}
+	free(b);
+	return rc;
+}
+
+long long store_stat(kvt_store *s, const char *tier, const char *name)
+{
+	int n = kvt_stats_json(s, NULL, 0);
+	assert_true(n > 0);
+	char *buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(kvt_stats_json(s, buf, (size_t)n + 1), n);
+	json_t *j = json_loads(buf, 0, NULL);
+	free(buf);
+	assert_non_null(j);
+	json_t *v = json_object_get(json_object_get(j, tier), name);
+	if (!v)
+		fail_msg("no stat %s.%s", tier, name);
+	long long x = json_integer_value(v);
+	json_decref(j);
+	return x;
 }

@@ -19,6 +19,16 @@ int check_block(kvt_key key, const void *buf, size_t len);
 /* A key from a small integer (not a chain key; any 128 bits will do). */
 kvt_key test_key(uint64_t i);
 
+/* Puts a block of len bytes made by fill_block; fails the test on error. */
+void store_put_block(kvt_store *s, kvt_key k, size_t len);
+
+/* Gets a block and, when it is there, checks its size and bytes (failing
+ * the test on a mismatch). Returns kvt_get's result. */
+int store_get_block(kvt_store *s, kvt_key k, size_t len);
+
+/* An integer statistic `tier.name` from kvt_stats_json; fails if absent. */
+long long store_stat(kvt_store *s, const char *tier, const char *name);
+
 /* mkdtemp under /tmp; returns a malloc'd path. rm_rf removes it. */
 char *make_temp_dir(const char *tag);
 void rm_rf(const char *path);
