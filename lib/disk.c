@@ -869,6 +869,15 @@ int disk_put(struct disk_tier *d, kvt_key key, const void *data, size_t len)
 	return w.result;
 }
 
+/* Every op of a batch that could not start fails with err: callers read
+ * each op's result, so none may be left as it came in. */
+static int fail_all(kvt_op *ops, size_t n, int err)
+{
+	for (size_t i = 0; i < n; i++)
+		ops[i].result = err;
+	return kvt_fail(err, "disk tier: out of memory for a batch of %zu", n);
+}
+
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 {
 	struct wr *w;
@@ -880,7 +889,7 @@ int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 		return 0;
 	w = calloc(n, sizeof(*w));
 	if (!w)
-		return -ENOMEM;
+		return fail_all(ops, n, -ENOMEM);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
 		ops[i].result = check_put(ops[i].key, ops[i].buf, ops[i].len,
@@ -995,7 +1004,7 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 		free(rd);
 		free(ios);
 		free(own);
-		return -ENOMEM;
+		return fail_all(ops, n, -ENOMEM);
 	}
 
 	pthread_mutex_lock(&d->lock);
