@@ -4,19 +4,20 @@
  * bandwidth (one put at a time, and put batches), cold batch-load bandwidth
  * and latency percentiles (the tier closed and reopened between writing and
  * loading; O_DIRECT bypasses the page cache), reopen times after a clean
- * close and after kill -9, and index bytes per block. Beside each figure, the
- * device limit measured in the same run on a file of the same size on the
- * same file system: fio (--rw=randread / --rw=write, same block size and
- * queue depth, io_uring, O_DIRECT) when installed, else a raw io_uring loop.
- * The limit is measured before and after the repetitions (the better of the
- * two counts), and again after each repetition, so that each figure is also
- * given as the median of per-repetition shares against a limit measured
- * seconds away: a shared machine's device drifts more than that between
- * the start and the end of a run.
- * The tier's spills run on a file written once beforehand, as fio's own
- * file is (writes then overwrite written blocks, a long-lived tier's steady
- * state); "new file" spills into a freshly preallocated file, whose
- * unwritten extents the file system converts as they are first written.
+ * close and after kill -9, and index bytes per block.
+ * Each figure is divided by the device limit measured in the same
+ * repetition, on the same file, with the same block size and queue depth,
+ * right before and right after it (the better of the two counts,
+ * shared/BENCHMARKS.md): one pass of fio (--rw=write / --rw=randread,
+ * io_uring, O_DIRECT) over the tier's own file, or the bench's raw io_uring
+ * loop where fio is missing. A pass moves about as many bytes as the figure,
+ * so both see the same moment of a shared machine's drifting device. fio's
+ * write pass also overwrites the tier's superblock, so the next open starts
+ * an empty tier on a file whose every block has been written once: the
+ * steady state of a long-lived tier, and what fio itself rewrites. "New
+ * file" spills into a freshly preallocated file instead, against fio
+ * writing a new file (the file system converts unwritten extents on first
+ * write, which costs both).
  * Knows the tier only through disk.h and uring.h.
  */
 #include <errno.h>
@@ -104,8 +105,12 @@ static double fio_run(const struct run *r, const char *path, const char *rw,
 	snprintf(out, sizeof(out), "%s.json", r->limpath);
 	if (secs)
 		snprintf(timed, sizeof(timed), "--runtime=%u --time_based ", secs);
+	/* glibc.malloc.hugetlb=1: fio's buffers in transparent huge pages, the
+	 * kind of memory the store's arena and this bench's buffers are (with
+	 * 4 KiB pages a 1 MiB transfer takes 256 segments, and a virtio disk
+	 * splits it in two) */
 	snprintf(cmd, sizeof(cmd),
-		 "fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
+		 "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
 		 "--ioengine=io_uring --direct=1 --size=%llu %s"
 		 "--output-format=json --output=%s >/dev/null 2>&1",
 		 path, rw, (unsigned long long)r->o.bs, r->o.qd,
@@ -137,13 +142,14 @@ static double raw_run(const struct run *r, const char *path, int write, unsigned
 
 	/* its own buffers: the arena holds the blocks the tier figures spill */
 	char *buf = NULL;
-	if (fd < 0 || posix_memalign((void **)&buf, 4096, qd * r->o.bs) ||
+	if (fd < 0 || posix_memalign((void **)&buf, 2u << 20, qd * r->o.bs) ||
 	    uring_dev_ops.queue_open(&fd, 1, qd, NULL, 0, &nf, &q)) {
 		if (fd >= 0)
 			uring_dev_ops.dev_close(fd);
 		free(buf);
 		return NAN;
 	}
+	madvise(buf, qd * r->o.bs, MADV_HUGEPAGE); /* as the arena */
 	memset(buf, 0x5a, qd * r->o.bs);
 	/* many ios per dev_run, so the queue stays full as the tier's batches do */
 	unsigned n = 8 * qd;
@@ -159,6 +165,7 @@ static double raw_run(const struct run *r, const char *path, int write, unsigned
 			} else {
 				seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
 				b = seed % nb;
+				pos++;
 			}
 			io[i] = (struct dev_io){ .op = write ? DEV_WRITE : DEV_READ,
 				.buf = buf + (size_t)(i % qd) * r->o.bs, .off = b * r->o.bs,
@@ -178,11 +185,6 @@ static double raw_run(const struct run *r, const char *path, int write, unsigned
 	uring_dev_ops.dev_close(fd);
 	return bw;
 }
-
-struct limit {
-	double read, write;
-	double write_new;         /* one pass of writes over a new file */
-};
 
 /*
  * Removes a file and flushes its file system, so that freeing its blocks
@@ -206,23 +208,22 @@ static void drop_file(const char *path)
 	}
 }
 
-/* One measurement of the limits, each for secs seconds. */
-static void measure_limits(struct run *r, struct limit *l, unsigned secs)
+/* One pass of the limit over path: sequential writes ("write") or random
+ * reads ("randread") of the whole file once, bytes/s or NAN. */
+static double pass(const struct run *r, const char *path, const char *rw)
 {
-	char fresh[4096 + 8];
+	if (r->o.fio)
+		return fio_run(r, path, rw, 0);
+	return raw_run(r, path, strcmp(rw, "write") == 0, 0);
+}
 
-	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
-	drop_file(fresh);
-	if (r->o.fio) {
-		l->write = fio_run(r, r->limpath, "write", secs); /* also fills the file */
-		l->read = fio_run(r, r->limpath, "randread", secs);
-		l->write_new = fio_run(r, fresh, "write", 0);
-	} else {
-		l->write = raw_run(r, r->limpath, 1, secs);
-		l->read = raw_run(r, r->limpath, 0, secs);
-		l->write_new = raw_run(r, fresh, 1, 0);
-	}
-	drop_file(fresh);
+/* A pass of writes into a new file at path, removed again afterwards. */
+static double pass_new(const struct run *r, const char *path)
+{
+	drop_file(path);
+	double bw = pass(r, path, "write");
+	drop_file(path);
+	return bw;
 }
 
 static double better(double a, double b)
@@ -403,17 +404,21 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	disk_close(d);
 }
 
-static void row(struct bench_table *t, const char *name, double v, double lim)
+static void row(struct bench_table *t, const char *name, const struct bench_summary *v,
+		const struct bench_summary *lim, const struct bench_summary *share)
 {
 	bench_table_cell(t, "%s", name);
-	bench_table_cell(t, "%.2f GB/s", v / 1e9);
-	bench_table_cell(t, "%.2f GB/s", lim / 1e9);
-	bench_table_cell(t, "%.0f%%", 100.0 * v / lim);
+	bench_table_cell(t, "%.2f GB/s", v->median / 1e9);
+	bench_table_cell(t, "%.2f GB/s", lim->median / 1e9);
+	bench_table_cell(t, "%.0f%%", 100.0 * share->median);
+	bench_table_cell(t, "%.0f%%-%.0f%%", 100.0 * share->min, 100.0 * share->max);
 	bench_table_end_row(t);
 }
 
-static json_t *jfig(const char *name, const struct bench_summary *s, double lim,
-		    const char *limname, const struct bench_summary *paired)
+/* A figure: its median, its limits and its shares per repetition. */
+static json_t *jfig(const char *name, const struct bench_summary *s,
+		    const struct bench_summary *lim, const char *limname,
+		    const struct bench_summary *share)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "name", json_string(name));
@@ -421,16 +426,12 @@ static json_t *jfig(const char *name, const struct bench_summary *s, double lim,
 	json_object_set_new(o, "value", bench_json_real(s->median));
 	json_object_set_new(o, "reps", bench_json_reps(s));
 	json_object_set_new(o, "limit", json_string(limname));
-	json_object_set_new(o, "share", bench_json_real(s->median / lim));
-	/* per repetition: the figure over the limit measured right after it */
-	json_object_set_new(o, "paired_share", bench_json_reps(paired));
+	json_object_set_new(o, "limit_value", bench_json_real(lim->median));
+	json_object_set_new(o, "limit_reps", bench_json_reps(lim));
+	/* the median of the per-repetition shares */
+	json_object_set_new(o, "share", bench_json_real(share->median));
+	json_object_set_new(o, "share_reps", bench_json_reps(share));
 	return o;
-}
-
-static void paired_line(const char *name, const struct bench_summary *p)
-{
-	printf("    %-30s %4.0f%%  (%.0f%%-%.0f%%)\n", name, 100.0 * p->median,
-	       100.0 * p->min, 100.0 * p->max);
 }
 
 int bench_disk_main(int argc, char **argv)
@@ -539,11 +540,14 @@ int bench_disk_main(int argc, char **argv)
 		r.nblocks = r.o.batch;
 	r.arena_len = 2 * r.o.batch * r.o.bs;
 	r.arena = mmap(NULL, r.arena_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r.arena == MAP_FAILED) {
 		fprintf(stderr, "kvbench disk: no memory for %zu bytes of buffers\n", r.arena_len);
 		return BENCH_EXIT_FAIL;
 	}
+	/* transparent huge pages, as the store's arena asks for (arena.c) */
+	madvise(r.arena, r.arena_len, MADV_HUGEPAGE);
+	memset(r.arena, 0, r.arena_len);
 	for (size_t i = 0; i < r.o.batch; i++)
 		bench_fill(r.arena + i * r.o.bs, r.o.bs, i + 1);
 
@@ -553,105 +557,124 @@ int bench_disk_main(int argc, char **argv)
 	       r.o.fio ? "fio" : "raw io_uring loop");
 	fflush(stdout);
 
-	struct limit before = { NAN, NAN, NAN }, after = { NAN, NAN, NAN }, lim;
-	measure_limits(&r, &before, 3);
-
+	/*
+	 * Per repetition (rep 0 warms up and is not counted), each figure
+	 * between two passes of its limit over the same file:
+	 *   new file: fio writes a new file | the tier spills into a new file |
+	 *             fio writes a new file
+	 *   the tier's file, written once (untimed), then:
+	 *   write | spill one put at a time | write | spill put batches |
+	 *   randread | cold batch load | randread | write
+	 */
+	enum { F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
+	static const char *const fname[NF] = {
+		"spill, one put at a time", "spill, put batches",
+		"spill, put batches, new file", "cold batch load" };
 	unsigned reps = co.reps;
-	/* per rep: spill one at a time, put batches, put batches into a new
-	 * file, load; then each over the limit measured right after the rep */
-	double *v = calloc(8 * (size_t)reps, sizeof(double));
-	double *sp1 = v, *spb = v + reps, *spn = v + 2 * reps, *ld = v + 3 * reps;
-	double *p1 = v + 4 * reps, *pb = v + 5 * reps, *pn = v + 6 * reps, *pl = v + 7 * reps;
+	double *v = calloc(3 * NF * (size_t)reps, sizeof(double));
+	double *fig[NF], *lim[NF], *shr[NF];
 	struct bench_samples lat = { 0 };
-	int bad = 0;
 	struct disk_tier *d = NULL;
+	char fresh[4096 + 8];
+	int bad = 0;
 
+	snprintf(fresh, sizeof(fresh), "%s.new", r.limpath);
+	for (int f = 0; v && f < NF; f++) {
+		fig[f] = v + (3 * f) * (size_t)reps;
+		lim[f] = v + (3 * f + 1) * (size_t)reps;
+		shr[f] = v + (3 * f + 2) * (size_t)reps;
+	}
 	for (unsigned rep = 0; v && rep <= reps && rc == BENCH_EXIT_OK; rep++) {
-		/* rep 0 warms up; each rep writes its own keys three times: one at a
-		 * time and batched on a written file, batched on a new one */
-		if (layout(&r) || tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		double a = spill(&r, d, 1000 + rep, 0);
-		disk_close(d);
-		if (layout(&r) || tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		double b = spill(&r, d, rep, 1);
-		disk_close(d); /* cold: the next open reads nothing from the page cache */
-		if (tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		struct bench_samples l = { 0 };
-		double g = load(&r, d, rep, &l, &bad);
-		disk_close(d);
+		double x[NF], before[NF], after[NF];
+
+		before[F_NEW] = pass_new(&r, fresh);
 		drop_file(r.tierpath);
 		if (tier_open(&r, &d)) {
 			rc = BENCH_EXIT_FAIL;
 			break;
 		}
-		double c = spill(&r, d, 2000 + rep, 1);
+		x[F_NEW] = spill(&r, d, 2000 + rep, 1);
 		disk_close(d);
-		if (isnan(a) || isnan(b) || isnan(c) || isnan(g))
-			rc = BENCH_EXIT_FAIL;
-		if (rep > 0) {
-			struct limit now;
+		after[F_NEW] = pass_new(&r, fresh);
 
-			measure_limits(&r, &now, 2);
-			sp1[rep - 1] = a;
-			spb[rep - 1] = b;
-			spn[rep - 1] = c;
-			ld[rep - 1] = g;
-			p1[rep - 1] = a / now.write;
-			pb[rep - 1] = b / now.write;
-			pn[rep - 1] = c / now.write_new;
-			pl[rep - 1] = g / now.read;
+		if (layout(&r)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		before[F_ONE] = pass(&r, r.tierpath, "write");
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		x[F_ONE] = spill(&r, d, 1000 + rep, 0);
+		disk_close(d);
+		after[F_ONE] = before[F_BATCH] = pass(&r, r.tierpath, "write");
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		x[F_BATCH] = spill(&r, d, rep, 1);
+		disk_close(d); /* cold: the next open reads nothing from the page cache */
+		before[F_LOAD] = pass(&r, r.tierpath, "randread");
+		if (tier_open(&r, &d)) {
+			rc = BENCH_EXIT_FAIL;
+			break;
+		}
+		struct bench_samples l = { 0 };
+		x[F_LOAD] = load(&r, d, rep, &l, &bad);
+		disk_close(d);
+		after[F_LOAD] = pass(&r, r.tierpath, "randread");
+		after[F_BATCH] = pass(&r, r.tierpath, "write");
+		for (int f = 0; f < NF; f++)
+			if (isnan(x[f]) || (isnan(before[f]) && isnan(after[f]))) {
+				fprintf(stderr, "kvbench disk: %s: %s failed\n", fname[f],
+					isnan(x[f]) ? "the tier" : "the limit");
+				rc = BENCH_EXIT_FAIL;
+			}
+		if (rep > 0 && rc == BENCH_EXIT_OK) {
+			for (int f = 0; f < NF; f++) {
+				fig[f][rep - 1] = x[f];
+				lim[f][rep - 1] = better(before[f], after[f]);
+				shr[f][rep - 1] = x[f] / lim[f][rep - 1];
+			}
 			bench_samples_append(&lat, &l);
 		}
 		bench_samples_free(&l);
 	}
 	if (!v)
 		rc = BENCH_EXIT_FAIL;
-	double clean_ms, crash_ms, bpb;
-	reopen_times(&r, &clean_ms, &crash_ms, &bpb);
-	measure_limits(&r, &after, 3); /* after as well; the better of the two counts */
-	lim.write = better(before.write, after.write);
-	lim.read = better(before.read, after.read);
-	lim.write_new = better(before.write_new, after.write_new);
 
-	struct bench_summary s1, sb, sn, sl, sla, q1, qb, qn, ql;
-	bench_summarize(sp1, v ? reps : 0, &s1);
-	bench_summarize(spb, v ? reps : 0, &sb);
-	bench_summarize(spn, v ? reps : 0, &sn);
-	bench_summarize(ld, v ? reps : 0, &sl);
-	bench_summarize(p1, v ? reps : 0, &q1);
-	bench_summarize(pb, v ? reps : 0, &qb);
-	bench_summarize(pn, v ? reps : 0, &qn);
-	bench_summarize(pl, v ? reps : 0, &ql);
+	/* a full tier for the reopen times (the last pass overwrote it) */
+	double clean_ms = NAN, crash_ms = NAN, bpb = NAN;
+	if (rc == BENCH_EXIT_OK && tier_open(&r, &d) == 0) {
+		if (isnan(spill(&r, d, 3000, 1)))
+			rc = BENCH_EXIT_FAIL;
+		disk_close(d);
+		reopen_times(&r, &clean_ms, &crash_ms, &bpb);
+	}
+
+	struct bench_summary sf[NF], sl[NF], ss[NF], sla;
+	size_t nrep = rc == BENCH_EXIT_OK ? reps : 0;
+	for (int f = 0; f < NF; f++) {
+		bench_summarize(v ? fig[f] : NULL, v ? nrep : 0, &sf[f]);
+		bench_summarize(v ? lim[f] : NULL, v ? nrep : 0, &sl[f]);
+		bench_summarize(v ? shr[f] : NULL, v ? nrep : 0, &ss[f]);
+	}
 	bench_summarize(lat.v, lat.n, &sla);
 
-	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share" };
-	struct bench_table *t = bench_table_new(4, hdr);
-	row(t, "spill, one put at a time", s1.median, lim.write);
-	row(t, "spill, put batches", sb.median, lim.write);
-	row(t, "spill, put batches, new file", sn.median, lim.write_new);
-	row(t, "cold batch load", sl.median, lim.read);
+	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share",
+					   "share min-max" };
+	struct bench_table *t = bench_table_new(5, hdr);
+	for (int f = 0; f < NF; f++)
+		row(t, fname[f], &sf[f], &sl[f], &ss[f]);
 	bench_table_print(t, stdout, 2);
 	bench_table_free(t);
-	printf("  limits (bs %llu KiB, qd %lu), the better of before/after: %s write %.2f GB/s "
-	       "(%.2f/%.2f), write to a new file %.2f GB/s (%.2f/%.2f), randread %.2f GB/s "
-	       "(%.2f/%.2f)\n", (unsigned long long)(r.o.bs >> 10), r.o.qd,
-	       r.o.fio ? "fio" : "raw loop", lim.write / 1e9, before.write / 1e9,
-	       after.write / 1e9, lim.write_new / 1e9, before.write_new / 1e9,
-	       after.write_new / 1e9, lim.read / 1e9, before.read / 1e9, after.read / 1e9);
-	printf("  share of the limit measured right after each rep (median, min-max):\n");
-	paired_line("spill, one put at a time", &q1);
-	paired_line("spill, put batches", &qb);
-	paired_line("spill, put batches, new file", &qn);
-	paired_line("cold batch load", &ql);
+	printf("  limits (bs %llu KiB, qd %lu, %s, one pass over the same file, the better "
+	       "of the passes right before and after each figure): write, randread, "
+	       "write to a new file\n", (unsigned long long)(r.o.bs >> 10), r.o.qd,
+	       r.o.fio ? "fio" : "raw io_uring loop");
+	printf("  \"one put at a time\" waits for each block: one block in flight, "
+	       "against the limit's %lu\n", r.o.qd);
 	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
 	       r.o.batch, sla.median, sla.p90, sla.p99);
 	printf("  reopen %llu MiB tier: after clean close %.1f ms, after kill -9 %.1f ms\n",
@@ -671,31 +694,32 @@ int bench_disk_main(int argc, char **argv)
 			bench_json_config(doc, "queue_depth", json_integer((json_int_t)r.o.qd));
 			bench_json_config(doc, "batch", json_integer((json_int_t)r.o.batch));
 			bench_json_config(doc, "reps", json_integer(reps));
-			json_t *l1 = json_object(), *l2 = json_object();
-			json_object_set_new(l1, "name", json_string(r.o.fio ? "fio randread" : "raw randread"));
-			json_object_set_new(l1, "value", bench_json_real(lim.read));
-			json_object_set_new(l2, "name", json_string(r.o.fio ? "fio write" : "raw write"));
-			json_object_set_new(l2, "value", bench_json_real(lim.write));
-			json_object_set_new(l1, "before", bench_json_real(before.read));
-			json_object_set_new(l1, "after", bench_json_real(after.read));
-			json_object_set_new(l2, "before", bench_json_real(before.write));
-			json_object_set_new(l2, "after", bench_json_real(after.write));
-			json_t *l3 = json_object();
-			json_object_set_new(l3, "name", json_string(r.o.fio ? "fio write, new file"
-								 : "raw write, new file"));
-			json_object_set_new(l3, "value", bench_json_real(lim.write_new));
-			json_object_set_new(l3, "before", bench_json_real(before.write_new));
-			json_object_set_new(l3, "after", bench_json_real(after.write_new));
-			bench_json_limit(doc, l1);
-			bench_json_limit(doc, l2);
-			bench_json_limit(doc, l3);
-			bench_json_result(doc, jfig("spill_put", &s1, lim.write, "write", &q1));
-			bench_json_result(doc, jfig("spill_put_batch", &sb, lim.write, "write", &qb));
-			bench_json_result(doc, jfig("spill_put_batch_new_file", &sn, lim.write_new,
-						    "write_new_file", &qn));
-			json_t *lo = jfig("batch_load", &sl, lim.read, "randread", &ql);
-			json_object_set_new(lo, "batch_latency_us", bench_json_latency(&sla));
-			bench_json_result(doc, lo);
+			static const char *const jname[NF] = {
+				"spill_put", "spill_put_batch", "spill_put_batch_new_file",
+				"batch_load" };
+			static const char *const jlim[NF] = {
+				"write", "write", "write_new_file", "randread" };
+			bench_json_config(doc, "limit_tool",
+					  json_string(r.o.fio ? "fio" : "raw io_uring loop"));
+			for (int f = 0; f < NF; f++) {
+				json_t *l = json_object();
+				char nm[64];
+
+				snprintf(nm, sizeof(nm), "%s %s", r.o.fio ? "fio" : "raw",
+					 jlim[f]);
+				json_object_set_new(l, "name", json_string(nm));
+				json_object_set_new(l, "for", json_string(jname[f]));
+				json_object_set_new(l, "value", bench_json_real(sl[f].median));
+				json_object_set_new(l, "reps", bench_json_reps(&sl[f]));
+				bench_json_limit(doc, l);
+			}
+			for (int f = 0; f < NF; f++) {
+				json_t *o = jfig(jname[f], &sf[f], &sl[f], jlim[f], &ss[f]);
+				if (f == F_LOAD)
+					json_object_set_new(o, "batch_latency_us",
+							    bench_json_latency(&sla));
+				bench_json_result(doc, o);
+			}
 			json_t *ro = json_object();
 			json_object_set_new(ro, "name", json_string("reopen"));
 			json_object_set_new(ro, "clean_ms", bench_json_real(clean_ms));

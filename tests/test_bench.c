@@ -653,6 +653,47 @@ static void ram_writes_json_results(void **state)
 	json_decref(doc);
 }
 
+static void disk_writes_json_results(void **state)
+{
+	static const char *const names[] = { "spill_put", "spill_put_batch",
+					      "spill_put_batch_new_file", "batch_load" };
+	char path[512], dir[256];
+	json_t *doc, *r;
+
+	(void)state;
+	tmpfile_path(path, sizeof(path), "disk.json");
+	assert_int_equal(bench_tmpdir_create(dir, sizeof(dir)), 0);
+	/* the raw loop as the limit: CI machines need not have fio */
+	assert_int_equal(run_main(bench_disk_main, "disk", "--dir", dir, "--no-fio",
+				  "--size", "64MiB", "--block-size", "256KiB", "--batch", "8",
+				  "--reps", "1", "--json", path, NULL), 0);
+	doc = load(path);
+	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
+	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 4);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		r = result_named(doc, names[i], 0);
+		assert_non_null(r);
+		assert_true(json_number_value(json_object_get(r, "value")) > 0);
+		assert_true(json_number_value(json_object_get(r, "limit_value")) > 0);
+		assert_true(json_number_value(json_object_get(r, "share")) > 0);
+		assert_int_equal(json_integer_value(json_object_get(
+			json_object_get(r, "share_reps"), "n")), 1);
+	}
+	r = result_named(doc, "reopen", 0);
+	assert_non_null(r);
+	assert_true(json_number_value(json_object_get(r, "clean_ms")) > 0);
+	assert_true(json_number_value(json_object_get(r, "after_kill9_ms")) > 0);
+	assert_true(json_number_value(json_object_get(r, "index_bytes_per_block")) > 0);
+	json_decref(doc);
+	/* bad options are refused before anything runs */
+	assert_int_equal(run_main(bench_disk_main, "disk", "--qd", "0", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_disk_main, "disk", "--size", "1MiB", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_disk_main, "disk", "--block-size", "1000", NULL),
+			 BENCH_EXIT_USAGE);
+}
+
 static void demo_verifies_everything_and_writes_json(void **state)
 {
 	char path[512];
@@ -702,6 +743,7 @@ int main(void)
 		cmocka_unit_test(subcommands_print_help),
 		cmocka_unit_test(hash_writes_json_results),
 		cmocka_unit_test(ram_writes_json_results),
+		cmocka_unit_test(disk_writes_json_results),
 		cmocka_unit_test(demo_verifies_everything_and_writes_json),
 	};
 
