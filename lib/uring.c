@@ -144,7 +144,11 @@ static int uring_queue_open(const int *fds, unsigned nfds, unsigned entries,
 		return -ENOMEM;
 	q->nfds = nfds;
 	memcpy(q->fds, fds, nfds * sizeof(int));
-	ret = io_uring_queue_init(entries, &q->ring, 0);
+	/* No interrupt of the thread per completion (it collects them at its
+	 * next io_uring_enter anyway); kernels before 5.19 refuse the flag. */
+	ret = io_uring_queue_init(entries, &q->ring, IORING_SETUP_COOP_TASKRUN);
+	if (ret == -EINVAL)
+		ret = io_uring_queue_init(entries, &q->ring, 0);
 	if (ret < 0) {
 		free(q);
 		return kvt_fail(ret, "io_uring_queue_init(%u): %s", entries,
