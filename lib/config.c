@@ -35,6 +35,10 @@
 #define DISK_RECORD_HEADER 4096u
 #define NUMA_NODE_MAX     1023
 #define DISK_PATHS_MAX    64u
+#define PEERS_MAX         256u
+#define PEER_NAME_MAX     64u
+#define PEER_ADDR_MAX     255u
+#define PEER_MS_MAX       600000u
 
 /* Longest piece of user text quoted in an error message. */
 #define QUOTE_MAX 64
@@ -67,6 +71,9 @@ static void set_defaults(struct kvt_config *c)
 	c->queue_depth = 32;
 	c->write_policy = KVT_WRITE_ON_EVICT;
 	c->promote = 1;
+	c->peer_connect_ms = 500;
+	c->peer_request_ms = 2000;
+	c->peer_down_ms = 2000;
 }
 
 void config_free(struct kvt_config *cfg)
@@ -80,6 +87,18 @@ void config_free(struct kvt_config *cfg)
 	}
 	cfg->disk_paths = NULL;
 	cfg->ndisk = 0;
+	for (unsigned i = 0; i < cfg->npeers; i++) {
+		if (cfg->peer_names)
+			free(cfg->peer_names[i]);
+		if (cfg->peer_addrs)
+			free(cfg->peer_addrs[i]);
+	}
+	free(cfg->peer_names);
+	free(cfg->peer_addrs);
+	free(cfg->peer_listen);
+	cfg->peer_names = cfg->peer_addrs = NULL;
+	cfg->peer_listen = NULL;
+	cfg->npeers = 0;
 }
 
 /* --- sizes ------------------------------------------------------------------ */
@@ -447,6 +466,165 @@ static int parse_disk(const json_t *disk, struct kvt_config *c, struct given *g)
 	return 0;
 }
 
+/* "host:port": a host (name, IPv4, or [IPv6]) and a port 1..65535. */
+static int check_addr(const char *key, const char *a)
+{
+	const char *colon = strrchr(a, ':');
+	char *end;
+
+	if (strlen(a) > PEER_ADDR_MAX)
+		return kvt_fail(-EINVAL, "%s: longer than %u characters", key, PEER_ADDR_MAX);
+	if (!colon || colon == a)
+		return kvt_fail(-EINVAL, "%s: \"%.*s\" is not host:port", key, QUOTE_MAX, a);
+	if ((a[0] == '[' && colon[-1] != ']') ||
+	    (a[0] != '[' && memchr(a, ':', (size_t)(colon - a))))
+		return kvt_fail(-EINVAL, "%s: \"%.*s\": an IPv6 host is written [addr]:port",
+				key, QUOTE_MAX, a);
+	errno = 0;
+	long port = strtol(colon + 1, &end, 10);
+	if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+		return kvt_fail(-EINVAL, "%s: \"%.*s\": the port must be 1..65535", key,
+				QUOTE_MAX, a);
+	return 0;
+}
+
+static int get_peer_string(const char *key, const json_t *v, size_t max, char **out)
+{
+	const char *s = json_string_value(v);
+
+	if (!s)
+		return bad_type(key, "a string", v);
+	if (!*s)
+		return kvt_fail(-EINVAL, "%s: empty", key);
+	if (strlen(s) > max)
+		return kvt_fail(-EINVAL, "%s: longer than %zu characters", key, max);
+	*out = strdup(s);
+	return *out ? 0 : kvt_fail(-ENOMEM, "%s: out of memory", key);
+}
+
+static int parse_members(const json_t *v, struct kvt_config *c)
+{
+	size_t n = json_array_size(v);
+
+	if (!json_is_array(v))
+		return bad_type("peers.members", "an array of {\"name\", \"addr\"}", v);
+	if (n == 0)
+		return kvt_fail(-EINVAL, "peers.members: empty (list every node, this one too)");
+	if (n > PEERS_MAX)
+		return kvt_fail(-EINVAL, "peers.members: %zu members, the limit is %u", n, PEERS_MAX);
+	c->peer_names = calloc(n, sizeof(char *));
+	c->peer_addrs = calloc(n, sizeof(char *));
+	if (!c->peer_names || !c->peer_addrs)
+		return kvt_fail(-ENOMEM, "peers.members: out of memory");
+	c->npeers = (unsigned)n;
+	for (size_t i = 0; i < n; i++) {
+		json_t *m = json_array_get(v, i), *x;
+		const char *k;
+		char key[64];
+		int r;
+
+		snprintf(key, sizeof(key), "peers.members[%zu]", i);
+		if (!json_is_object(m))
+			return bad_type(key, "an object {\"name\", \"addr\"}", m);
+		json_object_foreach(m, k, x) {
+			if (strcmp(k, "name") && strcmp(k, "addr"))
+				return kvt_fail(-EINVAL, "%s.%.*s: unknown key (known: name, addr)",
+						key, QUOTE_MAX, k);
+		}
+		snprintf(key, sizeof(key), "peers.members[%zu].name", i);
+		if (!json_object_get(m, "name"))
+			return kvt_fail(-EINVAL, "%s: missing", key);
+		r = get_peer_string(key, json_object_get(m, "name"), PEER_NAME_MAX,
+				    &c->peer_names[i]);
+		if (r)
+			return r;
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(c->peer_names[j], c->peer_names[i]))
+				return kvt_fail(-EINVAL, "%s: \"%s\" is also member %zu", key,
+						c->peer_names[i], j);
+		snprintf(key, sizeof(key), "peers.members[%zu].addr", i);
+		if (!json_object_get(m, "addr"))
+			return kvt_fail(-EINVAL, "%s: missing", key);
+		r = get_peer_string(key, json_object_get(m, "addr"), PEER_ADDR_MAX,
+				    &c->peer_addrs[i]);
+		if (!r)
+			r = check_addr(key, c->peer_addrs[i]);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static int get_ms(const char *key, const json_t *v, uint32_t *out)
+{
+	long long i;
+	int r = get_int(key, v, 1, PEER_MS_MAX, &i);
+
+	if (!r)
+		*out = (uint32_t)i;
+	return r;
+}
+
+static int parse_peers(const json_t *peers, struct kvt_config *c)
+{
+	const char *k, *self = NULL;
+	json_t *v;
+	int r = 0;
+
+	if (!json_is_object(peers))
+		return bad_type("peers", "an object", peers);
+	json_object_foreach((json_t *)peers, k, v) {
+		if (!strcmp(k, "self")) {
+			self = json_string_value(v);
+			if (!self)
+				r = bad_type("peers.self", "a string", v);
+		} else if (!strcmp(k, "members")) {
+			r = parse_members(v, c);
+		} else if (!strcmp(k, "listen")) {
+			r = get_peer_string("peers.listen", v, PEER_ADDR_MAX, &c->peer_listen);
+			if (!r)
+				r = check_addr("peers.listen", c->peer_listen);
+		} else if (!strcmp(k, "transport")) {
+			const char *t = json_string_value(v);
+			if (!t)
+				r = bad_type("peers.transport", "\"tcp\" or \"rdma\"", v);
+			else if (!strcmp(t, "rdma"))
+				r = kvt_fail(-ENOTSUP, "peers.transport: \"rdma\" is not in this "
+					     "version (no RDMA transport is built); use \"tcp\"");
+			else if (strcmp(t, "tcp"))
+				r = kvt_fail(-EINVAL, "peers.transport: \"%.*s\" is not \"tcp\" or \"rdma\"",
+					     QUOTE_MAX, t);
+		} else if (!strcmp(k, "connect_timeout_ms")) {
+			r = get_ms("peers.connect_timeout_ms", v, &c->peer_connect_ms);
+		} else if (!strcmp(k, "request_timeout_ms")) {
+			r = get_ms("peers.request_timeout_ms", v, &c->peer_request_ms);
+		} else if (!strcmp(k, "down_ms")) {
+			r = get_ms("peers.down_ms", v, &c->peer_down_ms);
+		} else {
+			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms)",
+				     QUOTE_MAX, k);
+		}
+		if (r)
+			return r;
+	}
+	if (!c->npeers)
+		return kvt_fail(-EINVAL, "peers.members: missing (list every node, this one too)");
+	if (!self)
+		return kvt_fail(-EINVAL, "peers.self: missing (the name of this node in peers.members)");
+	for (c->peer_self = 0; c->peer_self < c->npeers; c->peer_self++)
+		if (!strcmp(c->peer_names[c->peer_self], self))
+			break;
+	if (c->peer_self == c->npeers)
+		return kvt_fail(-EINVAL, "peers.self: \"%.*s\" is not the name of any of peers.members",
+				QUOTE_MAX, self);
+	if (!c->peer_listen) {
+		c->peer_listen = strdup(c->peer_addrs[c->peer_self]);
+		if (!c->peer_listen)
+			return kvt_fail(-ENOMEM, "peers.listen: out of memory");
+	}
+	return 0;
+}
+
 /* Checks that involve several keys, and defaults that depend on others. */
 static int cross_check(struct kvt_config *c, const struct given *g)
 {
@@ -508,7 +686,7 @@ static int apply(const json_t *root, struct kvt_config *c)
 		} else if (!strcmp(k, "disk")) {
 			r = parse_disk(v, c, &g);
 		} else if (!strcmp(k, "peers")) {
-			r = kvt_fail(-ENOTSUP, "peers: this version has no peer tier (RDMA/TCP peers are absent; see the README status table)");
+			r = parse_peers(v, c);
 		} else {
 			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers)",
 				     QUOTE_MAX, k);

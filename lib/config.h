@@ -35,18 +35,28 @@ struct kvt_config {
 	unsigned queue_depth;     /* "disk.queue_depth", default 32 */
 	enum kvt_write_policy write_policy; /* "disk.write_policy" */
 	int promote;              /* "disk.promote": copy disk hits to RAM, default true */
+	/* peers (npeers == 0: no peer tier) */
+	unsigned npeers;          /* entries of "peers.members" */
+	char **peer_names;        /* "peers.members[i].name" */
+	char **peer_addrs;        /* "peers.members[i].addr": "host:port" */
+	unsigned peer_self;       /* index of "peers.self" in the members */
+	char *peer_listen;        /* "peers.listen", default self's addr */
+	uint32_t peer_connect_ms; /* "peers.connect_timeout_ms", default 500 */
+	uint32_t peer_request_ms; /* "peers.request_timeout_ms", default 2000 */
+	uint32_t peer_down_ms;    /* "peers.down_ms", default 2000 */
 };
 
 /*
  * Fills cfg with the defaults, then applies json (NULL or "" keeps the
  * defaults). Returns 0, or -EINVAL with kvt_last_error() naming the key for
  * malformed JSON, unknown keys, wrong types and impossible values; -ENOTSUP
- * for features this build lacks ("peers"). On failure cfg holds nothing to
- * free.
+ * for features this build lacks ("peers.transport": "rdma"). On failure cfg
+ * holds nothing to free.
  */
 int config_parse(const char *json, struct kvt_config *cfg);
 
-/* Frees what config_parse allocated (disk paths). Safe on a zeroed config. */
+/* Frees what config_parse allocated (disk paths, peers). Safe on a zeroed
+ * config. */
 void config_free(struct kvt_config *cfg);
 
 /*

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "disk.h"
 #include "internal.h"
+#include "peer.h"
 #include "ram.h"
 #include "stats.h"
 
@@ -36,6 +37,7 @@ struct kvt_store {
 	struct kvt_config cfg;
 	struct ram_tier *ram;
 	struct disk_tier *disk;
+	struct peer_tier *peer;   /* NULL: no peers configured */
 
 	/* async workers */
 	pthread_mutex_t qlock;
@@ -53,7 +55,8 @@ struct kvt_store {
 	int evictor_started;
 
 	struct hist get_lat, put_lat;
-	_Atomic uint64_t gets, puts, hits_ram, hits_disk, misses, checksum_misses;
+	_Atomic uint64_t gets, puts, hits_ram, hits_disk, hits_peer, misses, checksum_misses;
+	_Atomic uint64_t peer_puts, peer_put_failures;
 	_Atomic uint64_t refused_puts, write_arounds, write_through, promotions;
 	_Atomic uint64_t lookups, lookup_keys, lookup_found, batches, errors;
 };
@@ -199,18 +202,69 @@ static void count_get(kvt_store *s, int rc, int tier_disk)
 		ctr_add(&s->errors, 1);
 }
 
-static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len)
+/* The owner of key when it is another member, else -1. */
+static int remote_owner(kvt_store *s, kvt_key key)
 {
-	char kb[34];
+	if (!s->peer)
+		return -1;
+	unsigned o = peer_owner(s->peer, key);
+	return o == peer_self(s->peer) ? -1 : (int)o;
+}
+
+/* A get from this node's own tiers; a miss is not counted when a peer is
+ * still to be asked (defer). */
+static int get_local(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len,
+		     int defer)
+{
 	int rc = ram_get(s->ram, key, buf, cap, len);
 
 	if (rc == -ENOENT && s->disk) {
 		rc = disk_get(s->disk, key, buf, cap, len);
-		count_get(s, rc, 1);
+		if (rc != -ENOENT || !defer)
+			count_get(s, rc, 1);
 		if (rc == 0)
 			promote(s, key, buf, *len);
-	} else {
+	} else if (rc != -ENOENT || !defer) {
 		count_get(s, rc, 0);
+	}
+	return rc;
+}
+
+/* After a local miss: the owner's copy, if another member owns key. */
+static int get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
+		    size_t *len)
+{
+	kvt_op op = { .key = key, .buf = buf, .len = cap };
+
+	peer_get_batch(s->peer, (unsigned)owner, &op, 1);
+	if (op.result == 0) {
+		ctr_add(&s->hits_peer, 1);
+		*len = op.len;
+		promote(s, key, buf, op.len);
+	} else {
+		if (op.result == -ENOBUFS)
+			*len = op.len;
+		count_get(s, op.result == -EHOSTDOWN || op.result == -ECONNREFUSED ||
+			     op.result == -EPROTO || op.result == -EIO ? -ENOENT : op.result, 0);
+	}
+	return op.result;
+}
+
+static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	char kb[34];
+	int owner = remote_owner(s, key);
+	int rc = get_local(s, key, buf, cap, len, owner >= 0);
+
+	if (rc == -ENOENT && owner >= 0) {
+		rc = get_peer(s, owner, key, buf, cap, len);
+		/* a member that cannot answer: its keys read as misses */
+		if (rc == -EHOSTDOWN || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EIO) {
+			kvt_set_error("key %s is not stored here, and its owner %s "
+				      "cannot be asked", kvt_key_str(key, kb),
+				      peer_name(s->peer, (unsigned)owner));
+			return -ENOENT;
+		}
 	}
 	if (rc == -ENOENT)
 		kvt_set_error("key %s is not stored", kvt_key_str(key, kb));
@@ -312,12 +366,58 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 	}
 }
 
-/* Puts ops[0..n) chunk by chunk; returns the first failure or 0, naming
- * the block and the reason when no tier could take it. */
-static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
+/*
+ * Stores ops[0..n), n <= CHUNK, that this node stored (or could not) in
+ * their owners' tiers too: one round trip per owner. A block the owner took
+ * is stored, even where this node had no room for it.
+ */
+static void put_to_peers(kvt_store *s, kvt_op *ops, size_t n)
 {
-	for (size_t i = 0; i < n; i += CHUNK)
-		put_chunk(s, ops + i, n - i < CHUNK ? n - i : CHUNK, fn);
+	kvt_op pops[CHUNK];
+	size_t idx[CHUNK];
+	int owner[CHUNK], res[CHUNK];
+	uint8_t done[CHUNK] = { 0 };
+
+	for (size_t i = 0; i < n; i++) {
+		owner[i] = ops[i].result == 0 || ops[i].result == -ENOSPC ?
+			   remote_owner(s, ops[i].key) : -1;
+		done[i] = owner[i] < 0;
+	}
+	for (size_t a = 0; a < n; a++) {
+		size_t k = 0;
+
+		if (done[a])
+			continue;
+		for (size_t b = a; b < n; b++)
+			if (!done[b] && owner[b] == owner[a]) {
+				done[b] = 1;
+				idx[k] = b;
+				pops[k++] = ops[b];
+			}
+		peer_put_batch(s->peer, (unsigned)owner[a], pops, k, res);
+		for (size_t j = 0; j < k; j++) {
+			if (res[j] == 0) {
+				ctr_add(&s->peer_puts, 1);
+				ops[idx[j]].result = 0;
+			} else {
+				ctr_add(&s->peer_put_failures, 1);
+			}
+		}
+	}
+}
+
+/* Puts ops[0..n) chunk by chunk (and in their owners' tiers when forward);
+ * returns the first failure or 0, naming the block and the reason when no
+ * tier could take it. */
+static int put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward)
+{
+	for (size_t i = 0; i < n; i += CHUNK) {
+		size_t k = n - i < CHUNK ? n - i : CHUNK;
+
+		put_chunk(s, ops + i, k, fn);
+		if (forward && s->peer)
+			put_to_peers(s, ops + i, k);
+	}
 	if (ram_above_high(s->ram))
 		kick_evictor(s);
 	int rc = first_failure(ops, n);
@@ -335,6 +435,59 @@ static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 				"the disk tier is full");
 	}
 	return rc;
+}
+
+static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
+{
+	return put_ops_to(s, ops, n, fn, 1);
+}
+
+/* --- what this node serves its peers: its own tiers, never forwarding --- */
+
+static int local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
+{
+	if (ram_lookup(s->ram, k, lease, deadline) == 1)
+		return 1;
+	return s->disk && (lease ? disk_lease(s->disk, k, deadline)
+				 : disk_contains(s->disk, k, NULL)) == 1;
+}
+
+static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
+			 uint8_t *present)
+{
+	kvt_store *s = arg;
+	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
+
+	for (size_t i = 0; i < n; i++)
+		present[i] = (uint8_t)local_has(s, keys[i], lease, deadline);
+}
+
+static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	return get_local(arg, key, buf, cap, len, 0);
+}
+
+static void serve_put(void *arg, kvt_op *ops, size_t n)
+{
+	put_ops_to(arg, ops, n, "peer put", 0);
+}
+
+static int release_local(kvt_store *s, const kvt_key *keys, size_t n)
+{
+	int ended = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int r = ram_release(s->ram, keys[i]);
+		if (s->disk)
+			r |= disk_release(s->disk, keys[i]);
+		ended += r;
+	}
+	return ended;
+}
+
+static void serve_release(void *arg, const kvt_key *keys, size_t n)
+{
+	release_local(arg, keys, n);
 }
 
 /* --- public calls ------------------------------------------------------------- */
@@ -366,6 +519,13 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	if (s->cfg.ndisk) {
 		rc = disk_open(&s->cfg, ram_arena_base(s->ram), ram_arena_size(s->ram),
 			       NULL, &s->disk);
+		if (rc)
+			goto fail;
+	}
+	if (s->cfg.npeers) {
+		struct peer_local local = { .arg = s, .lookup = serve_lookup,
+			.get = serve_get, .put = serve_put, .release = serve_release };
+		rc = peer_open(&s->cfg, &local, s->cfg.max_block, &s->peer);
 		if (rc)
 			goto fail;
 	}
@@ -406,6 +566,9 @@ fail: {
 
 static void store_teardown(kvt_store *s)
 {
+	/* first: its connection threads serve from the tiers */
+	peer_close(s->peer);
+	s->peer = NULL;
 	pthread_mutex_lock(&s->qlock);
 	s->stopping = 1;
 	pthread_cond_broadcast(&s->qcond);
@@ -471,6 +634,63 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *le
 	return rc;
 }
 
+/*
+ * Extends a prefix that ends locally at keys[i] with the members that own
+ * the keys: keys held here or by their owner, up to the first key that is
+ * neither (or is its own here), one round trip per owner. Returns the new
+ * prefix length.
+ */
+static size_t lookup_peers(kvt_store *s, const kvt_key *keys, size_t n, size_t i,
+			   int lease, uint64_t deadline)
+{
+	size_t end = i, m = n - i;
+	uint8_t *state = calloc(m, 1);    /* 1 here, 2 ask its owner */
+	int *owner = calloc(m, sizeof(int));
+	kvt_key *ask = calloc(m, sizeof(kvt_key));
+	size_t *pos = calloc(m, sizeof(size_t));
+	uint8_t *present = calloc(m, 1);
+
+	if (!state || !owner || !ask || !pos || !present)
+		goto out;
+	for (; end < n && end - i < PEER_KEYS_MAX; end++) {
+		size_t j = end - i;
+
+		owner[j] = remote_owner(s, keys[end]);
+		if (end > i && local_has(s, keys[end], lease, deadline))
+			state[j] = 1;
+		else if (owner[j] >= 0)
+			state[j] = 2;
+		else
+			break;
+	}
+	for (size_t a = 0; a < end - i; a++) {
+		size_t k = 0;
+
+		if (state[a] != 2)
+			continue;
+		for (size_t b = a; b < end - i; b++)
+			if (state[b] == 2 && owner[b] == owner[a]) {
+				pos[k] = b;
+				ask[k++] = keys[i + b];
+				state[b] = 0;
+			}
+		if (peer_lookup(s->peer, (unsigned)owner[a], ask, k, lease, present) == 0)
+			for (size_t j = 0; j < k; j++)
+				state[pos[j]] = present[j];
+	}
+	size_t j = 0;
+	while (i + j < end && state[j] == 1)
+		j++;
+	i += j;
+out:
+	free(state);
+	free(owner);
+	free(ask);
+	free(pos);
+	free(present);
+	return i;
+}
+
 KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 		       unsigned flags, size_t *found)
 {
@@ -487,18 +707,13 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
 	size_t i;
 
-	for (i = 0; i < n; i++) {
-		int rc = ram_lookup(s->ram, keys[i], lease, deadline);
-		if (rc == 1)
-			continue;
-		/* Absent from RAM, or present but past the RAM lease cap: a disk
-		 * copy can still be leased (it holds no RAM); otherwise the
-		 * prefix ends here. */
-		if (s->disk && (lease ? disk_lease(s->disk, keys[i], deadline)
-				      : disk_contains(s->disk, keys[i], NULL)) == 1)
-			continue;
-		break;
-	}
+	/* Absent from RAM, or present but past the RAM lease cap: a disk copy
+	 * can still be leased (it holds no RAM); otherwise the prefix ends
+	 * here, unless another member owns the key. */
+	for (i = 0; i < n && local_has(s, keys[i], lease, deadline); i++)
+		;
+	if (i < n && s->peer && remote_owner(s, keys[i]) >= 0)
+		i = lookup_peers(s, keys, n, i, lease, deadline);
 	*found = i;
 	ctr_add(&s->lookups, 1);
 	ctr_add(&s->lookup_keys, n);
@@ -514,12 +729,27 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 		return kvt_fail(-EINVAL, "kvt_release: keys is NULL but n is %zu", n);
 	if (n > INT32_MAX)
 		return kvt_fail(-EINVAL, "kvt_release: n %zu is too large", n);
-	int ended = 0;
-	for (size_t i = 0; i < n; i++) {
-		int r = ram_release(s->ram, keys[i]);
-		if (s->disk)
-			r |= disk_release(s->disk, keys[i]);
-		ended += r;
+	int ended = release_local(s, keys, n);
+	/* leases the owners hold for this node end too (best effort) */
+	if (s->peer && n) {
+		int *owner = malloc(sizeof(int) * n);
+		kvt_key *ks = malloc(sizeof(*ks) * n);
+		for (size_t i = 0; owner && ks && i < n; i++)
+			owner[i] = remote_owner(s, keys[i]);
+		for (size_t a = 0; owner && ks && a < n; a++) {
+			size_t k = 0;
+			int o = owner[a];
+			if (o < 0)
+				continue;
+			for (size_t b = a; b < n; b++)
+				if (owner[b] == o) {
+					ks[k++] = keys[b];
+					owner[b] = -1;
+				}
+			peer_release(s->peer, (unsigned)o, ks, k);
+		}
+		free(owner);
+		free(ks);
 	}
 	return ended;
 }
@@ -562,6 +792,9 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 	SET_U(st, "puts", ctr_get(&s->puts));
 	SET_U(st, "hits_ram", ctr_get(&s->hits_ram));
 	SET_U(st, "hits_disk", ctr_get(&s->hits_disk));
+	SET_U(st, "hits_peer", ctr_get(&s->hits_peer));
+	SET_U(st, "peer_puts", ctr_get(&s->peer_puts));
+	SET_U(st, "peer_put_failures", ctr_get(&s->peer_put_failures));
 	SET_U(st, "misses", ctr_get(&s->misses));
 	SET_U(st, "checksum_misses", ctr_get(&s->checksum_misses));
 	SET_U(st, "errors", ctr_get(&s->errors));
@@ -583,6 +816,11 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 		json_t *d = json_object();
 		disk_stats(s->disk, d);
 		json_object_set_new(root, "disk", d);
+	}
+	if (s->peer) {
+		json_t *p = json_object();
+		peer_stats(s->peer, p);
+		json_object_set_new(root, "peer", p);
 	}
 	char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(root);
@@ -615,12 +853,59 @@ static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 }
 
 /*
+ * The local misses ops[miss[0..nmiss)] (each len its capacity again) from
+ * their owners: one round trip per owner. Counts every outcome; a member
+ * that cannot answer makes its keys misses (-ENOENT), a slow one
+ * -ETIMEDOUT.
+ */
+static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
+			   const int *owner, size_t nmiss)
+{
+	kvt_op pops[CHUNK];
+	size_t idx[CHUNK];
+	uint8_t done[CHUNK] = { 0 };
+
+	for (size_t a = 0; a < nmiss; a++) {
+		size_t k = 0;
+
+		if (done[a])
+			continue;
+		for (size_t b = a; b < nmiss; b++)
+			if (!done[b] && owner[b] == owner[a]) {
+				done[b] = 1;
+				idx[k] = miss[b];
+				pops[k++] = ops[miss[b]];
+			}
+		peer_get_batch(s->peer, (unsigned)owner[a], pops, k);
+		for (size_t j = 0; j < k; j++) {
+			kvt_op *op = &ops[idx[j]];
+			int rc = pops[j].result;
+
+			if (rc == -EHOSTDOWN || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EIO)
+				rc = -ENOENT;
+			op->result = rc;
+			if (rc == 0 || rc == -ENOBUFS)
+				op->len = pops[j].len;
+			if (rc == 0) {
+				ctr_add(&s->hits_peer, 1);
+				promote(s, op->key, op->buf, op->len);
+			} else {
+				count_get(s, rc, 0);
+			}
+		}
+	}
+}
+
+/*
  * Loads ops[0..n), n <= CHUNK: RAM first, then every RAM miss of the chunk
- * from disk in one submission, promoting disk hits.
+ * from disk in one submission, promoting disk hits, then what is still
+ * missing from the members that own it.
  */
 static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 {
-	size_t miss[CHUNK], nmiss = 0;
+	size_t miss[CHUNK], nmiss = 0, pmiss[CHUNK], npmiss = 0;
+	size_t cap[CHUNK];
+	int owner[CHUNK], powner[CHUNK];
 	kvt_op dops[CHUNK];
 
 	for (size_t i = 0; i < n; i++) {
@@ -629,12 +914,19 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 			ops[i].result = rc;
 			continue;
 		}
-		size_t cap = ops[i].len;
-		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap, &ops[i].len);
+		cap[i] = ops[i].len;
+		owner[i] = remote_owner(s, ops[i].key);
+		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap[i], &ops[i].len);
 		if (rc == -ENOENT && s->disk) {
-			ops[i].len = cap;
+			ops[i].len = cap[i];
 			miss[nmiss] = i;
 			dops[nmiss++] = ops[i];
+			continue;
+		}
+		if (rc == -ENOENT && owner[i] >= 0) {
+			ops[i].len = cap[i];
+			powner[npmiss] = owner[i];
+			pmiss[npmiss++] = i;
 			continue;
 		}
 		count_get(s, rc, 0);
@@ -646,10 +938,18 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 		kvt_op *op = &ops[miss[j]];
 		op->result = dops[j].result;
 		op->len = dops[j].len;
+		if (op->result == -ENOENT && owner[miss[j]] >= 0) {
+			op->len = cap[miss[j]];
+			powner[npmiss] = owner[miss[j]];
+			pmiss[npmiss++] = miss[j];
+			continue;
+		}
 		count_get(s, op->result, 1);
 		if (op->result == 0)
 			promote(s, op->key, op->buf, op->len);
 	}
+	if (npmiss)
+		get_from_peers(s, ops, pmiss, powner, npmiss);
 }
 
 static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)

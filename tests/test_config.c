@@ -40,6 +40,8 @@ static void expect_fail(const char *json, int err, const char *needle)
 	/* nothing to free after a failure */
 	assert_null(c.disk_paths);
 	assert_int_equal(c.ndisk, 0);
+	assert_null(c.peer_names);
+	assert_int_equal(c.npeers, 0);
 }
 
 static void expect_ok(const char *json, struct kvt_config *c)
@@ -521,12 +523,80 @@ static void test_wrong_types_are_named(void **state)
 		    -EINVAL, "disk.promote: expected true or false, got a string");
 }
 
-static void test_peers_are_refused_as_unsupported(void **state)
+#define MEMBERS "\"members\": [{\"name\": \"a\", \"addr\": \"127.0.0.1:7001\"}, " \
+		"{\"name\": \"b\", \"addr\": \"[::1]:7002\"}]"
+
+static void test_peers_parse_with_defaults(void **state)
+{
+	struct kvt_config c;
+
+	(void)state;
+	expect_ok("{\"peers\": {\"self\": \"b\", " MEMBERS "}}", &c);
+	assert_int_equal(c.npeers, 2);
+	assert_int_equal(c.peer_self, 1);
+	assert_string_equal(c.peer_names[0], "a");
+	assert_string_equal(c.peer_addrs[1], "[::1]:7002");
+	assert_string_equal(c.peer_listen, "[::1]:7002"); /* self's addr */
+	assert_int_equal(c.peer_connect_ms, 500);
+	assert_int_equal(c.peer_request_ms, 2000);
+	assert_int_equal(c.peer_down_ms, 2000);
+	config_free(&c);
+	assert_int_equal(c.npeers, 0);
+	expect_ok("{\"peers\": {\"self\": \"a\", \"listen\": \"0.0.0.0:7001\", "
+		  "\"transport\": \"tcp\", \"connect_timeout_ms\": 100, "
+		  "\"request_timeout_ms\": 300, \"down_ms\": 50, " MEMBERS "}}", &c);
+	assert_string_equal(c.peer_listen, "0.0.0.0:7001");
+	assert_int_equal(c.peer_connect_ms, 100);
+	assert_int_equal(c.peer_request_ms, 300);
+	assert_int_equal(c.peer_down_ms, 50);
+	config_free(&c);
+}
+
+static void test_peers_reject_bad_values(void **state)
 {
 	(void)state;
-	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": []}}", -ENOTSUP,
-		    "peers: this version has no peer tier (RDMA/TCP peers are absent; see the README status table)");
-	expect_fail("{\"peers\": null}", -ENOTSUP, "peers");
+	expect_fail("{\"peers\": null}", -EINVAL, "peers");
+	expect_fail("{\"peers\": {}}", -EINVAL, "peers.members: missing");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": []}}", -EINVAL,
+		    "peers.members: empty");
+	expect_fail("{\"peers\": {" MEMBERS "}}", -EINVAL, "peers.self: missing");
+	expect_fail("{\"peers\": {\"self\": \"c\", " MEMBERS "}}", -EINVAL,
+		    "peers.self: \"c\" is not");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"h:1\"}, {\"name\": \"a\", \"addr\": \"h:2\"}]}}", -EINVAL,
+		    "peers.members[1].name: \"a\" is also member 0");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"nohost\"}]}}", -EINVAL, "peers.members[0].addr");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"h:0\"}]}}", -EINVAL, "port must be 1..65535");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"h:70000\"}]}}", -EINVAL, "port must be 1..65535");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"::1:5\"}]}}", -EINVAL, "[addr]:port");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\"}]}}",
+		    -EINVAL, "peers.members[0].addr: missing");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"\", "
+		    "\"addr\": \"h:1\"}]}}", -EINVAL, "peers.members[0].name: empty");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [{\"name\": \"a\", "
+		    "\"addr\": \"h:1\", \"port\": 3}]}}", -EINVAL,
+		    "peers.members[0].port: unknown key");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"members\": [7]}}", -EINVAL,
+		    "peers.members[0]");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"down_ms\": 0, " MEMBERS "}}",
+		    -EINVAL, "peers.down_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"listen\": \"x\", " MEMBERS "}}",
+		    -EINVAL, "peers.listen");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"udp\", " MEMBERS "}}",
+		    -EINVAL, "peers.transport");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"mode\": 1, " MEMBERS "}}",
+		    -EINVAL, "peers.mode: unknown key");
+}
+
+static void test_peers_rdma_is_refused_as_unsupported(void **state)
+{
+	(void)state;
+	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"rdma\", " MEMBERS "}}",
+		    -ENOTSUP, "peers.transport: \"rdma\" is not in this version");
 }
 
 static void test_failure_resets_config_and_frees_paths(void **state)
@@ -538,8 +608,8 @@ static void test_failure_resets_config_and_frees_paths(void **state)
 	expect_fail("{\"disk\": {\"path\": [\"/a\", \"/b\"], \"capacity\": \"1GiB\"},"
 		    " \"threads\": 0}", -EINVAL, "threads");
 	expect_fail("{\"disk\": {\"path\": [\"/a\", \"/b\"]}}", -EINVAL, "disk.capacity");
-	expect_fail("{\"disk\": {\"path\": \"/a\", \"capacity\": \"1GiB\"}, \"peers\": {}}",
-		    -ENOTSUP, "peers");
+	expect_fail("{\"disk\": {\"path\": \"/a\", \"capacity\": \"1GiB\"}, \"peers\": "
+		    "{\"self\": \"z\", " MEMBERS "}}", -EINVAL, "peers.self");
 	assert_int_equal(config_parse("{\"threads\": 0}", &c), -EINVAL);
 	assert_defaults(&c);
 	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"8GiB\"}, \"threads\": 0}", &c),
@@ -578,7 +648,9 @@ int main(void)
 		cmocka_unit_test(test_top_level_must_be_an_object),
 		cmocka_unit_test(test_unknown_keys_are_named),
 		cmocka_unit_test(test_wrong_types_are_named),
-		cmocka_unit_test(test_peers_are_refused_as_unsupported),
+		cmocka_unit_test(test_peers_parse_with_defaults),
+		cmocka_unit_test(test_peers_reject_bad_values),
+		cmocka_unit_test(test_peers_rdma_is_refused_as_unsupported),
 		cmocka_unit_test(test_failure_resets_config_and_frees_paths),
 		cmocka_unit_test(test_config_free_is_safe_on_a_zeroed_config),
 	};
