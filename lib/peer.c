@@ -402,9 +402,18 @@ static int serve(struct conn *c, const struct hdr *h)
 
 			if (cap > p->max_block)
 				cap = p->max_block;
-			st = grow(c, cap ? cap : 1);
+			/* into the connection's buffer, grown to the block's size
+			 * (never to what a request claims) */
+			st = grow(c, 65536);
 			if (!st)
-				st = p->local.get(p->local.arg, k, c->buf, cap, &len);
+				st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+			if (st == -ENOBUFS && len <= cap) {
+				st = grow(c, len);
+				if (!st)
+					st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+			}
+			if (st == 0 && len > cap)
+				st = -ENOBUFS;
 			if (st && st != -ENOENT && st != -ENOBUFS && st != -EBADMSG)
 				st = -EIO;
 			uint64_t sum = st == 0 ? XXH3_64bits(c->buf, len) : 0;
@@ -847,7 +856,7 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 
 int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 {
-	size_t done = 0;
+	size_t done = 0, got = 0;
 	int e = 0;
 
 	while (done < n && !e) {
@@ -872,7 +881,7 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 		}
 		e = xfer(p->m[m].fd, b, HDR + 24 * k, 1, dl, -1);
 		free(b);
-		for (size_t i = 0; i < k && !e; i++) {
+		for (size_t i = 0; i < k && !e; i++, got++) {
 			struct hdr h;
 			uint8_t ih[ITEM];
 
@@ -915,13 +924,16 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 				ctr_add(&p->misses, 1);
 		}
 		if (e) {
-			/* the answer broke off: what it did not deliver failed */
 			e = end(p, m, e);
 			break;
 		}
 		end(p, m, 0);
 		done += k;
+		got = done;
 	}
+	/* the answer broke off, or never came: what it did not deliver failed */
+	for (size_t i = got; e && i < n; i++)
+		ops[i].result = e;
 	return e;
 }
 

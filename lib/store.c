@@ -230,6 +230,22 @@ static int get_local(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *l
 	return rc;
 }
 
+/* A peer's answer as a get result: a member that cannot answer makes its
+ * keys misses; only a slow one (-ETIMEDOUT) says so. */
+static int peer_result(int rc)
+{
+	switch (rc) {
+	case 0:
+	case -ENOENT:
+	case -ENOBUFS:
+	case -EBADMSG:
+	case -ETIMEDOUT:
+		return rc;
+	default:
+		return -ENOENT;
+	}
+}
+
 /* After a local miss: the owner's copy, if another member owns key. */
 static int get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 		    size_t *len)
@@ -244,8 +260,7 @@ static int get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 	} else {
 		if (op.result == -ENOBUFS)
 			*len = op.len;
-		count_get(s, op.result == -EHOSTDOWN || op.result == -ECONNREFUSED ||
-			     op.result == -EPROTO || op.result == -EIO ? -ENOENT : op.result, 0);
+		count_get(s, peer_result(op.result), 0);
 	}
 	return op.result;
 }
@@ -259,7 +274,7 @@ static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len
 	if (rc == -ENOENT && owner >= 0) {
 		rc = get_peer(s, owner, key, buf, cap, len);
 		/* a member that cannot answer: its keys read as misses */
-		if (rc == -EHOSTDOWN || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EIO) {
+		if (peer_result(rc) != rc) {
 			kvt_set_error("key %s is not stored here, and its owner %s "
 				      "cannot be asked", kvt_key_str(key, kb),
 				      peer_name(s->peer, (unsigned)owner));
@@ -881,8 +896,7 @@ static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 			kvt_op *op = &ops[idx[j]];
 			int rc = pops[j].result;
 
-			if (rc == -EHOSTDOWN || rc == -ECONNREFUSED || rc == -EPROTO || rc == -EIO)
-				rc = -ENOENT;
+			rc = peer_result(rc);
 			op->result = rc;
 			if (rc == 0 || rc == -ENOBUFS)
 				op->len = pops[j].len;
