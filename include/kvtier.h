@@ -138,7 +138,8 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * malformed document, an unknown key, a wrong type or an impossible value,
  * naming it in kvt_last_error(); -ENOMEM when the RAM arena cannot be
  * allocated or locked as required; -ENOTSUP for configured features this
- * build does not have; -EIO and others from opening disk tiers.
+ * build does not have (peers.transport "rdma"); -EIO and others from opening
+ * disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on.
  */
 KVT_API int kvt_open(const char *config_json, kvt_store **out);
 
@@ -159,16 +160,21 @@ KVT_API void kvt_close(kvt_store *s);
  * (refreshing the recency of a RAM copy). The block goes to the RAM tier, evicting (and
  * spilling to disk) the least recently used unleased, unpinned blocks; when
  * RAM holds only leased or pinned blocks it goes to the disk tier instead.
- * Returns 0, -EINVAL (NULL store or data, len 0 or above ram.max_block),
- * -ENOSPC when no tier can take it (counted as a refused put) or -EIO.
+ * With peers, the block is also stored in the tiers of the member that owns
+ * its key (one round trip; a member that fails is logged and counted, and
+ * the put still succeeds here). Returns 0, -EINVAL (NULL store or data, len
+ * 0 or above ram.max_block), -ENOSPC when no tier can take it (counted as a
+ * refused put) or -EIO.
  */
 KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len);
 
 /*
  * Loads the block stored under key into buf (capacity cap) and sets *len to
- * its size. Checks every tier, fastest first; a disk hit may be promoted to
- * RAM. The block cannot be evicted while it is being copied. Returns 0;
- * -ENOENT on a miss; -ENOBUFS when cap is too small, with *len set to the
+ * its size. Checks every tier, fastest first, then (with peers) the member
+ * that owns the key; a disk or peer hit may be promoted to RAM. The block
+ * cannot be evicted while it is being copied. Returns 0; -ENOENT on a miss
+ * (also when the owner cannot be reached or is marked down); -ETIMEDOUT
+ * when the owner did not answer within peers.request_timeout_ms; -ENOBUFS when cap is too small, with *len set to the
  * size needed (buf NULL with cap 0 asks for the size this way); -EBADMSG when
  * stored bytes fail their checksum (counted as a miss, the copy is dropped);
  * -EIO on a device error; -EINVAL for a NULL store or len, or buf NULL with
@@ -184,7 +190,9 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap,
  * milliseconds (it is not evicted or reclaimed), after which the lease lapses
  * by itself. Leased bytes in RAM are capped at ram.lease_cap of the RAM
  * tier; past the cap a block counts only if its disk copy can be leased
- * instead, so the call reports only the prefix it could lease. Returns -EINVAL
+ * instead, so the call reports only the prefix it could lease. With peers,
+ * the prefix goes on through blocks the members that own them hold (and
+ * lease, with KVT_LEASE): one round trip per owner. Returns -EINVAL
  * for a NULL store, found, or keys with n non-zero, or unknown flags.
  */
 KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
@@ -193,15 +201,17 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 /*
  * Ends the leases of keys[0..n) early, e.g. once the engine has loaded them,
  * so their bytes count against the lease cap no longer. Keys without a lease
- * are ignored. Returns the number of keys whose lease was ended (a key
- * counts once even when both its RAM and disk copies were leased), or
+ * are ignored. With peers, the owners of the keys are asked to end theirs
+ * too (best effort). Returns the number of keys whose lease was ended here (a
+ * key counts once even when both its RAM and disk copies were leased), or
  * -EINVAL.
  */
 KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n);
 
 /*
- * Removes key from every tier. A block being copied out is removed once the
- * copy finishes. Returns 0, -ENOENT when the key is not stored, or -EINVAL.
+ * Removes key from every tier of this node (a copy its owner holds, with
+ * peers, stays there). A block being copied out is removed once the copy
+ * finishes. Returns 0, -ENOENT when the key is not stored, or -EINVAL.
  */
 KVT_API int kvt_remove(kvt_store *s, kvt_key key);
 
