@@ -24,8 +24,9 @@
  *   order, so that no side holds more than one block of a batch at a time:
  *   HELLO_R  body = the server's member name
  *   LOOKUP_R body = count bytes, 1 where the key is stored (and leased)
- *   GET_R    body = i32 status, u32 0, u64 len, u64 sum, then len bytes when
- *            status is 0 (len is the size needed when status is -ENOBUFS)
+ *   GET_R    body = i32 status, u32 0, u64 len, u64 sum, u64 0, then len
+ *            bytes when status is 0 (len is the size needed when status is
+ *            -ENOBUFS)
  *   PUT_R    body = count x i32 status
  *   RELEASE_R body empty
  *   ERROR (0xff) body = a message; the connection is then closed.
