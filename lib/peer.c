@@ -835,23 +835,24 @@ int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 
 int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 {
-	struct hdr h;
-	int e;
+	int e = 0;
 
-	if (n == 0)
-		return 0;
-	if (n > PEER_KEYS_MAX)
-		n = PEER_KEYS_MAX;
-	e = begin(p, m);
-	if (e)
-		return e;
-	uint64_t dl = req_deadline(p);
-	e = send_keys(p, m, T_RELEASE, 0, keys, n, dl);
-	if (!e)
-		e = reply_hdr(p, m, T_RELEASE, (uint32_t)n, dl, &h);
-	if (!e && h.body_len)
-		e = -EPROTO;
-	return end(p, m, e);
+	for (size_t done = 0; done < n && !e; done += PEER_KEYS_MAX) {
+		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX;
+		struct hdr h;
+
+		e = begin(p, m);
+		if (e)
+			return e;
+		uint64_t dl = req_deadline(p);
+		e = send_keys(p, m, T_RELEASE, 0, keys + done, k, dl);
+		if (!e)
+			e = reply_hdr(p, m, T_RELEASE, (uint32_t)k, dl, &h);
+		if (!e && h.body_len)
+			e = -EPROTO;
+		e = end(p, m, e);
+	}
+	return e;
 }
 
 int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)

@@ -102,7 +102,7 @@ unsigned peer_self(const struct peer_tier *p);
  *
  * peer_put_batch: stores ops on m; results[i] is m's result for ops[i].
  *
- * peer_release: ends leases m holds for keys.
+ * peer_release: ends leases m holds for keys (PEER_KEYS_MAX a frame).
  */
 int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 		int lease, uint8_t *present);

@@ -477,9 +477,16 @@ static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
 		present[i] = (uint8_t)local_has(s, keys[i], lease, deadline);
 }
 
+/* Not counted in this node's gets and hits: the "peer" stats count what it
+ * serves. */
 static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
 {
-	return get_local(arg, key, buf, cap, len, 0);
+	kvt_store *s = arg;
+	int rc = ram_get(s->ram, key, buf, cap, len);
+
+	if (rc == -ENOENT && s->disk)
+		rc = disk_get(s->disk, key, buf, cap, len);
+	return rc;
 }
 
 static void serve_put(void *arg, kvt_op *ops, size_t n)
