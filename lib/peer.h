@@ -20,7 +20,8 @@
  *            len bytes)
  *   RELEASE  count keys, body = count x (u64 lo, u64 hi)
  *   Each request is answered by a frame of type | 0x80 with the same count,
- *   except GET, answered by count GET_R frames of count 1, one per item in
+ *   except HELLO, whose answer's count is the length of the server's name,
+ *   and GET, answered by count GET_R frames of count 1, one per item in
  *   order, so that no side holds more than one block of a batch at a time:
  *   HELLO_R  body = the server's member name
  *   LOOKUP_R body = count bytes, 1 where the key is stored (and leased)
@@ -33,7 +34,8 @@
  *
  * Every count and length read from the wire is checked against the frame's
  * own body_len and the limits (PEER_KEYS_MAX keys, ram.max_block bytes per
- * block) before anything is allocated; payloads carry their XXH3-64, checked
+ * block) before anything is allocated; payloads carry their XXH3-64 (seed
+ * 0), checked
  * by the receiver before the bytes are stored or returned. A server accepts
  * connections only from the addresses of configured members, and only a
  * HELLO naming a member of that address; it listens only on peers.listen.

@@ -1,0 +1,1105 @@
+/*
+ * test_peer.c - the peer tier through the public ABI: keys owned by
+ * rendezvous hashing, puts copied to the owner, gets, batches and lookups
+ * answered by the owner; a dead, a silent and a lying peer; hostile frames
+ * and strangers at the server; the peers config keys. Frames are built by
+ * hand here from the layout in lib/peer.h, so the test also pins the wire.
+ */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "kvtier.h"
+#include "util.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+#define CONNECT_MS 300
+#define REQUEST_MS 1000
+#define DOWN_MS 500
+
+/* The wire, as lib/peer.h and kvtier-peer(7) specify it. */
+#define MAGIC 0x3150564bu
+#define HDR 24        /* frame header */
+#define KEY_SZ 16     /* LOOKUP / RELEASE key */
+#define GET_SZ 24     /* GET item: lo, hi, capacity */
+#define GETR_SZ 32    /* GET_R header: i32 status, u32 0, u64 len, sum, 0 */
+#define PUT_SZ 32     /* PUT item header: lo, hi, len, sum */
+#define RESP 0x80u
+enum { T_HELLO = 1, T_LOOKUP, T_GET, T_PUT, T_RELEASE, T_ERROR = 0xff };
+
+#define FAKE_LEN MiB  /* what the fake peer serves for every key */
+
+/* --- little helpers ------------------------------------------------------ */
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000ll + ts.tv_nsec / 1000000;
+}
+
+static void put16(uint8_t *p, uint16_t v) { v = htole16(v); memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
+static unsigned get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return le16toh(v); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
+
+/* The owner of k among {"a", "b"}: 0 for a, 1 for b (see lib/peer.h). */
+static unsigned owner_of(kvt_key k)
+{
+	static const char *const names[] = { "a", "b" };
+	unsigned best = 0;
+	uint64_t top = 0;
+	uint8_t b[16];
+	put64(b, k.lo);
+	put64(b + 8, k.hi);
+	for (unsigned i = 0; i < 2; i++) {
+		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
+		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
+		if (i == 0 || h > top) {
+			best = i;
+			top = h;
+		}
+	}
+	return best;
+}
+
+/* n keys that `owner` owns, from test_key(from) on. */
+static void owned_keys(unsigned owner, uint64_t from, kvt_key *out, size_t n)
+{
+	for (size_t got = 0; got < n; from++)
+		if (owner_of(test_key(from)) == owner)
+			out[got++] = test_key(from);
+}
+
+static struct sockaddr_in loopback(const char *ip, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	return a;
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = loopback("127.0.0.1", 0);
+	socklen_t n = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static int listen_on(int port)
+{
+	struct sockaddr_in a = loopback("127.0.0.1", port);
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 16))
+		fail_msg("listen on 127.0.0.1:%d: %s", port, strerror(errno));
+	return fd;
+}
+
+static void set_timeouts(int fd, int secs)
+{
+	struct timeval tv = { .tv_sec = secs };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* A TCP connection from src (NULL: any) to dst:port, or -1. */
+static int raw_connect(const char *src, const char *dst, int port)
+{
+	struct sockaddr_in s = loopback(src ? src : "0.0.0.0", 0), a = loopback(dst, port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	set_timeouts(fd, 2);
+	if ((src && bind(fd, (struct sockaddr *)&s, sizeof(s))) ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int send_all(int fd, const void *buf, size_t n)
+{
+	for (const uint8_t *p = buf; n;) {
+		ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
+		if (r <= 0 && errno != EINTR)
+			return -1;
+		if (r > 0)
+			p += r, n -= (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * Reads n bytes within timeout_ms. Returns 0; 1 when the other side closed
+ * or reset; -1 on timeout or when *stop is set.
+ */
+static int recv_wait(int fd, void *buf, size_t n, int timeout_ms, atomic_int *stop)
+{
+	uint8_t *p = buf;
+	long long end = now_ms() + timeout_ms;
+	while (n) {
+		long long left = end - now_ms();
+		if (left <= 0 || (stop && atomic_load(stop)))
+			return -1;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int pr = poll(&pfd, 1, left < 50 ? (int)left : 50);
+		if (pr < 0 && errno != EINTR)
+			return 1;
+		if (pr <= 0)
+			continue;
+		ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+		if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
+			return 1;
+		if (r > 0)
+			p += r, n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void mkhdr(uint8_t *h, unsigned type, uint32_t count, uint32_t flags, uint64_t len)
+{
+	put32(h, MAGIC);
+	put16(h + 4, 1);
+	put16(h + 6, (uint16_t)type);
+	put32(h + 8, count);
+	put32(h + 12, flags);
+	put64(h + 16, len);
+}
+
+static int send_frame(int fd, unsigned type, uint32_t count, uint32_t flags,
+		      const void *body, uint64_t len)
+{
+	uint8_t h[HDR];
+	mkhdr(h, type, count, flags, len);
+	if (send_all(fd, h, HDR))
+		return -1;
+	return len ? send_all(fd, body, len) : 0;
+}
+
+/* Reads a frame header within 2 s; fails the test on anything else. */
+static void recv_hdr(int fd, uint8_t *h, unsigned type, const char *what)
+{
+	int r = recv_wait(fd, h, HDR, 2000, NULL);
+	if (r)
+		fail_msg("%s: %s", what, r < 0 ? "no answer within 2 s" : "connection closed");
+	assert_int_equal(get32(h), MAGIC);
+	assert_int_equal(get16(h + 4), 1);
+	if (get16(h + 6) != type)
+		fail_msg("%s: answered with type %#x, expected %#x", what, get16(h + 6), type);
+}
+
+/* HELLO as name to a server named "a". */
+static void raw_hello(int fd, const char *name)
+{
+	uint8_t h[HDR];
+	char who[2];
+	assert_int_equal(send_frame(fd, T_HELLO, (uint32_t)strlen(name), 0, name, strlen(name)), 0);
+	recv_hdr(fd, h, T_HELLO | RESP, "HELLO");
+	assert_int_equal(get64(h + 16), 1);
+	assert_int_equal(recv_wait(fd, who, 1, 2000, NULL), 0);
+	assert_int_equal(who[0], 'a');
+}
+
+/*
+ * The server must answer a frame it refuses with ERROR and then close, or
+ * just close, within 2 s, and never with another frame.
+ */
+static void expect_refused(int fd, const char *what)
+{
+	uint8_t h[HDR], junk[256];
+	int r = recv_wait(fd, h, HDR, 2000, NULL);
+	if (r < 0)
+		fail_msg("%s: neither ERROR nor close within 2 s", what);
+	if (r > 0)
+		return;
+	if (get16(h + 6) != T_ERROR)
+		fail_msg("%s: answered with frame type %#x, not ERROR", what, get16(h + 6));
+	uint64_t n = get64(h + 16);
+	if (n > sizeof(junk))
+		fail_msg("%s: ERROR body of %llu bytes", what, (unsigned long long)n);
+	if (recv_wait(fd, junk, (size_t)n, 2000, NULL) == 0 &&
+	    recv_wait(fd, junk, 1, 2000, NULL) != 1)
+		fail_msg("%s: connection still open 2 s after ERROR", what);
+}
+
+/* A PUT frame of one block of n bytes under k (its sum xor bad); *len its size. */
+static uint8_t *put_frame(kvt_key k, size_t n, uint64_t bad, size_t *len)
+{
+	uint8_t *b = malloc(HDR + PUT_SZ + n);
+	assert_non_null(b);
+	mkhdr(b, T_PUT, 1, 0, PUT_SZ + n);
+	put64(b + HDR, k.lo);
+	put64(b + HDR + 8, k.hi);
+	put64(b + HDR + 16, n);
+	fill_block(k, b + HDR + PUT_SZ, n);
+	put64(b + HDR + 24, XXH3_64bits(b + HDR + PUT_SZ, n) ^ bad);
+	*len = HDR + PUT_SZ + n;
+	return b;
+}
+
+/* --- nodes ---------------------------------------------------------------- */
+
+struct fake;
+static void fake_stop(struct fake *f);
+
+struct fx {
+	int pa, pb;
+	kvt_store *a, *b;
+	struct fake *fake;
+};
+
+static int fx_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -1;
+	f->pa = free_port();
+	do
+		f->pb = free_port();
+	while (f->pb == f->pa);
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+	kvt_close(f->a);
+	kvt_close(f->b);
+	if (f->fake)
+		fake_stop(f->fake);
+	free(f);
+	return 0;
+}
+
+/* Node self of the cluster {a: 127.0.0.1:pa, b: 127.0.0.1:pb}. */
+static kvt_store *node(const char *self, int pa, int pb)
+{
+	char cfg[1024];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"64MiB\", \"max_block\": \"2MiB\", \"mlock\": false},"
+		 " \"peers\": {\"self\": \"%s\", \"listen\": \"127.0.0.1:%d\", \"members\":"
+		 " [{\"name\": \"a\", \"addr\": \"127.0.0.1:%d\"},"
+		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}], \"transport\": \"tcp\","
+		 " \"connect_timeout_ms\": %d, \"request_timeout_ms\": %d, \"down_ms\": %d}}",
+		 self, self[0] == 'a' ? pa : pb, pa, pb, CONNECT_MS, REQUEST_MS, DOWN_MS);
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open %s: %s: %s", self, kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+/* Opens a and b and waits until each reaches the other. */
+static void open_pair(struct fx *f)
+{
+	kvt_key ka, kb;
+	f->a = node("a", f->pa, f->pb);
+	f->b = node("b", f->pa, f->pb);
+	owned_keys(0, 1000000, &ka, 1);
+	owned_keys(1, 1000000, &kb, 1);
+	store_put_block(f->a, ka, 4096);
+	store_put_block(f->b, kb, 4096);
+	long long end = now_ms() + 5000;
+	while (store_get_block(f->a, kb, 4096) || store_get_block(f->b, ka, 4096)) {
+		if (now_ms() > end)
+			fail_msg("a and b never reached each other: %s", kvt_last_error());
+		usleep(20000);
+	}
+}
+
+static size_t size_of(size_t i)
+{
+	return 1000 + i * 3001;
+}
+
+/* --- a fake member b ---------------------------------------------------- */
+
+enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT };
+
+#define FAKE_CONNS 8
+
+struct fake_conn {
+	struct fake *f;
+	int fd;
+	pthread_t thread;
+};
+
+struct fake {
+	int lfd;
+	enum fake_mode mode;
+	atomic_int stop, conns, hellos, gets;
+	pthread_t thread;
+	struct fake_conn c[FAKE_CONNS]; /* only the accepting thread */
+	int nc;
+};
+
+/* Answers a GET of count items (body as read) the way the mode says: one
+ * GET_R frame of count 1 per item. */
+static int fake_get(struct fake *f, int fd, uint32_t count, const uint8_t *body)
+{
+	uint8_t *data = malloc(FAKE_LEN), item[HDR + GETR_SZ] = { 0 };
+	int rc = -1;
+	if (!data)
+		goto out;
+	for (uint32_t i = 0; i < count; i++) {
+		kvt_key k = { get64(body + i * GET_SZ), get64(body + i * GET_SZ + 8) };
+		fill_block(k, data, FAKE_LEN);
+		uint64_t sum = XXH3_64bits(data, FAKE_LEN);
+		mkhdr(item, T_GET | RESP, 1, 0, GETR_SZ + FAKE_LEN);
+		put64(item + HDR + 8, FAKE_LEN);
+		put64(item + HDR + 16, f->mode == FAKE_BADSUM ? sum + 1 : sum);
+		if (send_all(fd, item, sizeof(item)))
+			goto out;
+		if (f->mode == FAKE_SHORT) {
+			send_all(fd, data, 100 * KiB);
+			goto out; /* and close */
+		}
+		if (send_all(fd, data, FAKE_LEN))
+			goto out;
+	}
+	rc = 0;
+out:
+	free(data);
+	return rc;
+}
+
+/* Serves one connection, frame by frame, until it closes or stop. */
+static void fake_serve(struct fake *f, int fd)
+{
+	uint8_t h[HDR];
+	int r = 0;
+	while (!r && recv_wait(fd, h, HDR, 10000, &f->stop) == 0 && get32(h) == MAGIC) {
+		unsigned type = get16(h + 6);
+		uint32_t count = get32(h + 8);
+		uint64_t len = get64(h + 16);
+
+		if (len > 16 * MiB || count > 4096)
+			return;
+		uint8_t *body = malloc(len + 1), *resp = calloc(count + 1, 4);
+		r = -1;
+		if (body && resp && recv_wait(fd, body, len, 5000, &f->stop) == 0) {
+			if (type == T_HELLO) {
+				if (len == 1 && body[0] == 'a')
+					atomic_fetch_add(&f->hellos, 1);
+				r = send_frame(fd, T_HELLO | RESP, 1, 0, "b", 1);
+			} else if (type == T_LOOKUP) {
+				memset(resp, 1, count);
+				r = send_frame(fd, T_LOOKUP | RESP, count, 0, resp, count);
+			} else if (type == T_GET && len == (uint64_t)count * GET_SZ) {
+				atomic_fetch_add(&f->gets, 1);
+				r = fake_get(f, fd, count, body);
+			} else if (type == T_PUT) {
+				r = send_frame(fd, T_PUT | RESP, count, 0, resp, 4ull * count);
+			} else if (type == T_RELEASE) {
+				r = send_frame(fd, T_RELEASE | RESP, count, 0, NULL, 0);
+			}
+		}
+		free(body);
+		free(resp);
+	}
+}
+
+static void *fake_conn_main(void *arg)
+{
+	struct fake_conn *c = arg;
+	char junk[4096];
+	if (c->f->mode != FAKE_SILENT)
+		fake_serve(c->f, c->fd);
+	else /* reads and discards, never answers */
+		while (!atomic_load(&c->f->stop)) {
+			struct pollfd p = { .fd = c->fd, .events = POLLIN };
+			if (poll(&p, 1, 50) <= 0)
+				continue;
+			ssize_t r = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+				break;
+		}
+	close(c->fd);
+	return NULL;
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p = { .fd = f->lfd, .events = POLLIN };
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		int fd = accept(f->lfd, NULL, NULL);
+		if (fd < 0)
+			continue;
+		atomic_fetch_add(&f->conns, 1);
+		set_timeouts(fd, 2);
+		f->c[f->nc] = (struct fake_conn){ .f = f, .fd = fd };
+		if (f->nc == FAKE_CONNS ||
+		    pthread_create(&f->c[f->nc].thread, NULL, fake_conn_main, &f->c[f->nc]))
+			close(fd);
+		else
+			f->nc++;
+	}
+	for (int i = 0; i < f->nc; i++)
+		pthread_join(f->c[i].thread, NULL);
+	return NULL;
+}
+
+static struct fake *fake_start(int port, enum fake_mode mode)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	f->mode = mode;
+	f->lfd = listen_on(port);
+	assert_int_equal(pthread_create(&f->thread, NULL, fake_main, f), 0);
+	return f;
+}
+
+static void fake_stop(struct fake *f)
+{
+	atomic_store(&f->stop, 1);
+	pthread_join(f->thread, NULL);
+	close(f->lfd);
+	free(f);
+}
+
+/* --- config --------------------------------------------------------------- */
+
+#define MA "{\"name\": \"a\", \"addr\": \"127.0.0.1:40001\"}"
+#define MB "{\"name\": \"b\", \"addr\": \"127.0.0.1:40002\"}"
+#define ONLY_A "\"self\": \"a\", \"members\": [" MA "]"
+#define A_B(name, addr) "\"self\": \"a\", \"members\": [" MA ", {\"name\": \"" name "\", \"addr\": \"" addr "\"}]"
+
+static void test_config_errors(void **state)
+{
+	static const struct {
+		const char *peers;
+		int rc;
+		const char *needle;
+	} bad[] = {
+		{ "\"self\": \"c\", \"members\": [" MA ", " MB "]", -EINVAL, "peers.self" },
+		{ "\"members\": [" MA "]", -EINVAL, "peers.self" },
+		{ A_B("a", "127.0.0.1:40002"), -EINVAL, "peers.members[1].name" },
+		{ A_B("b", "127.0.0.1"), -EINVAL, "peers.members[1].addr" },
+		{ A_B("b", "127.0.0.1:0"), -EINVAL, "peers.members[1].addr" },
+		{ A_B("b", "127.0.0.1:70000"), -EINVAL, "peers.members[1].addr" },
+		{ "\"self\": \"a\", \"members\": [{\"name\": \"a\", \"addr\": \"127.0.0.1:1\", \"port\": 1}]",
+		  -EINVAL, "peers.members[0].port" },
+		{ ONLY_A ", \"colour\": \"blue\"", -EINVAL, "peers.colour" },
+		{ "\"self\": \"a\", \"members\": []", -EINVAL, "peers.members" },
+		{ "\"self\": \"a\"", -EINVAL, "peers.members" },
+		{ ONLY_A ", \"listen\": \"127.0.0.1\"", -EINVAL, "peers.listen" },
+		{ ONLY_A ", \"connect_timeout_ms\": 0", -EINVAL, "peers.connect_timeout_ms" },
+		{ ONLY_A ", \"transport\": \"udp\"", -EINVAL, "peers.transport" },
+		{ ONLY_A ", \"transport\": \"rdma\"", -ENOTSUP, "rdma" },
+		{ NULL, -EADDRINUSE, NULL }, /* self's address taken */
+	};
+	struct fx *f = *state;
+	int lfd = listen_on(f->pa);
+	char cfg[1024], port[16], peers[256];
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		kvt_store *s = (kvt_store *)0x1;
+		const char *p = bad[i].peers, *needle = bad[i].needle;
+		if (!p) {
+			snprintf(peers, sizeof(peers), "\"self\": \"a\", \"members\": [{\"name\": \"a\","
+				 " \"addr\": \"127.0.0.1:%d\"}]", f->pa);
+			snprintf(port, sizeof(port), "%d", f->pa);
+			p = peers;
+			needle = port;
+		}
+		snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false},"
+			 " \"peers\": {%s}}", p);
+		int rc = kvt_open(cfg, &s);
+		if (rc != bad[i].rc)
+			fail_msg("%s: got %d (%s), expected %d", cfg, rc, kvt_last_error(), bad[i].rc);
+		if (!strstr(kvt_last_error(), needle))
+			fail_msg("%s: error \"%s\" does not name %s", cfg, kvt_last_error(), needle);
+		assert_ptr_equal(s, (kvt_store *)0x1);
+	}
+	close(lfd);
+}
+
+static void test_single_member_is_plain_store(void **state)
+{
+	struct fx *f = *state;
+	char cfg[512];
+	kvt_key k[4];
+	size_t found = 0;
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false},"
+		 " \"peers\": {\"self\": \"solo\", \"members\": [{\"name\": \"solo\","
+		 " \"addr\": \"127.0.0.1:%d\"}]}}", f->pa);
+	int rc = kvt_open(cfg, &f->a);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	for (int i = 0; i < 4; i++)
+		k[i] = test_key(100 + (uint64_t)i);
+	for (int i = 0; i < 3; i++)
+		store_put_block(f->a, k[i], size_of((size_t)i));
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(store_get_block(f->a, k[i], size_of((size_t)i)), 0);
+	assert_int_equal(store_get_block(f->a, k[3], 100), -ENOENT);
+	assert_int_equal(kvt_lookup(f->a, k, 4, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 3);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa); /* listen defaults to self's addr */
+	assert_true(fd >= 0);
+	close(fd);
+}
+
+/* --- two real nodes ------------------------------------------------------ */
+
+static void test_put_goes_to_owner(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 32 };
+	kvt_key k[N];
+	kvt_op ops[N / 2];
+	unsigned nb = 0;
+	open_pair(f);
+	for (size_t i = 0; i < N; i++)
+		nb += owner_of(k[i] = test_key(7000 + i));
+	assert_true(nb > 0 && nb < N);
+	long long before = store_stat(f->a, "ram", "objects");
+	for (size_t i = 0; i < N / 2; i++)
+		store_put_block(f->a, k[i], size_of(i));
+	for (size_t i = 0; i < N / 2; i++) {
+		ops[i] = (kvt_op){ .key = k[N / 2 + i], .len = size_of(N / 2 + i) };
+		assert_non_null(ops[i].buf = malloc(ops[i].len));
+		fill_block(ops[i].key, ops[i].buf, ops[i].len);
+	}
+	assert_int_equal(kvt_put_batch(f->a, ops, N / 2), 0);
+	for (size_t i = 0; i < N / 2; i++) {
+		assert_int_equal(ops[i].result, 0);
+		free(ops[i].buf);
+	}
+	/* Every block is on a, whoever owns it. */
+	assert_int_equal(store_stat(f->a, "ram", "objects") - before, N);
+	/* b's get of a key b owns reads only b's tiers. */
+	long long end = now_ms() + 2000;
+	for (size_t i = 0; i < N; i++)
+		while (owner_of(k[i]) == 1 && store_get_block(f->b, k[i], size_of(i))) {
+			if (now_ms() > end)
+				fail_msg("key %zu (owned by b) never reached b", i);
+			usleep(10000);
+		}
+	kvt_close(f->a);
+	f->a = NULL;
+	for (size_t i = 0; i < N; i++) {
+		int rc = store_get_block(f->b, k[i], size_of(i));
+		if (owner_of(k[i]) == 1 && rc != 0)
+			fail_msg("key %zu owned by b: %s after a closed", i, kvt_strerror(rc));
+		if (owner_of(k[i]) == 0 && rc >= 0)
+			fail_msg("key %zu owned by a was copied to b", i);
+	}
+}
+
+static void test_get_and_batch_from_owner(void **state)
+{
+	struct fx *f = *state;
+	enum { NB = 40 };
+	kvt_key kb[NB + 1], ka[3];
+	kvt_op ops[NB + 4];
+	char small[100];
+	size_t len, n = 0;
+	open_pair(f);
+	owned_keys(1, 20000, kb, NB + 1); /* kb[NB] is never stored */
+	owned_keys(0, 20000, ka, 3);      /* ka[2] is never stored */
+	for (size_t i = 0; i < NB; i++) {
+		ops[i] = (kvt_op){ .key = kb[i], .len = size_of(i) };
+		assert_non_null(ops[i].buf = malloc(ops[i].len));
+		fill_block(kb[i], ops[i].buf, ops[i].len);
+	}
+	assert_int_equal(kvt_put_batch(f->b, ops, NB), 0);
+	for (size_t i = 0; i < NB; i++)
+		free(ops[i].buf);
+	store_put_block(f->a, ka[0], 5000);
+	store_put_block(f->a, ka[1], 6000);
+
+	assert_int_equal(store_get_block(f->a, kb[0], size_of(0)), 0);
+	len = 0;
+	assert_int_equal(kvt_get(f->a, kb[1], small, sizeof(small), &len), -ENOBUFS);
+	assert_int_equal(len, size_of(1));
+	len = 0;
+	assert_int_equal(kvt_get(f->a, kb[1], NULL, 0, &len), -ENOBUFS);
+	assert_int_equal(len, size_of(1));
+
+	/* b's blocks, a's own, and a miss of each owner's. */
+	for (size_t i = 0; i < NB; i++)
+		ops[n++] = (kvt_op){ .key = kb[i], .len = size_of(i) + 64 };
+	ops[n++] = (kvt_op){ .key = ka[0], .len = 5000 };
+	ops[n++] = (kvt_op){ .key = kb[NB], .len = 4096 };
+	ops[n++] = (kvt_op){ .key = ka[1], .len = 6000 };
+	ops[n++] = (kvt_op){ .key = ka[2], .len = 4096 };
+	for (size_t i = 0; i < n; i++) {
+		assert_non_null(ops[i].buf = malloc(ops[i].len));
+		ops[i].result = 1;
+	}
+	assert_int_equal(kvt_get_batch(f->a, ops, n), -ENOENT);
+	for (size_t i = 0; i < NB; i++) {
+		if (ops[i].result)
+			fail_msg("op %zu: %s", i, kvt_strerror(ops[i].result));
+		assert_int_equal(ops[i].len, size_of(i));
+		assert_true(check_block(kb[i], ops[i].buf, size_of(i)));
+	}
+	assert_int_equal(ops[NB].result, 0);
+	assert_int_equal(ops[NB].len, 5000);
+	assert_true(check_block(ka[0], ops[NB].buf, 5000));
+	assert_int_equal(ops[NB + 1].result, -ENOENT);
+	assert_int_equal(ops[NB + 2].result, 0);
+	assert_true(check_block(ka[1], ops[NB + 2].buf, 6000));
+	assert_int_equal(ops[NB + 3].result, -ENOENT);
+	for (size_t i = 0; i < n; i++)
+		free(ops[i].buf);
+}
+
+static void test_lookup_through_owner_and_stats(void **state)
+{
+	struct fx *f = *state;
+	kvt_key c[10], ka[2], kb[2], mix[4];
+	size_t found = 99;
+	open_pair(f);
+	owned_keys(1, 30000, c, 10);
+	for (int i = 0; i < 10; i++)
+		if (i != 6) /* a gap */
+			store_put_block(f->b, c[i], 4096);
+	assert_int_equal(kvt_lookup(f->a, c, 6, 0, &found), 0);
+	assert_int_equal(found, 6);
+	assert_int_equal(kvt_lookup(f->a, c, 10, 0, &found), 0);
+	assert_int_equal(found, 6);
+	assert_int_equal(kvt_lookup(f->a, c, 10, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 6);
+	assert_true(kvt_release(f->a, c, 6) >= 0);
+	assert_int_equal(kvt_lookup(f->a, c + 7, 3, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 3);
+	assert_true(kvt_release(f->a, c + 7, 3) >= 0);
+
+	/* A chain whose blocks alternate owners, each put on its owner. */
+	owned_keys(0, 31000, ka, 2);
+	owned_keys(1, 31000, kb, 2);
+	mix[0] = ka[0], mix[1] = kb[0], mix[2] = ka[1], mix[3] = kb[1];
+	for (int i = 0; i < 4; i++)
+		store_put_block(i & 1 ? f->b : f->a, mix[i], 4096);
+	assert_int_equal(kvt_lookup(f->a, mix, 4, 0, &found), 0);
+	assert_int_equal(found, 4);
+	assert_int_equal(kvt_lookup(f->b, mix, 4, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 4);
+
+	int n = kvt_stats_json(f->a, NULL, 0);
+	assert_true(n > 0);
+	char *buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(kvt_stats_json(f->a, buf, (size_t)n + 1), n);
+	json_t *j = json_loads(buf, 0, NULL), *m;
+	free(buf);
+	assert_non_null(j);
+	assert_true(json_is_object(json_object_get(j, "peer")));
+	assert_non_null(m = json_object_get(json_object_get(j, "peer"), "members"));
+	assert_int_equal(json_is_array(m) ? json_array_size(m) : json_object_size(m), 2);
+	json_decref(j);
+}
+
+/* --- failing peers ---------------------------------------------------------- */
+
+static void test_dead_peer(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[3];
+	char buf[4096];
+	size_t len, found = 99;
+	f->a = node("a", f->pa, f->pb); /* nothing listens on pb */
+	owned_keys(1, 40000, kb, 3);
+	long long t = now_ms();
+	int rc = kvt_get(f->a, kb[0], buf, sizeof(buf), &len);
+	if (rc >= 0 || (t = now_ms() - t) > CONNECT_MS + 1000)
+		fail_msg("get from a dead owner: %d after %lld ms", rc, t);
+	t = now_ms();
+	rc = kvt_get(f->a, kb[1], buf, sizeof(buf), &len);
+	if (rc >= 0 || (t = now_ms() - t) >= 100)
+		fail_msg("get from an owner marked down: %d after %lld ms", rc, t);
+	t = now_ms();
+	store_put_block(f->a, kb[2], 4096);
+	assert_true(now_ms() - t < CONNECT_MS + 1000);
+	assert_int_equal(store_get_block(f->a, kb[2], 4096), 0);
+	assert_int_equal(kvt_lookup(f->a, kb, 2, 0, &found), 0);
+	assert_int_equal(found, 0);
+
+	/* Once b is up and down_ms has passed, a asks it again. */
+	f->b = node("b", f->pa, f->pb);
+	store_put_block(f->b, kb[0], 4096);
+	long long end = now_ms() + DOWN_MS + 3000;
+	while ((rc = store_get_block(f->a, kb[0], 4096)) != 0) {
+		if (now_ms() > end)
+			fail_msg("a never asked b again: %s", kvt_strerror(rc));
+		usleep(20000);
+	}
+}
+
+static void test_silent_peer(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[2];
+	char buf[4096];
+	size_t len;
+	f->fake = fake_start(f->pb, FAKE_SILENT);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 41000, kb, 2);
+	long long t = now_ms();
+	int rc = kvt_get(f->a, kb[0], buf, sizeof(buf), &len);
+	if (rc >= 0 || (t = now_ms() - t) > CONNECT_MS + REQUEST_MS + 1000)
+		fail_msg("get from a silent owner: %d after %lld ms", rc, t);
+	assert_true(atomic_load(&f->fake->conns) >= 1);
+	t = now_ms();
+	rc = kvt_get(f->a, kb[1], buf, sizeof(buf), &len);
+	if (rc >= 0 || (t = now_ms() - t) >= 100)
+		fail_msg("get from a silent owner marked down: %d after %lld ms", rc, t);
+	t = now_ms();
+	store_put_block(f->a, kb[1], 4096);
+	if ((t = now_ms() - t) > CONNECT_MS + REQUEST_MS + 1000)
+		fail_msg("put with a silent owner took %lld ms", t);
+	assert_int_equal(store_get_block(f->a, kb[1], 4096), 0);
+}
+
+/* a's get of a key b owns, answered by a fake b in mode; kvt_get's result. */
+static int get_from_fake(struct fx *f, enum fake_mode mode)
+{
+	void *buf = malloc(FAKE_LEN);
+	kvt_key kb, ka;
+	size_t len = 0;
+	assert_non_null(buf);
+	f->fake = fake_start(f->pb, mode);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 42000, &kb, 1);
+	owned_keys(0, 42000, &ka, 1);
+	long long t = now_ms();
+	int rc = kvt_get(f->a, kb, buf, FAKE_LEN, &len);
+	if ((t = now_ms() - t) > CONNECT_MS + REQUEST_MS + 1000)
+		fail_msg("get from the fake took %lld ms", t);
+	if (rc == 0) {
+		assert_int_equal(len, FAKE_LEN);
+		assert_true(check_block(kb, buf, FAKE_LEN));
+	}
+	free(buf);
+	assert_true(atomic_load(&f->fake->hellos) >= 1);
+	assert_true(atomic_load(&f->fake->gets) >= 1);
+	store_put_block(f->a, ka, 4096); /* a still works */
+	assert_int_equal(store_get_block(f->a, ka, 4096), 0);
+	return rc;
+}
+
+static void test_fake_peer_answers(void **state)
+{
+	int rc = get_from_fake(*state, FAKE_GOOD);
+	if (rc)
+		fail_msg("get from a well-behaved fake b: %s (%s)", kvt_strerror(rc), kvt_last_error());
+}
+
+static void test_peer_dies_mid_transfer(void **state)
+{
+	assert_true(get_from_fake(*state, FAKE_SHORT) < 0);
+}
+
+static void test_peer_sends_bad_checksum(void **state)
+{
+	int rc = get_from_fake(*state, FAKE_BADSUM);
+	if (rc >= 0)
+		fail_msg("a payload with a wrong checksum was returned (%d)", rc);
+	if (rc != -EBADMSG)
+		print_message("note: a bad checksum gave %s, not -EBADMSG\n", kvt_strerror(rc));
+}
+
+/* --- the server, spoken to by hand ----------------------------------------- */
+
+static void test_raw_protocol_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	kvt_key k[3];
+	uint8_t h[HDR], body[4 * GET_SZ], item[GETR_SZ], res[4], *put;
+	size_t n;
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(0, 50000, k, 3); /* k[1] is never stored */
+	store_put_block(f->a, k[2], 7000);
+	int idle = raw_connect(NULL, "127.0.0.1", f->pa); /* must not hold up others */
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(idle >= 0 && fd >= 0);
+	raw_hello(fd, "b");
+
+	put = put_frame(k[0], 5000, 0, &n);
+	assert_int_equal(send_all(fd, put, n), 0);
+	free(put);
+	recv_hdr(fd, h, T_PUT | RESP, "PUT");
+	assert_int_equal(get32(h + 8), 1);
+	assert_int_equal(get64(h + 16), 4);
+	assert_int_equal(recv_wait(fd, res, 4, 2000, NULL), 0);
+	assert_int_equal((int32_t)get32(res), 0);
+	assert_int_equal(store_get_block(f->a, k[0], 5000), 0);
+
+	for (int i = 0; i < 3; i++) {
+		put64(body + i * KEY_SZ, k[i].lo);
+		put64(body + i * KEY_SZ + 8, k[i].hi);
+	}
+	assert_int_equal(send_frame(fd, T_LOOKUP, 3, 1, body, 3 * KEY_SZ), 0);
+	recv_hdr(fd, h, T_LOOKUP | RESP, "LOOKUP");
+	assert_int_equal(get32(h + 8), 3);
+	assert_int_equal(get64(h + 16), 3);
+	assert_int_equal(recv_wait(fd, res, 3, 2000, NULL), 0);
+	assert_true(res[0] == 1 && res[1] == 0 && res[2] == 1);
+	assert_int_equal(send_frame(fd, T_RELEASE, 3, 0, body, 3 * KEY_SZ), 0);
+	recv_hdr(fd, h, T_RELEASE | RESP, "RELEASE");
+	assert_int_equal(get32(h + 8), 3);
+	assert_int_equal(get64(h + 16), 0);
+
+	/* GET: one GET_R frame of count 1 per item, in order. */
+	static const uint64_t cap[4] = { 8192, 8192, 100, 8192 }, want[4] = { 5000, 0, 7000, 7000 };
+	static const int status[4] = { 0, -ENOENT, -ENOBUFS, 0 };
+	for (int i = 0; i < 4; i++) {
+		put64(body + i * GET_SZ, k[i < 3 ? i : 2].lo);
+		put64(body + i * GET_SZ + 8, k[i < 3 ? i : 2].hi);
+		put64(body + i * GET_SZ + 16, cap[i]);
+	}
+	assert_int_equal(send_frame(fd, T_GET, 4, 0, body, 4 * GET_SZ), 0);
+	for (int i = 0; i < 4; i++) {
+		recv_hdr(fd, h, T_GET | RESP, "GET");
+		assert_int_equal(get32(h + 8), 1);
+		assert_int_equal(get64(h + 16), GETR_SZ + (status[i] ? 0 : want[i]));
+		assert_int_equal(recv_wait(fd, item, GETR_SZ, 2000, NULL), 0);
+		assert_int_equal((int32_t)get32(item), status[i]);
+		assert_int_equal(get64(item + 8), want[i]);
+		if (status[i])
+			continue;
+		void *data = malloc(want[i]);
+		assert_non_null(data);
+		assert_int_equal(recv_wait(fd, data, want[i], 2000, NULL), 0);
+		assert_true(check_block(k[i < 3 ? i : 2], data, want[i]));
+		assert_true(get64(item + 16) == XXH3_64bits(data, want[i]));
+		free(data);
+	}
+	close(fd);
+	close(idle);
+}
+
+/* a still answers its own API and a well-formed peer; k is a's. */
+static void still_serves(struct fx *f, kvt_key k)
+{
+	uint8_t h[HDR], key[KEY_SZ], present = 0;
+	store_put_block(f->a, k, 4096);
+	assert_int_equal(store_get_block(f->a, k, 4096), 0);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(fd >= 0);
+	raw_hello(fd, "b");
+	put64(key, k.lo);
+	put64(key + 8, k.hi);
+	assert_int_equal(send_frame(fd, T_LOOKUP, 1, 0, key, KEY_SZ), 0);
+	recv_hdr(fd, h, T_LOOKUP | RESP, "LOOKUP after a hostile frame");
+	assert_int_equal(get64(h + 16), 1);
+	assert_int_equal(recv_wait(fd, &present, 1, 2000, NULL), 0);
+	assert_int_equal(present, 1);
+	close(fd);
+}
+
+/* Sends hostile frame c; returns what it was, or NULL past the last. */
+static const char *send_hostile(int fd, int c)
+{
+	static const char junk[] = "GET / HTTP/1.1\r\nHost: kvtier\r\n\r\n0123456789abcdef";
+	uint8_t h[HDR], body[PUT_SZ + 100] = { 0 };
+	mkhdr(h, T_HELLO, 1, 0, 1);
+	switch (c) {
+	case 0:
+		send_all(fd, junk, sizeof(junk));
+		return "garbage bytes";
+	case 1:
+		put32(h, 0x3150564c);
+		send_all(fd, h, HDR);
+		send_all(fd, "b", 1);
+		return "wrong magic";
+	case 2:
+		put16(h + 4, 2);
+		send_all(fd, h, HDR);
+		send_all(fd, "b", 1);
+		return "wrong version";
+	case 3:
+		send_frame(fd, T_HELLO, 2, 0, "zz", 2);
+		return "HELLO naming a non-member";
+	case 4:
+		mkhdr(h, T_HELLO, 1u << 30, 0, 1u << 30);
+		send_all(fd, h, HDR);
+		send_all(fd, "b", 1);
+		return "HELLO with a 1 GiB name";
+	case 5:
+		send_frame(fd, T_LOOKUP, 1, 0, body, KEY_SZ);
+		return "LOOKUP before HELLO";
+	case 6:
+		return "no HELLO within request_timeout_ms";
+	}
+	raw_hello(fd, "b");
+	switch (c) {
+	case 7:
+		mkhdr(h, T_LOOKUP, 0xffffffffu, 0, 0xffffffffull * KEY_SZ);
+		send_all(fd, h, HDR);
+		send_all(fd, body, KEY_SZ);
+		return "LOOKUP of 2^32-1 keys";
+	case 8:
+		send_frame(fd, T_GET, 2, 0, body, GET_SZ);
+		return "GET with body_len != count * 24";
+	case 9:
+		mkhdr(h, T_PUT, 1, 0, PUT_SZ + 4ull * MiB);
+		put64(body + 16, 4ull * MiB);
+		send_all(fd, h, HDR);
+		send_all(fd, body, PUT_SZ);
+		return "PUT above ram.max_block";
+	case 10:
+		put64(body + 16, 4096);
+		send_frame(fd, T_PUT, 1, 0, body, PUT_SZ + 100);
+		return "PUT item longer than its frame";
+	case 11:
+		send_frame(fd, 9, 0, 0, NULL, 0);
+		return "unknown frame type";
+	case 12:
+		send_frame(fd, T_HELLO | RESP, 1, 0, "b", 1);
+		return "a response sent as a request";
+	case 13:
+		send_frame(fd, T_HELLO, 1, 0, "b", 1);
+		return "a second HELLO";
+	case 14:
+	case 15:
+		mkhdr(h, T_LOOKUP, 1, 0, KEY_SZ);
+		if (c == 14)
+			put32(h, 0x3150564c);
+		else
+			put16(h + 4, 2);
+		send_all(fd, h, HDR);
+		send_all(fd, body, KEY_SZ);
+		return c == 14 ? "LOOKUP with a wrong magic" : "LOOKUP with a wrong version";
+	}
+	return NULL;
+}
+
+static void test_hostile_frames(void **state)
+{
+	struct fx *f = *state;
+	kvt_key k[20];
+	const char *what;
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(0, 60000, k, 20);
+	for (int c = 0;; c++) {
+		int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+		assert_true(fd >= 0);
+		if (!(what = send_hostile(fd, c))) {
+			close(fd);
+			break;
+		}
+		expect_refused(fd, what);
+		close(fd);
+		still_serves(f, k[c]);
+	}
+}
+
+/* A PUT whose checksum fails, and one cut off halfway: neither is stored. */
+static void test_bad_puts_not_stored(void **state)
+{
+	struct fx *f = *state;
+	kvt_key k[3];
+	uint8_t h[HDR], res[4], *put;
+	size_t n;
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(0, 61000, k, 3);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(fd >= 0);
+	raw_hello(fd, "b");
+	put = put_frame(k[0], 4096, 1, &n);
+	send_all(fd, put, n);
+	free(put);
+	/* A PUT_R with a failed status, or ERROR, or a close. */
+	int r = recv_wait(fd, h, HDR, 2000, NULL);
+	if (r < 0)
+		fail_msg("PUT with a wrong checksum: no answer within 2 s");
+	if (r == 0 && get16(h + 6) == (T_PUT | RESP)) {
+		assert_int_equal(get64(h + 16), 4);
+		assert_int_equal(recv_wait(fd, res, 4, 2000, NULL), 0);
+		assert_true((int32_t)get32(res) < 0);
+	} else if (r == 0 && get16(h + 6) != T_ERROR) {
+		fail_msg("PUT with a wrong checksum: answered with type %#x", get16(h + 6));
+	}
+	close(fd);
+	assert_int_equal(store_get_block(f->a, k[0], 4096), -ENOENT);
+	still_serves(f, k[2]);
+
+	assert_true((fd = raw_connect(NULL, "127.0.0.1", f->pa)) >= 0);
+	raw_hello(fd, "b");
+	put = put_frame(k[1], 4096, 0, &n);
+	send_all(fd, put, HDR + PUT_SZ + 2048);
+	free(put);
+	close(fd);
+	still_serves(f, k[2]);
+	assert_int_equal(store_get_block(f->a, k[1], 4096), -ENOENT);
+}
+
+static void test_non_member_address(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[HDR];
+	kvt_key k;
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(0, 63000, &k, 1);
+	int fd = raw_connect(NULL, "127.0.0.2", f->pa);
+	if (fd >= 0)
+		fail_msg("a listens on 127.0.0.2 too, not only on peers.listen");
+	if ((fd = raw_connect("127.0.0.2", "127.0.0.1", f->pa)) < 0)
+		skip(); /* no 127.0.0.2 on this loopback */
+	mkhdr(h, T_HELLO, 1, 0, 1);
+	send_all(fd, h, HDR);
+	send_all(fd, "b", 1);
+	expect_refused(fd, "valid HELLO as b from 127.0.0.2");
+	close(fd);
+	still_serves(f, k);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_config_errors),
+		T(test_single_member_is_plain_store),
+		T(test_put_goes_to_owner),
+		T(test_get_and_batch_from_owner),
+		T(test_lookup_through_owner_and_stats),
+		T(test_dead_peer),
+		T(test_silent_peer),
+		T(test_fake_peer_answers),
+		T(test_peer_dies_mid_transfer),
+		T(test_peer_sends_bad_checksum),
+		T(test_raw_protocol_roundtrip),
+		T(test_hostile_frames),
+		T(test_bad_puts_not_stored),
+		T(test_non_member_address),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
