@@ -16,18 +16,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-/*
- * XXH3 inline. Payload checksums are most of this file's CPU time, so on
- * x86-64 xxHash's AVX2 kernels are compiled too (as xxHash's own x86
- * dispatcher does) and picked at run time when the CPU has AVX2; the sums
- * are the same either way.
- */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX2__)
-#include <immintrin.h>
-#define KVT_XXH3_DISPATCH 1
-#define XXH_DISPATCH_AVX2 1
-#define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
-#endif
+/* XXH3 inline, for the small header checksums; payloads: kvt_checksum(). */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -177,23 +166,10 @@ struct disk_tier {
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
 };
 
-#ifdef KVT_XXH3_DISPATCH
-XXH_TARGET_AVX2 static uint64_t xxh3_long_avx2(const void *p, size_t len)
+/* XXH3-64 of a payload or checkpoint body. */
+static inline uint64_t payload_sum(const void *p, size_t len)
 {
-	return XXH3_hashLong_64b_internal(p, len, XXH3_kSecret, sizeof(XXH3_kSecret),
-					  XXH3_accumulate_512_avx2, XXH3_scrambleAcc_avx2);
-}
-#endif
-
-/* XXH3-64 (seed 0) of a payload or checkpoint body, the fastest way this
- * CPU has. Identical to XXH3_64bits(p, len). */
-static uint64_t payload_sum(const void *p, size_t len)
-{
-#ifdef KVT_XXH3_DISPATCH
-	if (len > XXH3_MIDSIZE_MAX && __builtin_cpu_supports("avx2"))
-		return xxh3_long_avx2(p, len);
-#endif
-	return XXH3_64bits(p, len);
+	return kvt_checksum(p, len);
 }
 
 static inline uint64_t pad_up(uint64_t v, uint64_t a)

@@ -6,6 +6,7 @@
 #define KVT_INTERNAL_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -33,6 +34,10 @@ static inline int kvt_key_eq(kvt_key a, kvt_key b)
 {
 	return a.lo == b.lo && a.hi == b.hi;
 }
+
+/* XXH3-64 (seed 0) of p[0..len), the fastest way this CPU has (checksum.c):
+ * the checksum of disk records and of blocks on the wire. */
+uint64_t kvt_checksum(const void *p, size_t len);
 
 /* Key as "hi:lo" hex for messages; buf must hold 34 bytes. */
 const char *kvt_key_str(kvt_key k, char buf[34]);

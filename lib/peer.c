@@ -416,7 +416,7 @@ static int serve(struct conn *c, const struct hdr *h)
 				st = -ENOBUFS;
 			if (st && st != -ENOENT && st != -ENOBUFS && st != -EBADMSG)
 				st = -EIO;
-			uint64_t sum = st == 0 ? XXH3_64bits(c->buf, len) : 0;
+			uint64_t sum = st == 0 ? kvt_checksum(c->buf, len) : 0;
 			hdr_pack(ih, T_GET | T_REPLY, 1, 0, ITEM + (st == 0 ? len : 0));
 			put32(ih + HDR, (uint32_t)st);
 			put32(ih + HDR + 4, 0);
@@ -445,6 +445,7 @@ static int serve(struct conn *c, const struct hdr *h)
 		for (size_t i = 0; i < n && !e; i++) {
 			uint8_t ih[ITEM];
 
+			dl = req_deadline(p); /* each block has the whole timeout */
 			if (left < ITEM) {
 				send_error(c, "PUT body ends inside item %zu", i);
 				e = -EPROTO;
@@ -472,7 +473,7 @@ static int serve(struct conn *c, const struct hdr *h)
 			if (e)
 				break;
 			left -= len;
-			if (XXH3_64bits(c->buf, len) != sum) {
+			if (kvt_checksum(c->buf, len) != sum) {
 				ctr_add(&p->checksum_failures, 1);
 				put32(res + 4 * i, (uint32_t)-EBADMSG);
 				continue; /* never stored */
@@ -886,6 +887,8 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 			struct hdr h;
 			uint8_t ih[ITEM];
 
+			/* each block has the whole timeout, as on the server */
+			dl = req_deadline(p);
 			e = reply_hdr(p, m, T_GET, 1, dl, &h);
 			if (!e && h.body_len < ITEM)
 				e = -EPROTO;
@@ -904,7 +907,7 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 				if (e)
 					break;
 				ctr_add(&p->bytes_in, len);
-				if (XXH3_64bits(o[i].buf, len) != sum) {
+				if (kvt_checksum(o[i].buf, len) != sum) {
 					ctr_add(&p->checksum_failures, 1);
 					o[i].result = -EBADMSG;
 				} else {
@@ -963,9 +966,10 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		for (size_t i = 0; i < k && !e; i++) {
 			uint8_t ih[ITEM];
 
+			dl = req_deadline(p);
 			key_pack(ih, o[i].key);
 			put64(ih + 16, o[i].len);
-			put64(ih + 24, XXH3_64bits(o[i].buf, o[i].len));
+			put64(ih + 24, kvt_checksum(o[i].buf, o[i].len));
 			e = xfer(p->m[m].fd, ih, ITEM, 1, dl, -1);
 			if (!e)
 				e = xfer(p->m[m].fd, o[i].buf, o[i].len, 1, dl, -1);
@@ -973,6 +977,7 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 				ctr_add(&p->bytes_out, o[i].len);
 		}
 		struct hdr h;
+		dl = req_deadline(p); /* the owner stores the last block meanwhile */
 		if (!e)
 			e = reply_hdr(p, m, T_PUT, (uint32_t)k, dl, &h);
 		if (!e && h.body_len != 4ull * k)
