@@ -15,6 +15,7 @@ static const struct bench_cmd commands[] = {
 	{ "ram", bench_ram_main, "RAM tier: put, get, batch get, lookup; gets as a share of memcpy" },
 	{ "hash", bench_hash_main, "chained-prefix hashing in tokens/s and namespace roots/s on one core" },
 	{ "disk", bench_disk_main, "NVMe tier: spill and cold batch load as a share of fio, reopen times" },
+	{ "peer", bench_peer_main, "peer tier over TCP: loads from a peer as a share of a TCP stream, lookups" },
 	{ "replay", bench_replay_main, "agent sessions or a trace through GPU caches and the store: hit shares, time saved" },
 	{ "sweep", bench_sweep_main, "replays over fleet width, store capacity or another parameter" },
 	{ "plot", bench_plot_main, "draws a replay or sweep JSON file with gnuplot (PNG or SVG)" },

@@ -694,6 +694,84 @@ static void disk_writes_json_results(void **state)
 			 BENCH_EXIT_USAGE);
 }
 
+static void peer_writes_json_results(void **state)
+{
+	char path[512];
+	json_t *doc, *r;
+
+	(void)state;
+	tmpfile_path(path, sizeof(path), "peer.json");
+	assert_int_equal(run_main(bench_peer_main, "peer", "--block-size", "64KiB",
+				  "--blocks", "32", "--batch", "8", "--reps", "1",
+				  "--json", path, NULL), 0);
+	doc = load(path);
+	assert_string_equal(json_string_value(json_object_get(doc, "command")), "peer");
+	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
+	r = json_object_get(doc, "config");
+	assert_int_equal(json_integer_value(json_object_get(r, "block_size")), 65536);
+	assert_int_equal(json_integer_value(json_object_get(r, "blocks")), 32);
+	assert_int_equal(json_integer_value(json_object_get(r, "batch")), 8);
+	assert_int_equal(json_array_size(json_object_get(r, "members")), 2);
+	/* one limit: the bench's own TCP stream over the same bytes */
+	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 1);
+	r = json_array_get(json_object_get(doc, "limits"), 0);
+	assert_string_equal(json_string_value(json_object_get(r, "name")), "tcp_loop");
+	assert_string_equal(json_string_value(json_object_get(r, "for")), "peer_get_batch");
+	assert_int_equal(json_integer_value(json_object_get(r, "bytes")), 32 * 65536);
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+
+	r = result_named(doc, "peer_get_batch", 0);
+	assert_non_null(r);
+	assert_string_equal(json_string_value(json_object_get(r, "unit")), "bytes/s");
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	assert_true(json_number_value(json_object_get(r, "limit_value")) > 0);
+	assert_true(json_number_value(json_object_get(r, "share")) > 0);
+	assert_int_equal(json_integer_value(json_object_get(
+		json_object_get(r, "share_reps"), "n")), 1);
+	assert_int_equal(json_integer_value(json_object_get(r, "block_bytes")), 65536);
+	assert_int_equal(json_integer_value(json_object_get(r, "blocks_per_call")), 8);
+	assert_int_equal(json_integer_value(json_object_get(r, "wrong_blocks")), 0);
+	/* four timed batches of eight blocks */
+	json_t *lat = json_object_get(r, "batch_latency_us");
+	assert_int_equal(json_integer_value(json_object_get(lat, "n")), 4);
+	assert_true(json_number_value(json_object_get(lat, "p50")) > 0);
+	assert_true(json_number_value(json_object_get(lat, "p99")) >=
+		    json_number_value(json_object_get(lat, "p50")));
+
+	r = result_named(doc, "peer_lookup", 0);
+	assert_non_null(r);
+	assert_string_equal(json_string_value(json_object_get(r, "unit")), "calls/s");
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	assert_int_equal(json_integer_value(json_object_get(r, "keys_per_call")), 64);
+	assert_int_equal(json_integer_value(json_object_get(r, "short_calls")), 0);
+	assert_int_equal(json_integer_value(json_object_get(
+		json_object_get(r, "reps"), "n")), 1);
+	json_decref(doc);
+
+	/* bad options are refused before anything runs */
+	assert_int_equal(run_main(bench_peer_main, "peer", "--block-size", "1000", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--block-size", "1GiB", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--blocks", "0", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--batch", "0", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--batch", "4097", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--blocks", "30", "--batch", "8",
+				  NULL), BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--blocks", "8192", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--reps", "0", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--bogus", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "stray", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_peer_main, "peer", "--help", NULL), BENCH_EXIT_OK);
+}
+
 static void demo_verifies_everything_and_writes_json(void **state)
 {
 	char path[512];
@@ -744,6 +822,7 @@ int main(void)
 		cmocka_unit_test(hash_writes_json_results),
 		cmocka_unit_test(ram_writes_json_results),
 		cmocka_unit_test(disk_writes_json_results),
+		cmocka_unit_test(peer_writes_json_results),
 		cmocka_unit_test(demo_verifies_everything_and_writes_json),
 	};
 
