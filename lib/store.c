@@ -382,6 +382,26 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 }
 
 /*
+ * One round trip's worth: the entries from a on whose owner is owner[a]
+ * (owner -1: none to ask) and that no earlier group took. Marks them taken,
+ * writes their indexes to idx and returns how many (0 when a is taken).
+ */
+static size_t owner_group(const int *owner, uint8_t *taken, size_t n, size_t a,
+			  size_t *idx)
+{
+	size_t k = 0;
+
+	if (taken[a] || owner[a] < 0)
+		return 0;
+	for (size_t b = a; b < n; b++)
+		if (!taken[b] && owner[b] == owner[a]) {
+			taken[b] = 1;
+			idx[k++] = b;
+		}
+	return k;
+}
+
+/*
  * Stores ops[0..n), n <= CHUNK, that this node stored (or could not) in
  * their owners' tiers too: one round trip per owner. A block the owner took
  * is stored, even where this node had no room for it.
@@ -391,24 +411,18 @@ static void put_to_peers(kvt_store *s, kvt_op *ops, size_t n)
 	kvt_op pops[CHUNK];
 	size_t idx[CHUNK];
 	int owner[CHUNK], res[CHUNK];
-	uint8_t done[CHUNK] = { 0 };
+	uint8_t taken[CHUNK] = { 0 };
 
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		owner[i] = ops[i].result == 0 || ops[i].result == -ENOSPC ?
 			   remote_owner(s, ops[i].key) : -1;
-		done[i] = owner[i] < 0;
-	}
 	for (size_t a = 0; a < n; a++) {
-		size_t k = 0;
+		size_t k = owner_group(owner, taken, n, a, idx);
 
-		if (done[a])
+		if (!k)
 			continue;
-		for (size_t b = a; b < n; b++)
-			if (!done[b] && owner[b] == owner[a]) {
-				done[b] = 1;
-				idx[k] = b;
-				pops[k++] = ops[b];
-			}
+		for (size_t j = 0; j < k; j++)
+			pops[j] = ops[idx[j]];
 		peer_put_batch(s->peer, (unsigned)owner[a], pops, k, res);
 		for (size_t j = 0; j < k; j++) {
 			if (res[j] == 0) {
@@ -665,50 +679,46 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *le
 static size_t lookup_peers(kvt_store *s, const kvt_key *keys, size_t n, size_t i,
 			   int lease, uint64_t deadline)
 {
-	size_t end = i, m = n - i;
-	uint8_t *state = calloc(m, 1);    /* 1 here, 2 ask its owner */
-	int *owner = calloc(m, sizeof(int));
+	size_t end = i, m = n - i < PEER_KEYS_MAX ? n - i : PEER_KEYS_MAX;
+	uint8_t *here = calloc(m, 1);     /* held here, or its owner said so */
+	uint8_t *taken = calloc(m, 1);
+	int *owner = calloc(m, sizeof(int)); /* -1: nobody to ask */
 	kvt_key *ask = calloc(m, sizeof(kvt_key));
-	size_t *pos = calloc(m, sizeof(size_t));
+	size_t *idx = calloc(m, sizeof(size_t));
 	uint8_t *present = calloc(m, 1);
 
-	if (!state || !owner || !ask || !pos || !present)
+	if (!here || !taken || !owner || !ask || !idx || !present)
 		goto out;
-	for (; end < n && end - i < PEER_KEYS_MAX; end++) {
+	for (; end < i + m; end++) {
 		size_t j = end - i;
 
 		owner[j] = remote_owner(s, keys[end]);
-		if (end > i && local_has(s, keys[end], lease, deadline))
-			state[j] = 1;
-		else if (owner[j] >= 0)
-			state[j] = 2;
-		else
+		if (end > i && local_has(s, keys[end], lease, deadline)) {
+			here[j] = 1;
+			owner[j] = -1;
+		} else if (owner[j] < 0) {
 			break;
+		}
 	}
 	for (size_t a = 0; a < end - i; a++) {
-		size_t k = 0;
+		size_t k = owner_group(owner, taken, end - i, a, idx);
 
-		if (state[a] != 2)
-			continue;
-		for (size_t b = a; b < end - i; b++)
-			if (state[b] == 2 && owner[b] == owner[a]) {
-				pos[k] = b;
-				ask[k++] = keys[i + b];
-				state[b] = 0;
-			}
-		if (peer_lookup(s->peer, (unsigned)owner[a], ask, k, lease, present) == 0)
+		for (size_t j = 0; j < k; j++)
+			ask[j] = keys[i + idx[j]];
+		if (k && peer_lookup(s->peer, (unsigned)owner[a], ask, k, lease, present) == 0)
 			for (size_t j = 0; j < k; j++)
-				state[pos[j]] = present[j];
+				here[idx[j]] = present[j];
 	}
 	size_t j = 0;
-	while (i + j < end && state[j] == 1)
+	while (i + j < end && here[j])
 		j++;
 	i += j;
 out:
-	free(state);
+	free(here);
+	free(taken);
 	free(owner);
 	free(ask);
-	free(pos);
+	free(idx);
 	free(present);
 	return i;
 }
@@ -755,22 +765,21 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 	/* leases the owners hold for this node end too (best effort) */
 	if (s->peer && n) {
 		int *owner = malloc(sizeof(int) * n);
+		uint8_t *taken = calloc(n, 1);
+		size_t *idx = malloc(sizeof(size_t) * n);
 		kvt_key *ks = malloc(sizeof(*ks) * n);
-		for (size_t i = 0; owner && ks && i < n; i++)
+		for (size_t i = 0; owner && taken && idx && ks && i < n; i++)
 			owner[i] = remote_owner(s, keys[i]);
-		for (size_t a = 0; owner && ks && a < n; a++) {
-			size_t k = 0;
-			int o = owner[a];
-			if (o < 0)
-				continue;
-			for (size_t b = a; b < n; b++)
-				if (owner[b] == o) {
-					ks[k++] = keys[b];
-					owner[b] = -1;
-				}
-			peer_release(s->peer, (unsigned)o, ks, k);
+		for (size_t a = 0; owner && taken && idx && ks && a < n; a++) {
+			size_t k = owner_group(owner, taken, n, a, idx);
+			for (size_t j = 0; j < k; j++)
+				ks[j] = keys[idx[j]];
+			if (k)
+				peer_release(s->peer, (unsigned)owner[a], ks, k);
 		}
 		free(owner);
+		free(taken);
+		free(idx);
 		free(ks);
 	}
 	return ended;
@@ -885,19 +894,17 @@ static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 {
 	kvt_op pops[CHUNK];
 	size_t idx[CHUNK];
-	uint8_t done[CHUNK] = { 0 };
+	uint8_t taken[CHUNK] = { 0 };
 
 	for (size_t a = 0; a < nmiss; a++) {
-		size_t k = 0;
+		size_t k = owner_group(owner, taken, nmiss, a, idx);
 
-		if (done[a])
+		if (!k)
 			continue;
-		for (size_t b = a; b < nmiss; b++)
-			if (!done[b] && owner[b] == owner[a]) {
-				done[b] = 1;
-				idx[k] = miss[b];
-				pops[k++] = ops[miss[b]];
-			}
+		for (size_t j = 0; j < k; j++) {
+			idx[j] = miss[idx[j]];
+			pops[j] = ops[idx[j]];
+		}
 		peer_get_batch(s->peer, (unsigned)owner[a], pops, k);
 		for (size_t j = 0; j < k; j++) {
 			kvt_op *op = &ops[idx[j]];
