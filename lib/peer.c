@@ -336,6 +336,41 @@ static uint64_t req_deadline(const struct peer_tier *p)
 	return kvt_now_ns() + (uint64_t)p->request_ms * 1000000ull;
 }
 
+/* A GET_R frame: header, item header, and the block when status is 0. */
+static int send_get_r(struct conn *c, int st, const void *block, uint64_t len)
+{
+	uint8_t ih[HDR + ITEM];
+	uint64_t dl = req_deadline(c->p);
+	int e;
+
+	hdr_pack(ih, T_GET | T_REPLY, 1, 0, ITEM + (st == 0 ? len : 0));
+	put32(ih + HDR, (uint32_t)st);
+	put32(ih + HDR + 4, 0);
+	put64(ih + HDR + 8, st == 0 || st == -ENOBUFS ? len : 0);
+	put64(ih + HDR + 16, st == 0 ? kvt_checksum(block, len) : 0);
+	put64(ih + HDR + 24, 0);
+	e = xfer(c->fd, ih, HDR + ITEM, 1, dl, -1);
+	if (!e && st == 0) {
+		e = xfer(c->fd, (void *)block, len, 1, dl, -1);
+		ctr_add(&c->p->served_bytes, len);
+	}
+	return e;
+}
+
+struct visit_ctx {
+	struct conn *c;
+	int e;                    /* the connection's fate */
+};
+
+/* ram_visit's callback: sends the block straight from the arena. */
+static int send_in_place(void *arg, const void *block, size_t len)
+{
+	struct visit_ctx *v = arg;
+
+	v->e = send_get_r(v->c, 0, block, len);
+	return 0;
+}
+
 /* Serves one request whose header is h. Returns 0 to go on, < 0 to close. */
 static int serve(struct conn *c, const struct hdr *h)
 {
@@ -397,39 +432,37 @@ static int serve(struct conn *c, const struct hdr *h)
 			kvt_key k = key_unpack(items + 24 * i);
 			uint64_t cap = get64(items + 24 * i + 16);
 			size_t len = 0;
-			uint8_t ih[HDR + ITEM];
-			int st;
+			int st = -ENOENT;
 
 			if (cap > p->max_block)
 				cap = p->max_block;
-			/* into the connection's buffer, grown to the block's size
-			 * (never to what a request claims) */
-			st = grow(c, 65536);
-			if (!st)
-				st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
-			if (st == -ENOBUFS && len <= cap) {
-				st = grow(c, len);
+			ctr_add(&p->served_gets, 1);
+			if (p->local.visit) {
+				struct visit_ctx v = { .c = c };
+
+				st = p->local.visit(p->local.arg, k, cap, send_in_place, &v, &len);
+				if (st == 0) {
+					e = v.e;
+					continue;
+				}
+			}
+			/* not in RAM: into the connection's buffer, grown to the
+			 * block's size (never to what a request claims) */
+			if (st == -ENOENT) {
+				st = grow(c, 65536);
 				if (!st)
 					st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+				if (st == -ENOBUFS && len <= cap) {
+					st = grow(c, len);
+					if (!st)
+						st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+				}
+				if (st == 0 && len > cap)
+					st = -ENOBUFS;
 			}
-			if (st == 0 && len > cap)
-				st = -ENOBUFS;
 			if (st && st != -ENOENT && st != -ENOBUFS && st != -EBADMSG)
 				st = -EIO;
-			uint64_t sum = st == 0 ? kvt_checksum(c->buf, len) : 0;
-			hdr_pack(ih, T_GET | T_REPLY, 1, 0, ITEM + (st == 0 ? len : 0));
-			put32(ih + HDR, (uint32_t)st);
-			put32(ih + HDR + 4, 0);
-			put64(ih + HDR + 8, st == 0 || st == -ENOBUFS ? len : 0);
-			put64(ih + HDR + 16, sum);
-			put64(ih + HDR + 24, 0);
-			dl = req_deadline(p);
-			e = xfer(c->fd, ih, HDR + ITEM, 1, dl, -1);
-			if (!e && st == 0) {
-				e = xfer(c->fd, c->buf, len, 1, dl, -1);
-				ctr_add(&p->served_bytes, len);
-			}
-			ctr_add(&p->served_gets, 1);
+			e = send_get_r(c, st, c->buf, len);
 		}
 		free(items);
 		return e;

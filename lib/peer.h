@@ -67,6 +67,13 @@ struct peer_local {
 		       uint8_t *present);
 	/* as kvt_get, local tiers only */
 	int (*get)(void *arg, kvt_key key, void *buf, size_t cap, size_t *len);
+	/* a block of at most cap bytes held in RAM, handed to fn(fnarg, bytes,
+	 * len) in place, pinned until fn returns (sent without a copy); returns
+	 * fn's result, -ENOENT (not in RAM: use get) or -ENOBUFS with *len set.
+	 * May be NULL. */
+	int (*visit)(void *arg, kvt_key key, size_t cap,
+		     int (*fn)(void *fnarg, const void *block, size_t len),
+		     void *fnarg, size_t *len);
 	/* as kvt_put_batch, local tiers only; sets each op's result */
 	void (*put)(void *arg, kvt_op *ops, size_t n);
 	void (*release)(void *arg, const kvt_key *keys, size_t n);

@@ -402,7 +402,8 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 	return 0;
 }
 
-int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
+int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
+	      void *arg, size_t *len)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -433,7 +434,7 @@ int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
 	pthread_mutex_unlock(&sh->lock);
 
 	ctr_add(&r->pinned, 1);
-	memcpy(buf, r->base + off, n);
+	int rc = fn(arg, r->base + off, n);
 	atomic_fetch_sub_explicit(&r->pinned, 1, memory_order_relaxed);
 
 	pthread_mutex_lock(&sh->lock);
@@ -442,7 +443,18 @@ int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
 		release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
 	ctr_add(&r->hits, 1);
+	return rc;
+}
+
+static int copy_out(void *buf, const void *block, size_t len)
+{
+	memcpy(buf, block, len);
 	return 0;
+}
+
+int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	return ram_visit(r, key, cap, copy_out, buf, len);
 }
 
 /* Leases a live entry until deadline. Shard locked. 1, or -ENOSPC at the cap. */

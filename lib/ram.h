@@ -42,6 +42,17 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
 int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len);
 
 /*
+ * Hands a block of at most cap bytes to fn(arg, its bytes in the arena, len)
+ * instead of copying it: pinned (never evicted, moved or freed) until fn
+ * returns, however long that takes; fn must not call back into this tier for
+ * the same key. Refreshes its recency. Returns fn's result, -ENOENT, or
+ * -ENOBUFS with *len = size needed (fn not called).
+ */
+typedef int (*ram_visit_fn)(void *arg, const void *block, size_t len);
+int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
+	      void *arg, size_t *len);
+
+/*
  * Presence of one key, for lookups. With lease, also leases it until
  * deadline_ns (counted against the lease cap). Returns 1 present (and leased
  * if asked), 0 absent, -ENOSPC present but the lease cap is reached.

@@ -503,6 +503,15 @@ static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
 	return rc;
 }
 
+static int serve_visit(void *arg, kvt_key key, size_t cap,
+		       int (*fn)(void *fnarg, const void *block, size_t len),
+		       void *fnarg, size_t *len)
+{
+	kvt_store *s = arg;
+
+	return ram_visit(s->ram, key, cap, fn, fnarg, len);
+}
+
 static void serve_put(void *arg, kvt_op *ops, size_t n)
 {
 	put_ops_to(arg, ops, n, "peer put", 0);
@@ -560,7 +569,8 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	}
 	if (s->cfg.npeers) {
 		struct peer_local local = { .arg = s, .lookup = serve_lookup,
-			.get = serve_get, .put = serve_put, .release = serve_release };
+			.get = serve_get, .visit = serve_visit, .put = serve_put,
+			.release = serve_release };
 		rc = peer_open(&s->cfg, &local, s->cfg.max_block, &s->peer);
 		if (rc)
 			goto fail;
