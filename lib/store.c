@@ -612,9 +612,8 @@ fail: {
 
 static void store_teardown(kvt_store *s)
 {
-	/* first: its connection threads serve from the tiers */
-	peer_close(s->peer);
-	s->peer = NULL;
+	/* The workers first (their batches ask peers), then the peer server
+	 * (its connection threads serve from the tiers), then the tiers. */
 	pthread_mutex_lock(&s->qlock);
 	s->stopping = 1;
 	pthread_cond_broadcast(&s->qcond);
@@ -622,6 +621,8 @@ static void store_teardown(kvt_store *s)
 	for (unsigned i = 0; i < s->nworkers; i++)
 		pthread_join(s->workers[i], NULL);
 	free(s->workers);
+	peer_close(s->peer);
+	s->peer = NULL;
 	if (s->evictor_started) {
 		pthread_mutex_lock(&s->elock);
 		s->estop = 1;
