@@ -128,6 +128,7 @@ install: all
 		pkgconfig/kvtier.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc
 	install -m 755 $(KVBENCH) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(BUILD)/examples/kvtierd $(DESTDIR)$(BINDIR)/
 	for s in 1 3 5 7; do \
 		ls man/*.$$s >/dev/null 2>&1 || continue; \
 		install -d $(DESTDIR)$(MANDIR)/man$$s; \
@@ -136,7 +137,8 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/kvtier.h $(DESTDIR)$(LIBDIR)/libkvtier.* \
-		$(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc $(DESTDIR)$(BINDIR)/kvbench
+		$(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc $(DESTDIR)$(BINDIR)/kvbench \
+		$(DESTDIR)$(BINDIR)/kvtierd
 	for f in man/*.[1357]; do rm -f $(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; done
 
 clean:
