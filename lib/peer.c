@@ -628,8 +628,12 @@ static void *listener_main(void *arg)
 		struct sockaddr_storage from;
 		socklen_t fl = sizeof(from);
 		int fd = accept4(p->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				usleep(10000); /* out of descriptors: do not spin */
 			continue;
+		}
 		int member = 0;
 		for (unsigned i = 0; i < p->n; i++)
 			if (i != p->self && same_host(&from, &p->m[i].sa))
@@ -770,6 +774,16 @@ static int begin(struct peer_tier *p, unsigned m)
 		return kvt_fail(-EHOSTDOWN, "peer %s is marked down", x->name);
 	pthread_mutex_lock(&x->lock);
 	ctr_add(&x->requests, 1);
+	if (x->fd >= 0) {
+		/* Between requests nothing may arrive: anything readable is the
+		 * member having closed (restarted, say). Dial again rather than
+		 * fail the request on a dead connection. */
+		struct pollfd pf = { .fd = x->fd, .events = POLLIN | POLLRDHUP };
+		if (poll(&pf, 1, 0) != 0) {
+			close(x->fd);
+			x->fd = -1;
+		}
+	}
 	if (x->fd < 0) {
 		int e = dial(p, m);
 		if (e) {

@@ -728,6 +728,27 @@ static void test_lookup_through_owner_and_stats(void **state)
 
 /* --- failing peers ---------------------------------------------------------- */
 
+/* A member that restarts is reached again at once: the connection it
+ * closed is noticed before the next request, not failed on. */
+static void test_restarted_peer_is_redialled(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[2];
+	char st[8192];
+
+	open_pair(f);
+	owned_keys(1, 70000, kb, 2);
+	store_put_block(f->b, kb[0], 9000);
+	assert_int_equal(store_get_block(f->a, kb[0], 9000), 0); /* connected */
+	kvt_close(f->b);
+	f->b = node("b", f->pa, f->pb);
+	store_put_block(f->b, kb[1], 9000);
+	/* b's end of a's connection is gone; the get must dial again */
+	assert_int_equal(store_get_block(f->a, kb[1], 9000), 0);
+	assert_true(kvt_stats_json(f->a, st, sizeof(st)) > 0);
+	assert_non_null(strstr(st, "\"failures\":0"));
+}
+
 static void test_dead_peer(void **state)
 {
 	struct fx *f = *state;
@@ -1091,6 +1112,7 @@ int main(void)
 		T(test_put_goes_to_owner),
 		T(test_get_and_batch_from_owner),
 		T(test_lookup_through_owner_and_stats),
+		T(test_restarted_peer_is_redialled),
 		T(test_dead_peer),
 		T(test_silent_peer),
 		T(test_fake_peer_answers),
