@@ -160,7 +160,7 @@ clean:
 FUZZ_CC      ?= clang-14
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build/fuzz
-FUZZ_TARGETS := config trace disk_scan
+FUZZ_TARGETS := config trace disk_scan peer_wire
 FUZZ_SAN     := address,undefined
 FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -pthread -g -O1 \
 		-fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra

@@ -1,13 +1,14 @@
 /*
  * test_fuzz_corpus.c - replays the seed corpora of tests/fuzz/corpus/ through
  * the fuzz targets of tests/fuzz/ (config parser, trace readers, disk-tier
- * recovery), so `make check`, `make check-asan` and `make check-tsan` run them
- * under each build without clang or libFuzzer. A target aborts on a broken
- * invariant, which fails this test; each test also checks that its corpus is
- * there and not empty. Crashers kept in tests/fuzz/crashers/ are not replayed.
+ * recovery, the peer server's frames), so `make check`, `make check-asan` and
+ * `make check-tsan` run them under each build without clang or libFuzzer. A
+ * target aborts on a broken invariant, which fails this test; each test also
+ * checks that its corpus is there and not empty. Crashers kept in
+ * tests/fuzz/crashers/ are not replayed.
  *
  * Each target is included here with its entry point renamed, so one binary
- * holds all three; it knows nothing else about them.
+ * holds all four; it knows nothing else about them.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -31,6 +32,10 @@
 
 #define LLVMFuzzerTestOneInput fuzz_disk_scan_one
 #include "fuzz/fuzz_disk_scan.c"
+#undef LLVMFuzzerTestOneInput
+
+#define LLVMFuzzerTestOneInput fuzz_peer_wire_one
+#include "fuzz/fuzz_peer_wire.c"
 #undef LLVMFuzzerTestOneInput
 
 /* Seeds of a target, expected at least this many. */
@@ -130,12 +135,19 @@ static void damaged_disk_corpus_never_reads_back_wrong_bytes(void **state)
 	assert_true(replay("disk_scan", fuzz_disk_scan_one) >= MIN_SEEDS);
 }
 
+static void peer_wire_corpus_is_answered_as_the_protocol_says(void **state)
+{
+	(void)state;
+	assert_true(replay("peer_wire", fuzz_peer_wire_one) >= MIN_SEEDS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(config_corpus_parses_without_breaking_an_invariant),
 		cmocka_unit_test(trace_corpus_reads_without_breaking_an_invariant),
 		cmocka_unit_test(damaged_disk_corpus_never_reads_back_wrong_bytes),
+		cmocka_unit_test(peer_wire_corpus_is_answered_as_the_protocol_says),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
