@@ -594,12 +594,22 @@ static void *conn_main(void *arg)
 		hdr_unpack(b, &h);
 		if (h.magic != MAGIC || h.version != VERSION) {
 			send_error(&c, "bad frame: magic 0x%08x version %u", h.magic, h.version);
+			e = -EPROTO;
 			break;
 		}
 		e = serve(&c, &h);
 	}
 	if (e == -ETIMEDOUT)
 		ctr_add(&p->bad_messages, 1);
+	if (e == -EPROTO || e == -EPERM) {
+		/* An ERROR was sent: close gently, so that unread input does not
+		 * turn the close into a reset that drops it. Bounded: 200 ms. */
+		uint64_t until = kvt_now_ns() + 200000000ull;
+		char sink[4096];
+		shutdown(c.fd, SHUT_WR);
+		while (xfer(c.fd, sink, sizeof(sink), 0, until, p->wake[0]) == 0)
+			;
+	}
 	free(c.buf);
 	free(a);
 	pthread_mutex_lock(&p->clock);
