@@ -712,11 +712,13 @@ static void test_lookup_through_owner_and_stats(void **state)
 	assert_int_equal(kvt_lookup(f->b, mix, 4, KVT_LEASE, &found), 0);
 	assert_int_equal(found, 4);
 
+	/* with room: a's server may count something between the two calls */
 	int n = kvt_stats_json(f->a, NULL, 0);
 	assert_true(n > 0);
-	char *buf = malloc((size_t)n + 1);
+	char *buf = malloc((size_t)n + 4096);
 	assert_non_null(buf);
-	assert_int_equal(kvt_stats_json(f->a, buf, (size_t)n + 1), n);
+	int m2 = kvt_stats_json(f->a, buf, (size_t)n + 4096);
+	assert_true(m2 > 0 && m2 < n + 4096);
 	json_t *j = json_loads(buf, 0, NULL), *m;
 	free(buf);
 	assert_non_null(j);
