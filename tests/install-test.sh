@@ -28,7 +28,8 @@ check "header-c99" cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only $cf
 check "header-c++" sh -c "c++ -std=c++11 -Wall -Wextra -Werror -o $tmp/cpp tests/install/header.cpp $cflags $libs && $tmp/cpp"
 check "exports-only-kvt" sh -c "nm -D --defined-only $tmp/prefix/lib/libkvtier.so | awk '{print \$3}' | grep -v '^KVTIER_' | grep -v '^kvt_' | (! grep .)"
 check "soname" sh -c "readelf -d $tmp/prefix/lib/libkvtier.so | grep -q 'SONAME.*libkvtier.so.0'"
-check "man-pages" sh -c "ls $tmp/prefix/share/man/man3/kvt_open.3 $tmp/prefix/share/man/man1/kvbench.1 $tmp/prefix/share/man/man7/kvtier.7"
+check "man-pages" sh -c "ls $tmp/prefix/share/man/man3/kvt_open.3 $tmp/prefix/share/man/man1/kvbench.1 $tmp/prefix/share/man/man7/kvtier.7 $tmp/prefix/share/man/man7/kvtier-peer.7 $tmp/prefix/share/man/man1/kvtierd.1"
 check "kvbench-installed" test -x "$tmp/prefix/bin/kvbench"
+check "kvtierd-installed" sh -c "$tmp/prefix/bin/kvtierd --version"
 echo "install: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
