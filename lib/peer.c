@@ -36,7 +36,7 @@
 #define ITEM 32u                   /* PUT item and GET_R item headers */
 #define NAME_MAX_WIRE 255u
 #define ERRMSG_MAX 1024u
-#define CONNS_MAX 64u              /* server connections at once */
+#define CONNS_MAX 1024u            /* server connections at once: 4 per member */
 
 enum { T_HELLO = 1, T_LOOKUP = 2, T_GET = 3, T_PUT = 4, T_RELEASE = 5,
        T_REPLY = 0x80, T_ERROR = 0xff };
@@ -278,9 +278,15 @@ static int xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wak
 
 static void set_sock_opts(int fd)
 {
-	int one = 1;
+	int one = 1, idle = 10, intvl = 5, cnt = 3;
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* a member host that vanishes without a FIN frees its connection (and
+	 * the server's slot) within about 25 s */
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -334,6 +340,13 @@ static int grow(struct conn *c, size_t n)
 static uint64_t req_deadline(const struct peer_tier *p)
 {
 	return kvt_now_ns() + (uint64_t)p->request_ms * 1000000ull;
+}
+
+/* A whole round trip that moves up to bytes of blocks: request_timeout_ms,
+ * plus the time those bytes take at 100 MB/s. */
+static uint64_t trip_deadline(const struct peer_tier *p, uint64_t bytes)
+{
+	return req_deadline(p) + bytes * 10;
 }
 
 /* A GET_R frame: header, item header, and the block when status is 0. */
@@ -470,6 +483,8 @@ static int serve(struct conn *c, const struct hdr *h)
 	case T_PUT: {
 		size_t n = h->count;
 		uint64_t left = h->body_len;
+
+		dl = trip_deadline(p, h->body_len);
 		uint8_t *res = calloc(4 * n + 1, 1);
 
 		if (!res)
@@ -478,7 +493,6 @@ static int serve(struct conn *c, const struct hdr *h)
 		for (size_t i = 0; i < n && !e; i++) {
 			uint8_t ih[ITEM];
 
-			dl = req_deadline(p); /* each block has the whole timeout */
 			if (left < ITEM) {
 				send_error(c, "PUT body ends inside item %zu", i);
 				e = -EPROTO;
@@ -749,7 +763,7 @@ static int dial(struct peer_tier *p, unsigned m)
 		if (!e) {
 			hdr_unpack(b, &h);
 			if (h.magic != MAGIC || h.version != VERSION ||
-			    h.type != (T_HELLO | T_REPLY) || h.count > NAME_MAX_WIRE ||
+			    h.type != (T_HELLO | T_REPLY) || h.count == 0 || h.count > NAME_MAX_WIRE ||
 			    h.body_len != h.count)
 				e = -EPROTO;
 		}
@@ -783,6 +797,11 @@ static int begin(struct peer_tier *p, unsigned m)
 	if (atomic_load(&x->down_until) > kvt_now_ns())
 		return kvt_fail(-EHOSTDOWN, "peer %s is marked down", x->name);
 	pthread_mutex_lock(&x->lock);
+	/* marked down while this thread waited for the lock: no second wait */
+	if (atomic_load(&x->down_until) > kvt_now_ns()) {
+		pthread_mutex_unlock(&x->lock);
+		return kvt_fail(-EHOSTDOWN, "peer %s is marked down", x->name);
+	}
 	ctr_add(&x->requests, 1);
 	if (x->fd >= 0) {
 		/* Between requests nothing may arrive: anything readable is the
@@ -811,8 +830,14 @@ static int end(struct peer_tier *p, unsigned m, int e)
 {
 	struct member *x = &p->m[m];
 
-	if (e && e != -ENOMEM)
+	if (e == -ENOMEM) {
+		/* not the member's fault, but the exchange is broken off: an
+		 * unread answer must never be read as the next one's */
+		close(x->fd);
+		x->fd = -1;
+	} else if (e) {
 		mark_down(p, m, e);
+	}
 	pthread_mutex_unlock(&x->lock);
 	if (e)
 		return kvt_fail(e == -ECONNRESET ? -EIO : e, "peer %s (%s): %s", x->name,
@@ -918,6 +943,10 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 	size_t done = 0, got = 0;
 	int e = 0;
 
+	/* nothing reads as loaded unless its answer said so */
+	for (size_t i = 0; i < n; i++)
+		ops[i].result = -EIO;
+
 	while (done < n && !e) {
 		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX;
 		kvt_op *o = ops + done;
@@ -932,7 +961,10 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 			free(b);
 			break;
 		}
-		uint64_t dl = req_deadline(p);
+		uint64_t want = 0;
+		for (size_t i = 0; i < k; i++)
+			want += o[i].buf ? o[i].len : 0;
+		uint64_t dl = trip_deadline(p, want);
 		hdr_pack(b, T_GET, (uint32_t)k, 0, 24ull * k);
 		for (size_t i = 0; i < k; i++) {
 			key_pack(b + HDR + 24 * i, o[i].key);
@@ -944,8 +976,6 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 			struct hdr h;
 			uint8_t ih[ITEM];
 
-			/* each block has the whole timeout, as on the server */
-			dl = req_deadline(p);
 			e = reply_hdr(p, m, T_GET, 1, dl, &h);
 			if (!e && h.body_len < ITEM)
 				e = -EPROTO;
@@ -971,8 +1001,9 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 					o[i].len = len;
 					o[i].result = 0;
 				}
-			} else if (h.body_len != ITEM) {
+			} else if (h.body_len != ITEM || (st == -ENOBUFS && len <= o[i].len)) {
 				e = -EPROTO;
+				break;
 			} else if (st == -ENOBUFS) {
 				o[i].result = -ENOBUFS;
 				o[i].len = len;
@@ -1013,17 +1044,23 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 
 		for (size_t i = 0; i < k; i++)
 			body += ITEM + o[i].len;
-		e = begin(p, m);
-		if (e)
+		uint8_t *res = malloc(4 * k + 1);
+		if (!res) {
+			e = -ENOMEM;
 			break;
-		uint64_t dl = req_deadline(p);
+		}
+		e = begin(p, m);
+		if (e) {
+			free(res);
+			break;
+		}
+		uint64_t dl = trip_deadline(p, body);
 		uint8_t h0[HDR];
 		hdr_pack(h0, T_PUT, (uint32_t)k, 0, body);
 		e = xfer(p->m[m].fd, h0, HDR, 1, dl, -1);
 		for (size_t i = 0; i < k && !e; i++) {
 			uint8_t ih[ITEM];
 
-			dl = req_deadline(p);
 			key_pack(ih, o[i].key);
 			put64(ih + 16, o[i].len);
 			put64(ih + 24, kvt_checksum(o[i].buf, o[i].len));
@@ -1034,14 +1071,10 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 				ctr_add(&p->bytes_out, o[i].len);
 		}
 		struct hdr h;
-		dl = req_deadline(p); /* the owner stores the last block meanwhile */
 		if (!e)
 			e = reply_hdr(p, m, T_PUT, (uint32_t)k, dl, &h);
 		if (!e && h.body_len != 4ull * k)
 			e = -EPROTO;
-		uint8_t *res = e ? NULL : malloc(4 * k);
-		if (!e && !res)
-			e = -ENOMEM;
 		if (!e)
 			e = xfer(p->m[m].fd, res, 4 * k, 0, dl, -1);
 		for (size_t i = 0; i < k && !e; i++)
@@ -1109,12 +1142,15 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 		return -ENOMEM;
 	}
 	p->n = cfg->npeers;
+	/* every member sound for tier_free before anything can fail */
+	for (unsigned i = 0; i < p->n; i++) {
+		p->m[i].fd = -1;
+		pthread_mutex_init(&p->m[i].lock, NULL);
+	}
 	for (unsigned i = 0; i < p->n; i++) {
 		struct member *x = &p->m[i];
 		char what[96];
 
-		x->fd = -1;
-		pthread_mutex_init(&x->lock, NULL);
 		x->name = strdup(cfg->peer_names[i]);
 		x->addr = strdup(cfg->peer_addrs[i]);
 		if (!x->name || !x->addr) {

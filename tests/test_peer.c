@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -346,7 +347,7 @@ static size_t size_of(size_t i)
 
 /* --- a fake member b ---------------------------------------------------- */
 
-enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT };
+enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED };
 
 #define FAKE_CONNS 8
 
@@ -379,6 +380,16 @@ static int fake_get(struct fake *f, int fd, uint32_t count, const uint8_t *body)
 		uint64_t sum = XXH3_64bits(data, FAKE_LEN);
 		mkhdr(item, T_GET | RESP, 1, 0, GETR_SZ + FAKE_LEN);
 		put64(item + HDR + 8, FAKE_LEN);
+		if (f->mode == FAKE_MALFORMED) {
+			/* a miss whose frame claims 8 bytes more than an item header */
+			mkhdr(item, T_GET | RESP, 1, 0, GETR_SZ + 8);
+			put32(item + HDR, (uint32_t)-ENOENT);
+			put64(item + HDR + 8, 0);
+			uint8_t pad[8] = { 0 };
+			if (send_all(fd, item, sizeof(item)) || send_all(fd, pad, sizeof(pad)))
+				goto out;
+			continue;
+		}
 		put64(item + HDR + 16, f->mode == FAKE_BADSUM ? sum + 1 : sum);
 		if (send_all(fd, item, sizeof(item)))
 			goto out;
@@ -849,6 +860,97 @@ static void test_peer_dies_mid_transfer(void **state)
 	assert_true(get_from_fake(*state, FAKE_SHORT) < 0);
 }
 
+/* An answer that breaks the protocol is a miss: never a success that leaves
+ * the caller's buffer as it was (and never cached). */
+static void test_peer_sends_malformed_answer(void **state)
+{
+	struct fx *f = *state;
+	int rc = get_from_fake(f, FAKE_MALFORMED);
+	if (rc >= 0)
+		fail_msg("a malformed answer read as a hit (%d)", rc);
+	/* nothing was cached: with b marked down, still a miss */
+	kvt_key kb;
+	char buf[64];
+	size_t len;
+	owned_keys(1, 42000, &kb, 1);
+	assert_true(kvt_get(f->a, kb, buf, sizeof(buf), &len) < 0);
+}
+
+/* Threads queued on a member that is being marked down do not each wait
+ * out a timeout of their own. */
+struct getter {
+	kvt_store *s;
+	kvt_key k;
+	int rc;
+	long long ms;
+};
+
+static void *getter_main(void *arg)
+{
+	struct getter *g = arg;
+	char buf[4096];
+	size_t len;
+	long long t = now_ms();
+	g->rc = kvt_get(g->s, g->k, buf, sizeof(buf), &len);
+	g->ms = now_ms() - t;
+	return NULL;
+}
+
+static void test_queued_callers_share_a_failure(void **state)
+{
+	struct fx *f = *state;
+	enum { NT = 5 };
+	struct getter g[NT];
+	pthread_t t[NT];
+	kvt_key kb[NT];
+
+	f->fake = fake_start(f->pb, FAKE_SILENT);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 43000, kb, NT);
+	for (int i = 0; i < NT; i++) {
+		g[i] = (struct getter){ .s = f->a, .k = kb[i] };
+		assert_int_equal(pthread_create(&t[i], NULL, getter_main, &g[i]), 0);
+	}
+	for (int i = 0; i < NT; i++)
+		pthread_join(t[i], NULL);
+	long long lo = g[0].ms, hi = g[0].ms;
+	for (int i = 0; i < NT; i++) {
+		if (g[i].rc >= 0)
+			fail_msg("getter %d: %d from a silent owner", i, g[i].rc);
+		if (g[i].ms > CONNECT_MS + REQUEST_MS + 1000)
+			fail_msg("getter %d waited %lld ms", i, g[i].ms);
+		lo = g[i].ms < lo ? g[i].ms : lo;
+		hi = g[i].ms > hi ? g[i].ms : hi;
+	}
+	/* the first failure answers all of them: not one timeout each */
+	if (hi - lo > 250)
+		fail_msg("getters finished %lld..%lld ms: each waited its own timeout", lo, hi);
+}
+
+/* A failed open closes nothing it did not open (descriptor 0 included). */
+static void test_failed_open_leaves_other_descriptors(void **state)
+{
+	char cfg[1024];
+	kvt_store *s = NULL;
+	int opened = -1;
+
+	(void)state;
+	if (fcntl(0, F_GETFD) < 0)
+		opened = open("/dev/null", O_RDONLY); /* becomes descriptor 0 */
+	assert_true(fcntl(0, F_GETFD) >= 0);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"8MiB\", \"mlock\": false}, \"peers\": "
+		 "{\"self\": \"a\", \"members\": [{\"name\": \"a\", \"addr\": "
+		 "\"127.0.0.1:%d\"}, {\"name\": \"b\", \"addr\": \"no-such-host.invalid:7\"}, "
+		 "{\"name\": \"c\", \"addr\": \"127.0.0.1:9\"}, {\"name\": \"d\", "
+		 "\"addr\": \"127.0.0.1:10\"}]}}", free_port());
+	assert_int_equal(kvt_open(cfg, &s), -EINVAL);
+	assert_null(s);
+	assert_true(fcntl(0, F_GETFD) >= 0);
+	if (opened >= 0)
+		close(opened);
+}
+
 static void test_peer_sends_bad_checksum(void **state)
 {
 	int rc = get_from_fake(*state, FAKE_BADSUM);
@@ -1120,6 +1222,9 @@ int main(void)
 		T(test_fake_peer_answers),
 		T(test_peer_dies_mid_transfer),
 		T(test_peer_sends_bad_checksum),
+		T(test_peer_sends_malformed_answer),
+		T(test_queued_callers_share_a_failure),
+		T(test_failed_open_leaves_other_descriptors),
 		T(test_raw_protocol_roundtrip),
 		T(test_hostile_frames),
 		T(test_bad_puts_not_stored),
