@@ -174,7 +174,8 @@ KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len);
  * that owns the key; a disk or peer hit may be promoted to RAM. The block
  * cannot be evicted while it is being copied. Returns 0; -ENOENT on a miss
  * (also when the owner cannot be reached or is marked down); -ETIMEDOUT
- * when the owner did not answer within peers.request_timeout_ms; -ENOBUFS when cap is too small, with *len set to the
+ * when the owner did not connect within peers.connect_timeout_ms or answer
+ * within peers.request_timeout_ms; -ENOBUFS when cap is too small, with *len set to the
  * size needed (buf NULL with cap 0 asks for the size this way); -EBADMSG when
  * stored bytes fail their checksum (counted as a miss, the copy is dropped);
  * -EIO on a device error; -EINVAL for a NULL store or len, or buf NULL with
