@@ -68,15 +68,7 @@ static long long now_ms(void)
 
 static int free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	return test_free_port();
 }
 
 static int listen_on(int port)
@@ -92,31 +84,11 @@ static int listen_on(int port)
 }
 
 /* The owner of k among {"a", "d"} as lib/peer.h defines it: 0 a, 1 d. */
-static unsigned owner_of(kvt_key k)
-{
-	static const char *const names[] = { "a", "d" };
-	unsigned best = 0;
-	uint64_t top = 0, lo = htole64(k.lo), hi = htole64(k.hi);
-	uint8_t b[16];
-	memcpy(b, &lo, 8);
-	memcpy(b + 8, &hi, 8);
-	for (unsigned i = 0; i < 2; i++) {
-		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
-		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
-		if (i == 0 || h > top) {
-			best = i;
-			top = h;
-		}
-	}
-	return best;
-}
-
 /* n keys that `owner` owns, from test_key(from) on. */
 static void owned_keys(unsigned owner, uint64_t from, kvt_key *out, size_t n)
 {
-	for (size_t got = 0; got < n; from++)
-		if (owner_of(test_key(from)) == owner)
-			out[got++] = test_key(from);
+	static const char *const names[] = { "a", "d" };
+	test_owned_keys(names, 2, owner, from, out, n);
 }
 
 static size_t size_of(size_t i)

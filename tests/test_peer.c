@@ -73,28 +73,14 @@ static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return l
 static unsigned owner_of(kvt_key k)
 {
 	static const char *const names[] = { "a", "b" };
-	unsigned best = 0;
-	uint64_t top = 0;
-	uint8_t b[16];
-	put64(b, k.lo);
-	put64(b + 8, k.hi);
-	for (unsigned i = 0; i < 2; i++) {
-		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
-		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
-		if (i == 0 || h > top) {
-			best = i;
-			top = h;
-		}
-	}
-	return best;
+	return test_owner(k, names, 2);
 }
 
 /* n keys that `owner` owns, from test_key(from) on. */
 static void owned_keys(unsigned owner, uint64_t from, kvt_key *out, size_t n)
 {
-	for (size_t got = 0; got < n; from++)
-		if (owner_of(test_key(from)) == owner)
-			out[got++] = test_key(from);
+	static const char *const names[] = { "a", "b" };
+	test_owned_keys(names, 2, owner, from, out, n);
 }
 
 static struct sockaddr_in loopback(const char *ip, int port)
@@ -106,14 +92,7 @@ static struct sockaddr_in loopback(const char *ip, int port)
 
 static int free_port(void)
 {
-	struct sockaddr_in a = loopback("127.0.0.1", 0);
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	return test_free_port();
 }
 
 static int listen_on(int port)

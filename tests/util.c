@@ -1,5 +1,8 @@
 /* util.c - see util.h. */
+#include <arpa/inet.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +13,9 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "util.h"
 
@@ -142,4 +148,47 @@ long long store_stat(kvt_store *s, const char *tier, const char *name)
 	long long x = json_integer_value(v);
 	json_decref(j);
 	return x;
+}
+
+unsigned test_owner(kvt_key k, const char *const *names, unsigned n)
+{
+	uint8_t b[16];
+	uint64_t top = 0;
+	unsigned best = 0;
+
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(k.lo >> (8 * i));
+		b[8 + i] = (uint8_t)(k.hi >> (8 * i));
+	}
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
+		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
+		if (i == 0 || h > top) {
+			best = i;
+			top = h;
+		}
+	}
+	return best;
+}
+
+void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
+		     uint64_t from, kvt_key *out, size_t n)
+{
+	for (size_t got = 0; got < n; from++)
+		if (test_owner(test_key(from), names, nn) == owner)
+			out[got++] = test_key(from);
+}
+
+int test_free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t n = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+	close(fd);
+	return ntohs(a.sin_port);
 }

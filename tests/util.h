@@ -29,6 +29,17 @@ int store_get_block(kvt_store *s, kvt_key k, size_t len);
 /* An integer statistic `tier.name` from kvt_stats_json; fails if absent. */
 long long store_stat(kvt_store *s, const char *tier, const char *name);
 
+/* The member of names[0..n) that owns key k: rendezvous hashing as
+ * lib/peer.h defines it, written out again so that the tests check it. */
+unsigned test_owner(kvt_key k, const char *const *names, unsigned n);
+
+/* n keys that member `owner` of names[0..nn) owns, from test_key(from) on. */
+void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
+		     uint64_t from, kvt_key *out, size_t n);
+
+/* A TCP port free on 127.0.0.1 just now. */
+int test_free_port(void);
+
 /* mkdtemp under /tmp; returns a malloc'd path. rm_rf removes it. */
 char *make_temp_dir(const char *tag);
 void rm_rf(const char *path);
