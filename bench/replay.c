@@ -13,6 +13,9 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +76,7 @@ void replay_opts_defaults(struct replay_opts *o)
 	o->disk_tokens = 8ull << 20;
 	o->lease_ms = 5000;
 	o->threads = 2;
+	o->nodes = 1;
 }
 
 uint64_t replay_block_bytes(const struct replay_opts *o, uint64_t tokens)
@@ -347,7 +351,8 @@ struct run {
 	const struct replay_opts *o;
 	const struct wl *w;
 	struct replay_result *res;
-	kvt_store *st;
+	kvt_store *st[REPLAY_NODES_MAX]; /* node i serves endpoints e, e % nst == i */
+	uint32_t nst;
 	kvt_key root;
 	int gpu_on, store_on;
 	uint32_t C; /* GPU blocks per store block */
@@ -517,14 +522,21 @@ static double stat_num(const json_t *s, const char *path)
 	return v;
 }
 
-static int store_hits(struct run *r, double *ram, double *disk)
+/* The store node that endpoint e's calls use. */
+static kvt_store *ep_store(const struct run *r, uint32_t e)
 {
-	json_t *s = bench_store_stats(r->st);
+	return r->st[e % r->nst];
+}
+
+static int store_hits(kvt_store *st, double *ram, double *disk, double *peer)
+{
+	json_t *s = bench_store_stats(st);
 
 	if (!s)
 		return -EIO;
 	*ram = stat_num(s, "store.hits_ram");
 	*disk = stat_num(s, "store.hits_disk");
+	*peer = stat_num(s, "store.hits_peer");
 	json_decref(s);
 	return 0;
 }
@@ -544,6 +556,8 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	size_t ng, ns, h = 0, i, c0 = 0, found = 0, loaded = 0, gend, k;
 	uint64_t gpu_tok = 0, store_tok = 0, miss_tok, bytes = 0, t0, t1;
 	double load_real = 0, lookup_real = 0, dur, ram0 = 0, disk0 = 0, ram1 = 0, disk1 = 0;
+	double peer0 = 0, peer1 = 0;
+	kvt_store *st = r->store_on ? ep_store(r, r->ep_of[ci]) : NULL;
 	int rc;
 
 	pace(r, t);
@@ -569,7 +583,7 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 		c0 = h / r->C;
 		if (c0 < ns) {
 			t0 = bench_now_ns();
-			rc = kvt_lookup(r->st, r->skeys + c0, ns - c0, KVT_LEASE, &found);
+			rc = kvt_lookup(st, r->skeys + c0, ns - c0, KVT_LEASE, &found);
 			lookup_real = (double)(bench_now_ns() - t0) / 1e9;
 			res->lookups++;
 			if (rc < 0)
@@ -590,12 +604,12 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 				r->ops[k].result = 0;
 				bytes += len;
 			}
-			if (store_hits(r, &ram0, &disk0))
+			if (store_hits(st, &ram0, &disk0, &peer0))
 				return rfail(r, -EIO, "kvt_stats_json failed");
 			t0 = bench_now_ns();
-			(void)kvt_get_batch(r->st, r->ops, found);
+			(void)kvt_get_batch(st, r->ops, found);
 			t1 = bench_now_ns();
-			if (store_hits(r, &ram1, &disk1))
+			if (store_hits(st, &ram1, &disk1, &peer1))
 				return rfail(r, -EIO, "kvt_stats_json failed");
 			load_real = (double)(t1 - t0) / 1e9;
 			bytes = 0;
@@ -623,7 +637,7 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 			if (loaded < found)
 				res->lease_truncations++;
 			if (r->o->release_leases)
-				(void)kvt_release(r->st, r->skeys + c0, found);
+				(void)kvt_release(st, r->skeys + c0, found);
 			if (bench_samples_add(&r->load_us, load_real * 1e6))
 				return rfail(r, -ENOMEM, "out of memory");
 			res->load_total_s += load_real;
@@ -639,18 +653,35 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 			for (i = h; i < gend && i < ng; i++)
 				store_tok += r->ktok[i];
 			if (gend > h) {
-				double dr = ram1 - ram0, dd = disk1 - disk0;
-				double share = dr + dd > 0 ? dr / (dr + dd) : 1.0;
+				/* split by the hit counters' deltas; with no
+				 * peer hits (always so for one node) the disk
+				 * gets the rest, as before peers were counted */
+				double dr = ram1 - ram0, dd = disk1 - disk0, dp = peer1 - peer0;
+				double sum = dr + dd + (dp > 0 ? dp : 0);
+				double share = sum > 0 ? dr / sum : 1.0;
+				double pshare = sum > 0 && dp > 0 ? dp / sum : 0.0;
+				uint64_t nb = gend - h;
 				uint64_t tr = (uint64_t)llround((double)store_tok * share);
-				uint64_t br = (uint64_t)llround((double)(gend - h) * share);
+				uint64_t br = (uint64_t)llround((double)nb * share);
 				uint64_t yr = (uint64_t)llround((double)bytes * share);
+				uint64_t tp = (uint64_t)llround((double)store_tok * pshare);
+				uint64_t bp = (uint64_t)llround((double)nb * pshare);
+				uint64_t yp = (uint64_t)llround((double)bytes * pshare);
+				if (tp > store_tok - tr)
+					tp = store_tok - tr;
+				if (bp > nb - br)
+					bp = nb - br;
+				if (yp > bytes - yr)
+					yp = bytes - yr;
 				account(r, T_RAM, tr, br);
-				account(r, T_DISK, store_tok - tr, (gend - h) - br);
+				account(r, T_DISK, store_tok - tr - tp, nb - br - bp);
+				account(r, T_PEER, tp, bp);
 				res->bytes_loaded[T_RAM] += yr;
-				res->bytes_loaded[T_DISK] += bytes - yr;
+				res->bytes_loaded[T_DISK] += bytes - yr - yp;
+				res->bytes_loaded[T_PEER] += yp;
 			}
 		} else if (found && r->o->release_leases) {
-			(void)kvt_release(r->st, r->skeys + c0, found);
+			(void)kvt_release(st, r->skeys + c0, found);
 		}
 		if (found == 0 || (c0 + found) * r->C <= h)
 			loaded = found;
@@ -696,6 +727,7 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 	struct replay_result *res = r->res;
 	size_t ng, ns, i, k, n, from;
 	uint64_t bytes = 0;
+	kvt_store *st = r->store_on ? ep_store(r, r->ep_of[ci]) : NULL;
 
 	pace(r, t);
 	ng = call_keys(r, c, &ns);
@@ -720,7 +752,7 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 			bench_fill(r->ops[k].buf, len, bench_key_seed(r->ops[k].key));
 			bytes += len;
 		}
-		(void)kvt_put_batch(r->st, r->ops, n);
+		(void)kvt_put_batch(st, r->ops, n);
 		for (k = 0; k < n; k++) {
 			res->puts_offered++;
 			if (r->ops[k].result == -ENOSPC)
@@ -735,7 +767,7 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 		/* Mooncake's connector asks the store which blocks of the whole
 		 * prompt exist, and every query grants a lease: do the same */
 		size_t f = 0;
-		(void)kvt_lookup(r->st, r->skeys, ns, KVT_LEASE, &f);
+		(void)kvt_lookup(st, r->skeys, ns, KVT_LEASE, &f);
 	}
 	r->ttft[r->nttft++] = t - r->arrive[ci];
 	e->busy = 0;
@@ -934,8 +966,13 @@ static int schedule_start(struct run *r)
 	}
 }
 
-/* Builds the store's JSON config for o (scaled capacities and lease). */
-static char *store_config(const struct replay_opts *o, const char *disk_path)
+/*
+ * Builds the store's JSON config for o (scaled capacities and lease); with
+ * nodes > 1, node `node` of a peer group whose member i ("n<i>") listens on
+ * 127.0.0.1:ports[i].
+ */
+static char *store_config(const struct replay_opts *o, const char *disk_path, uint32_t node,
+			  uint32_t nodes, const int *ports)
 {
 	json_t *root = json_object(), *ram = json_object(), *disk;
 	double lease = (double)o->lease_ms;
@@ -963,9 +1000,63 @@ static char *store_config(const struct replay_opts *o, const char *disk_path)
 				    json_integer((json_int_t)replay_block_bytes(o, o->disk_tokens)));
 		json_object_set_new(root, "disk", disk);
 	}
+	if (nodes > 1) {
+		json_t *peers = json_object(), *members = json_array();
+		char name[16], addr[32];
+		uint32_t i;
+
+		for (i = 0; i < nodes; i++) {
+			json_t *m = json_object();
+			snprintf(name, sizeof(name), "n%u", i);
+			snprintf(addr, sizeof(addr), "127.0.0.1:%d", ports[i]);
+			json_object_set_new(m, "name", json_string(name));
+			json_object_set_new(m, "addr", json_string(addr));
+			json_array_append_new(members, m);
+		}
+		snprintf(name, sizeof(name), "n%u", node);
+		json_object_set_new(peers, "self", json_string(name));
+		json_object_set_new(peers, "members", members);
+		json_object_set_new(peers, "request_timeout_ms", json_integer(5000));
+		json_object_set_new(root, "peers", peers);
+	}
 	text = json_dumps(root, JSON_COMPACT);
 	json_decref(root);
 	return text;
+}
+
+/*
+ * n distinct TCP ports of 127.0.0.1 that are free now: bound to port 0 all
+ * at once (so that they differ), read back, and closed. Returns 0 or -errno.
+ */
+static int free_ports(int *ports, uint32_t n)
+{
+	int fds[REPLAY_NODES_MAX], rc = 0;
+	uint32_t i, k;
+
+	for (k = 0; k < n; k++) {
+		struct sockaddr_in a;
+		socklen_t al = sizeof(a);
+
+		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[k] < 0) {
+			rc = -errno;
+			break;
+		}
+		memset(&a, 0, sizeof(a));
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a.sin_port = 0;
+		if (bind(fds[k], (struct sockaddr *)&a, sizeof(a)) < 0 ||
+		    getsockname(fds[k], (struct sockaddr *)&a, &al) < 0) {
+			rc = -errno;
+			close(fds[k]);
+			break;
+		}
+		ports[k] = ntohs(a.sin_port);
+	}
+	for (i = 0; i < k; i++)
+		close(fds[i]);
+	return rc;
 }
 
 void replay_result_free(struct replay_result *r)
@@ -1013,7 +1104,9 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 {
 	struct run r;
 	kvt_namespace ns;
-	char tmp[256] = "", path[320] = "", *cfg = NULL;
+	char tmp[256] = "", path[REPLAY_NODES_MAX][320], *cfg = NULL;
+	int ports[REPLAY_NODES_MAX] = { 0 };
+	uint32_t nodes = o->nodes ? o->nodes : 1, j;
 	size_t i, maxp = 0, maxn = 0, n = w->ncalls;
 	uint64_t wall0;
 	struct ev e;
@@ -1021,6 +1114,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 
 	memset(res, 0, sizeof(*res));
 	memset(&r, 0, sizeof(r));
+	memset(path, 0, sizeof(path));
 	r.o = o;
 	r.w = w;
 	r.res = res;
@@ -1036,6 +1130,8 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
 	    o->scale == 0 || o->kv_bytes_per_token == 0 || !(o->charge_scale >= 0))
 		return rfail(&r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
+	if (nodes > REPLAY_NODES_MAX)
+		return rfail(&r, -EINVAL, "bad nodes %u (1 to %u)", nodes, REPLAY_NODES_MAX);
 	if (n == 0)
 		return rfail(&r, -EINVAL, "the workload has no calls");
 	if (n > UINT32_MAX - 1)
@@ -1096,29 +1192,53 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	r.root = kvt_ns_root(&ns);
 
 	if (r.store_on) {
-		const char *disk = NULL;
-		if (o->policy != POL_RAM_ONLY && o->disk_tokens > 0) {
-			if (o->disk_dir) {
-				snprintf(path, sizeof(path), "%s/kvbench-replay.disk", o->disk_dir);
-			} else {
-				if (bench_tmpdir_create(tmp, sizeof(tmp)) < 0) {
-					rc = rfail(&r, -EIO, "cannot create a temporary directory");
+		int with_disk = o->policy != POL_RAM_ONLY && o->disk_tokens > 0, attempt;
+		if (with_disk && !o->disk_dir && bench_tmpdir_create(tmp, sizeof(tmp)) < 0) {
+			rc = rfail(&r, -EIO, "cannot create a temporary directory");
+			goto out;
+		}
+		/* each node its own disk file; node 0's is named as without nodes */
+		for (j = 0; with_disk && j < nodes; j++) {
+			const char *dir = o->disk_dir ? o->disk_dir : tmp;
+			const char *base = o->disk_dir ? "kvbench-replay" : "replay";
+			if (j == 0)
+				snprintf(path[j], sizeof(path[j]), "%s/%s.disk", dir, base);
+			else
+				snprintf(path[j], sizeof(path[j]), "%s/%s-n%u.disk", dir, base, j);
+		}
+		/* a port found free may be taken before the node listens on
+		 * it: then try again with new ports */
+		for (attempt = 0; attempt < 3; attempt++) {
+			if (nodes > 1 && (rc = free_ports(ports, nodes)) < 0) {
+				rc = rfail(&r, rc, "cannot find free ports on 127.0.0.1: %s",
+					   strerror(-rc));
+				goto out;
+			}
+			for (j = 0; j < nodes; j++) {
+				free(cfg);
+				cfg = store_config(o, with_disk ? path[j] : NULL, j, nodes, ports);
+				if (!cfg) {
+					rc = rfail(&r, -ENOMEM, "out of memory");
 					goto out;
 				}
-				snprintf(path, sizeof(path), "%s/replay.disk", tmp);
+				rc = kvt_open(cfg, &r.st[j]);
+				if (rc < 0)
+					break;
+				r.nst = j + 1;
 			}
-			disk = path;
-		}
-		cfg = store_config(o, disk);
-		if (!cfg) {
-			rc = rfail(&r, -ENOMEM, "out of memory");
-			goto out;
-		}
-		rc = kvt_open(cfg, &r.st);
-		if (rc < 0) {
+			if (rc >= 0)
+				break;
 			rc = rfail(&r, rc, "kvt_open(%s): %s", cfg, kvt_last_error());
-			goto out;
+			while (r.nst > 0) {
+				kvt_close(r.st[--r.nst]);
+				r.st[r.nst] = NULL;
+			}
+			if (rc != -EADDRINUSE)
+				goto out;
 		}
+		if (rc < 0)
+			goto out;
+		rc = 0;
 	}
 
 	r.tty = o->progress && isatty(2);
@@ -1176,24 +1296,41 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		res->load_max_us = r.load_us.v[r.load_us.n - 1];
 	}
 	res->lag_mean_s = r.lag_n ? r.lag_sum / (double)r.lag_n : 0;
-	if (r.st) {
-		json_t *s = bench_store_stats(r.st);
+	if (r.nst == 1) {
+		json_t *s = bench_store_stats(r.st[0]);
 		res->store_stats = s;
 		res->evictions = (uint64_t)stat_num(s, "ram.evictions");
 		res->evicted_bytes = (uint64_t)stat_num(s, "ram.evicted_bytes");
 		res->lease_expiries = (uint64_t)stat_num(s, "ram.lease_expiries");
 		res->write_arounds = (uint64_t)stat_num(s, "store.write_arounds");
 		res->disk_evictions = (uint64_t)stat_num(s, "disk.evictions");
+	} else if (r.nst > 1) {
+		/* every node's stats, node 0 first; the counters summed */
+		json_t *a = json_array();
+		for (j = 0; j < r.nst; j++) {
+			json_t *s = bench_store_stats(r.st[j]);
+			res->evictions += (uint64_t)stat_num(s, "ram.evictions");
+			res->evicted_bytes += (uint64_t)stat_num(s, "ram.evicted_bytes");
+			res->lease_expiries += (uint64_t)stat_num(s, "ram.lease_expiries");
+			res->write_arounds += (uint64_t)stat_num(s, "store.write_arounds");
+			res->disk_evictions += (uint64_t)stat_num(s, "disk.evictions");
+			json_array_append_new(a, s ? s : json_null());
+		}
+		res->store_stats = a;
 	}
 out:
 	progress(&r, 0, 1);
-	if (r.st)
-		kvt_close(r.st);
+	while (r.nst > 0) {
+		kvt_close(r.st[--r.nst]);
+		r.st[r.nst] = NULL;
+	}
 	/* a sweep runs many stores: give each one's disk space back at once */
 	if (tmp[0])
 		(void)bench_tmpdir_remove(tmp);
-	else if (path[0])
-		(void)unlink(path);
+	else
+		for (j = 0; j < REPLAY_NODES_MAX; j++)
+			if (path[j][0])
+				(void)unlink(path[j]);
 	free(cfg);
 	run_free(&r);
 	return rc;

@@ -42,6 +42,8 @@ extern const char *const replay_policy_name[POL_N];
  * "recompute". Returns 0 or -EINVAL. */
 int replay_policy_parse(const char *s, enum replay_policy *out);
 
+#define REPLAY_NODES_MAX 8
+
 struct replay_opts {
 	/* engine model */
 	uint32_t endpoints;        /* E */
@@ -71,6 +73,9 @@ struct replay_opts {
 	int release_leases;        /* end leases once loaded */
 	uint32_t threads;          /* library worker threads */
 	const char *disk_dir;      /* NULL: a temporary directory */
+	uint32_t nodes;            /* store nodes (1..REPLAY_NODES_MAX), peers over
+				    * loopback TCP; endpoint e uses node e % nodes;
+				    * each node gets the RAM and disk capacities */
 	/* output */
 	int progress;              /* progress bar on stderr (if a terminal) */
 	const char *label;         /* printed in the report; may be NULL */
@@ -108,7 +113,9 @@ struct replay_result {
 	/* the run */
 	double wall_s, lag_max_s, lag_mean_s;
 	double sim_s;
-	json_t *store_stats;                     /* final kvt_stats_json, or NULL */
+	json_t *store_stats;                     /* final kvt_stats_json, or NULL;
+						  * with nodes > 1 an array of
+						  * every node's, node 0 first */
 };
 
 /*

@@ -108,6 +108,9 @@ static const char usage_replay[] =
 	"  --lease-ms N            lease length in simulated ms (5000)\n"
 	"  --release-leases        end leases once the blocks are loaded\n"
 	"  --threads N             library worker threads (2)\n"
+	"  --nodes N               store nodes in this process, peers over loopback TCP\n"
+	"                          (1..8; 1); endpoint e uses node e mod N; each node\n"
+	"                          gets the RAM and disk capacities above\n"
 	"output:\n"
 	"  --json FILE             results as JSON (\"-\": stdout)\n"
 	"  --csv FILE              results as CSV, one line per run\n"
@@ -126,7 +129,7 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE
+	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE
 };
 
 static const struct option longopts[] = {
@@ -164,6 +167,7 @@ static const struct option longopts[] = {
 	{ "lease-ms", required_argument, NULL, O_LEASE },
 	{ "release-leases", no_argument, NULL, O_RELEASE },
 	{ "threads", required_argument, NULL, O_THREADS },
+	{ "nodes", required_argument, NULL, O_NODES },
 	{ "csv", required_argument, NULL, O_CSV },
 	{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
 	{ "over", required_argument, NULL, O_OVER },
@@ -526,6 +530,11 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 				BAD("threads");
 			c->o.threads = (uint32_t)u;
 			break;
+		case O_NODES:
+			if (parse_u64(optarg, 1, REPLAY_NODES_MAX, &u))
+				BAD("nodes");
+			c->o.nodes = (uint32_t)u;
+			break;
 		case O_CSV:
 			c->csv = optarg;
 			break;
@@ -644,6 +653,9 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 	else if (c->o.sched == SCHED_DISTANCE)
 		fprintf(f, " (reuse distance %u, %u in flight)", c->o.reuse_distance,
 			c->o.max_inflight);
+	if (c->o.nodes > 1)
+		fprintf(f, "\n  nodes: %u store nodes, peers over loopback TCP, each with the RAM and disk below",
+			c->o.nodes);
 	fprintf(f, "\n  store: RAM %llu tokens, disk %llu tokens, lease %llu ms simulated; %s %llu B/token / %u = %llu B per %u-token block; speed %s\n\n",
 		(unsigned long long)c->o.ram_tokens, (unsigned long long)c->o.disk_tokens,
 		(unsigned long long)c->o.lease_ms, c->o.model,
@@ -682,6 +694,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 	json_object_set_new(o, "ram_tokens", json_integer((json_int_t)c->o.ram_tokens));
 	json_object_set_new(o, "disk_tokens", json_integer((json_int_t)c->o.disk_tokens));
 	json_object_set_new(o, "lease_ms", json_integer((json_int_t)c->o.lease_ms));
+	json_object_set_new(o, "nodes", json_integer(c->o.nodes));
 	return o;
 }
 

@@ -2,7 +2,8 @@
  * test_replay.c - the replay engine (bench/replay.c) on the real store:
  * tiny traces whose hits were worked out by hand replay to exactly those
  * counts, in the GPU prefix cache and in the RAM tier; the Mooncake
- * excerpt's unbounded bound; policies that turn caches off.
+ * excerpt's unbounded bound; policies that turn caches off; two store
+ * nodes serving each other as peers.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -232,6 +233,48 @@ static void generated_sessions_replay_the_same_way_twice(void **state)
 	wl_free(&w);
 }
 
+/*
+ * Two store nodes, peers over loopback TCP, one per endpoint, no GPU cache:
+ * a put stores the blocks on the putting node and at each block's owner, so
+ * a session's turn that spills to the other endpoint (no sticky slack)
+ * finds the blocks of its context that its first node owns at that node,
+ * as peer hits; every loaded byte is verified by the replay.
+ */
+static void two_nodes_serve_each_other_as_peers(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl_gen g;
+	struct wl w;
+
+	(void)state;
+	wl_gen_defaults(&g);
+	assert_int_equal(wl_generate(&g, &w), 0);
+	wl_truncate_sessions(&w, 4);
+	opts_for_tests(&o);
+	o.policy = POL_RAM_ONLY;
+	o.gpu_tokens = 0;
+	o.endpoints = 2;
+	o.active = 4;
+	o.sticky_slack = 0; /* later turns spill to the other endpoint */
+	o.ram_tokens = 400000;
+	o.nodes = 2;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, w.ncalls);
+	assert_int_equal(r.put_errors, 0);
+	assert_true(r.tok[T_PEER] > 0);
+	assert_true(r.blk[T_PEER] > 0);
+	assert_true(r.bytes_loaded[T_PEER] > 0);
+	assert_int_equal(r.tok[T_GPU] + r.tok[T_RAM] + r.tok[T_DISK] + r.tok[T_PEER] +
+				 r.tok[T_MISS],
+			 r.prompt_tokens);
+	/* both nodes' stats, node 0 first */
+	assert_true(json_is_array(r.store_stats));
+	assert_int_equal(json_array_size(r.store_stats), 2);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -259,6 +302,7 @@ int main(void)
 		cmocka_unit_test(mooncake_excerpt_replays_to_the_hand_counts),
 		cmocka_unit_test(recompute_policy_computes_every_token),
 		cmocka_unit_test(generated_sessions_replay_the_same_way_twice),
+		cmocka_unit_test(two_nodes_serve_each_other_as_peers),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 
