@@ -19,7 +19,7 @@ enum {
 	F_CALLS, F_PROMPT_MTOK,
 	F_GPU_SHARE, F_RAM_SHARE, F_DISK_SHARE, F_PEER_SHARE, F_MISS_SHARE, F_STORE_SHARE,
 	F_GPU_BSHARE, F_RAM_BSHARE, F_DISK_BSHARE, F_PEER_BSHARE, F_MISS_BSHARE,
-	F_RAM_MIB, F_DISK_MIB,
+	F_RAM_MIB, F_DISK_MIB, F_PEER_MIB,
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
@@ -53,6 +53,7 @@ static const struct field fields[F_N] = {
 	[F_MISS_BSHARE] = { "recomputed_block_share", "recomputed, blocks %", "%.1f" },
 	[F_RAM_MIB] = { "ram_loaded_mib", "loaded from RAM (MiB, scaled)", "%.1f" },
 	[F_DISK_MIB] = { "disk_loaded_mib", "loaded from disk (MiB, scaled)", "%.1f" },
+	[F_PEER_MIB] = { "peer_loaded_mib", "loaded from peers (MiB, scaled)", "%.1f" },
 	[F_PUTS] = { "puts_offered", "puts offered (blocks)", "%.0f" },
 	[F_REFUSED] = { "puts_refused", "puts refused", "%.0f" },
 	[F_REFUSED_SHARE] = { "refused_share", "puts refused %", "%.1f" },
@@ -116,6 +117,7 @@ static double fget(const struct replay_result *r, int id)
 	case F_MISS_BSHARE: return pct((double)r->blk[T_MISS], pb);
 	case F_RAM_MIB: return (double)r->bytes_loaded[T_RAM] / 1048576.0;
 	case F_DISK_MIB: return (double)r->bytes_loaded[T_DISK] / 1048576.0;
+	case F_PEER_MIB: return (double)r->bytes_loaded[T_PEER] / 1048576.0;
 	case F_PUTS: return (double)r->puts_offered;
 	case F_REFUSED: return (double)r->puts_refused;
 	case F_REFUSED_SHARE: return pct((double)r->puts_refused, (double)r->puts_offered);
