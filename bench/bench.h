@@ -354,6 +354,14 @@ int bench_json_write(const json_t *doc, const char *path);
 json_t *bench_store_stats(kvt_store *s);
 
 /*
+ * n distinct TCP ports of 127.0.0.1 that are free now (bound to port 0 all
+ * at once, so that they differ, read back, closed), for stores that are
+ * peers on loopback. Returns 0 or -errno (-EINVAL above BENCH_PORTS_MAX).
+ */
+#define BENCH_PORTS_MAX 16
+int bench_free_ports(int *ports, unsigned n);
+
+/*
  * Looks a number up in a stats document by a dotted path ("ram.hits"),
  * also trying it under a "tiers" object ("tiers.ram.hits"). Returns 0 with
  * *out set, or -ENOENT when absent or not a number. Integers and reals both

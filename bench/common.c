@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -1393,4 +1396,34 @@ int bench_tmpdir_remove(const char *path)
 		if (tmpdir_used[i] && !strcmp(tmpdirs[i], path))
 			tmpdir_used[i] = 0;
 	return rm_tree_at(AT_FDCWD, path, 0);
+}
+
+int bench_free_ports(int *ports, unsigned n)
+{
+	int fds[BENCH_PORTS_MAX], rc = 0;
+	unsigned i, k;
+
+	if (n > BENCH_PORTS_MAX)
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof(a);
+
+		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[k] < 0) {
+			rc = -errno;
+			break;
+		}
+		if (bind(fds[k], (struct sockaddr *)&a, sizeof(a)) < 0 ||
+		    getsockname(fds[k], (struct sockaddr *)&a, &al) < 0) {
+			rc = -errno;
+			close(fds[k]);
+			break;
+		}
+		ports[k] = ntohs(a.sin_port);
+	}
+	for (i = 0; i < k; i++)
+		close(fds[i]);
+	return rc;
 }

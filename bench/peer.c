@@ -116,26 +116,6 @@ static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 
 /* --- the two stores -------------------------------------------------------- */
 
-/* A port of 127.0.0.1 that is free now (bound, read back, closed). */
-static int free_port(unsigned *port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int e = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
-		e = -errno;
-	close(fd);
-	if (!e)
-		*port = ntohs(sa.sin_port);
-	return e;
-}
-
 static int open_member(const struct run *r, const char *self, uint64_t capacity,
 		       kvt_store **out)
 {
@@ -167,15 +147,15 @@ static int open_stores(struct run *r)
 
 	cap = (cap + (1ull << 20) - 1) & ~((1ull << 20) - 1);
 	for (int tries = 0; tries < 5 && rc == -EADDRINUSE; tries++) {
-		if ((rc = free_port(&r->port_a)) || (rc = free_port(&r->port_b))) {
+		int ports[2];
+
+		if ((rc = bench_free_ports(ports, 2))) {
 			fprintf(stderr, "kvbench peer: no free port on 127.0.0.1: %s\n",
 				strerror(-rc));
 			return rc;
 		}
-		if (r->port_a == r->port_b) {
-			rc = -EADDRINUSE;
-			continue;
-		}
+		r->port_a = (unsigned)ports[0];
+		r->port_b = (unsigned)ports[1];
 		rc = open_member(r, "a", cap, &r->a);
 		if (rc)
 			continue;

@@ -13,9 +13,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1024,41 +1021,6 @@ static char *store_config(const struct replay_opts *o, const char *disk_path, ui
 	return text;
 }
 
-/*
- * n distinct TCP ports of 127.0.0.1 that are free now: bound to port 0 all
- * at once (so that they differ), read back, and closed. Returns 0 or -errno.
- */
-static int free_ports(int *ports, uint32_t n)
-{
-	int fds[REPLAY_NODES_MAX], rc = 0;
-	uint32_t i, k;
-
-	for (k = 0; k < n; k++) {
-		struct sockaddr_in a;
-		socklen_t al = sizeof(a);
-
-		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fds[k] < 0) {
-			rc = -errno;
-			break;
-		}
-		memset(&a, 0, sizeof(a));
-		a.sin_family = AF_INET;
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		a.sin_port = 0;
-		if (bind(fds[k], (struct sockaddr *)&a, sizeof(a)) < 0 ||
-		    getsockname(fds[k], (struct sockaddr *)&a, &al) < 0) {
-			rc = -errno;
-			close(fds[k]);
-			break;
-		}
-		ports[k] = ntohs(a.sin_port);
-	}
-	for (i = 0; i < k; i++)
-		close(fds[i]);
-	return rc;
-}
-
 void replay_result_free(struct replay_result *r)
 {
 	if (r && r->store_stats) {
@@ -1209,7 +1171,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		/* a port found free may be taken before the node listens on
 		 * it: then try again with new ports */
 		for (attempt = 0; attempt < 3; attempt++) {
-			if (nodes > 1 && (rc = free_ports(ports, nodes)) < 0) {
+			if (nodes > 1 && (rc = bench_free_ports(ports, nodes)) < 0) {
 				rc = rfail(&r, rc, "cannot find free ports on 127.0.0.1: %s",
 					   strerror(-rc));
 				goto out;

@@ -1,8 +1,5 @@
 /* util.c - see util.h. */
-#include <arpa/inet.h>
 #include <ftw.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +14,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bench.h"
 #include "util.h"
 
 static uint64_t mix(uint64_t x)
@@ -181,14 +179,8 @@ void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
 
 int test_free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int port = 0;
 
-	assert_true(fd >= 0);
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	assert_int_equal(bench_free_ports(&port, 1), 0);
+	return port;
 }
