@@ -137,31 +137,44 @@ int bench_parse_uint(const char *s, unsigned long min, unsigned long max,
 	return 0;
 }
 
+/*
+ * Copies the next comma-separated item of *s into item (cap bytes) and moves
+ * *s past it. Returns 1 when more items follow, 0 after the last, -EINVAL for
+ * an empty item or one of cap bytes or more.
+ */
+static int list_item(const char **s, char *item, size_t cap)
+{
+	size_t len = strcspn(*s, ",");
+
+	if (len == 0 || len >= cap)
+		return -EINVAL;
+	memcpy(item, *s, len);
+	item[len] = '\0';
+	if (!(*s)[len])
+		return 0;
+	*s += len + 1;
+	return 1;
+}
+
 int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
 			  unsigned long *out, size_t max_n, size_t *n)
 {
 	char item[32];
 	size_t count = 0;
-	int err;
+	int more = 1, err;
 
 	if (!s)
 		return -EINVAL;
-	for (;;) {
-		size_t len = strcspn(s, ",");
-
-		if (len == 0 || len >= sizeof(item))
-			return -EINVAL;
+	while (more) {
+		more = list_item(&s, item, sizeof(item));
+		if (more < 0)
+			return more;
 		if (count == max_n)
 			return -E2BIG;
-		memcpy(item, s, len);
-		item[len] = '\0';
 		err = bench_parse_uint(item, min, max, &out[count]);
 		if (err)
 			return err;
 		count++;
-		if (!s[len])
-			break;
-		s += len + 1;
 	}
 	*n = count;
 	return 0;
@@ -243,28 +256,22 @@ int bench_parse_size_list(const char *s, uint64_t *out, size_t max_n,
 {
 	char item[64];
 	size_t count = 0;
-	int err;
+	int more = 1, err;
 
 	if (!s)
 		return -EINVAL;
-	for (;;) {
-		size_t len = strcspn(s, ",");
-
-		if (len == 0 || len >= sizeof(item))
-			return -EINVAL;
+	while (more) {
+		more = list_item(&s, item, sizeof(item));
+		if (more < 0)
+			return more;
 		if (count == max_n)
 			return -E2BIG;
-		memcpy(item, s, len);
-		item[len] = '\0';
 		err = bench_parse_size(item, &out[count]);
 		if (err)
 			return err;
 		if (out[count] == 0)
 			return -EINVAL;
 		count++;
-		if (!s[len])
-			break;
-		s += len + 1;
 	}
 	*n = count;
 	return 0;
