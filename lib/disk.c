@@ -166,12 +166,6 @@ struct disk_tier {
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
 };
 
-/* XXH3-64 of a payload or checkpoint body. */
-static inline uint64_t payload_sum(const void *p, size_t len)
-{
-	return kvt_checksum(p, len);
-}
-
 static inline uint64_t pad_up(uint64_t v, uint64_t a)
 {
 	return (v + a - 1) / a * a;
@@ -663,7 +657,7 @@ static int append_prep(void *arg, unsigned i, struct dev_io *io)
 		return -ECANCELED;
 	}
 	hdr_fill(c->d, x->stage, x->key, x->len, x->seq, x->region_seq,
-		 payload_sum(x->data, x->len));
+		 kvt_checksum(x->data, x->len));
 	if (!x->direct) {
 		memcpy((char *)x->stage + PAGE, x->data, x->len);
 		memset((char *)x->stage + PAGE + x->len, 0, pad - x->len);
@@ -927,7 +921,7 @@ static int rd_verify(const struct disk_tier *d, const struct rd *r, kvt_op *op)
 	const void *payload = r->direct ? op->buf : (char *)r->stage + PAGE;
 
 	if (!hdr_ok(d, h) || h->key_lo != op->key.lo || h->key_hi != op->key.hi ||
-	    h->len != len || h->payload_sum != payload_sum(payload, len))
+	    h->len != len || h->payload_sum != kvt_checksum(payload, len))
 		return -EBADMSG;
 	if (!r->direct)
 		memcpy(op->buf, payload, len);
@@ -1392,7 +1386,7 @@ static int load_checkpoint(struct disk_tier *d)
 			goto out;
 		}
 	}
-	if (payload_sum(body, h->body_bytes) != h->body_sum) {
+	if (kvt_checksum(body, h->body_bytes) != h->body_sum) {
 		why = "body checksum mismatch";
 		goto out;
 	}
@@ -1591,7 +1585,7 @@ static int write_checkpoint(struct disk_tier *d)
 	h->rec_seq = d->rec_seq;
 	h->region_seq = d->region_seq;
 	h->body_bytes = body_bytes;
-	h->body_sum = payload_sum(body, body_bytes);
+	h->body_sum = kvt_checksum(body, body_bytes);
 	h->checksum = XXH3_64bits(h, offsetof(struct ck_hdr, checksum));
 	/* Data first, then the body, then the header that makes it valid. */
 	for (unsigned i = 0; i < d->ndev && !err; i++)
