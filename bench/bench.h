@@ -362,6 +362,15 @@ json_t *bench_store_stats(kvt_store *s);
 int bench_free_ports(int *ports, unsigned n);
 
 /*
+ * The member of names[0..n) that owns key k: rendezvous hashing as
+ * lib/peer.h defines it (the highest XXH3-64 of the key, lo then hi
+ * little-endian, seeded by the XXH3-64 of the name; a tie goes to the
+ * member listed first), written out again so that benches and tests can
+ * pick keys by owner and check the library against it.
+ */
+unsigned bench_key_owner(kvt_key k, const char *const *names, unsigned n);
+
+/*
  * Looks a number up in a stats document by a dotted path ("ram.hits"),
  * also trying it under a "tiers" object ("tiers.ram.hits"). Returns 0 with
  * *out set, or -ENOENT when absent or not a number. Integers and reals both

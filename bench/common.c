@@ -29,6 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "bench.h"
 
 /* --- options ---------------------------------------------------------------- */
@@ -1433,4 +1436,25 @@ int bench_free_ports(int *ports, unsigned n)
 	for (i = 0; i < k; i++)
 		close(fds[i]);
 	return rc;
+}
+
+unsigned bench_key_owner(kvt_key k, const char *const *names, unsigned n)
+{
+	uint8_t b[16];
+	uint64_t top = 0;
+	unsigned best = 0;
+
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(k.lo >> (8 * i));
+		b[8 + i] = (uint8_t)(k.hi >> (8 * i));
+	}
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
+		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
+		if (i == 0 || h > top) {
+			best = i;
+			top = h;
+		}
+	}
+	return best;
 }

@@ -18,7 +18,7 @@
  *
  * Also: kvt_lookup on a of a chain of keys that b owns and stores, so each
  * call is one LOOKUP round trip to b; calls per second.
- * Uses only <kvtier.h> (and xxhash.h to find the owner of a key).
+ * Uses only <kvtier.h> (and bench_key_owner() to find the owner of a key).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,8 +33,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "bench.h"
 
@@ -84,32 +82,17 @@ static uint64_t mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-/* The member's score for key, as lib/peer.c's rendezvous hashing: XXH3-64
- * of the key (lo then hi, little-endian) seeded by XXH3-64 of the name. */
-static uint64_t score(kvt_key k, uint64_t seed)
-{
-	uint8_t b[16];
-
-	for (int i = 0; i < 8; i++) {
-		b[i] = (uint8_t)(k.lo >> (8 * i));
-		b[8 + i] = (uint8_t)(k.hi >> (8 * i));
-	}
-	return XXH3_64bits_withSeed(b, sizeof(b), seed);
-}
-
-/*
- * n keys of the stream tag that member b owns in the group [a, b]: the
- * highest score wins, a tie goes to the first member (a).
- */
+/* n keys of the stream tag that member b owns in the group [a, b]. */
 static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 {
-	uint64_t sa = XXH3_64bits("a", 1), sb = XXH3_64bits("b", 1), i = 0;
+	static const char *const names[] = { "a", "b" };
+	uint64_t i = 0;
 
 	for (size_t k = 0; k < n; i++) {
 		kvt_key key = { .lo = mix64(tag * 0x100000000ull + i),
 				.hi = mix64(~tag ^ (i << 20)) };
 
-		if (score(key, sb) > score(key, sa))
+		if (bench_key_owner(key, names, 2) == 1)
 			out[k++] = key;
 	}
 }

@@ -11,9 +11,6 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "bench.h"
 #include "util.h"
 
@@ -150,23 +147,7 @@ long long store_stat(kvt_store *s, const char *tier, const char *name)
 
 unsigned test_owner(kvt_key k, const char *const *names, unsigned n)
 {
-	uint8_t b[16];
-	uint64_t top = 0;
-	unsigned best = 0;
-
-	for (int i = 0; i < 8; i++) {
-		b[i] = (uint8_t)(k.lo >> (8 * i));
-		b[8 + i] = (uint8_t)(k.hi >> (8 * i));
-	}
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
-		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
-		if (i == 0 || h > top) {
-			best = i;
-			top = h;
-		}
-	}
-	return best;
+	return bench_key_owner(k, names, n);
 }
 
 void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,

@@ -29,8 +29,8 @@ int store_get_block(kvt_store *s, kvt_key k, size_t len);
 /* An integer statistic `tier.name` from kvt_stats_json; fails if absent. */
 long long store_stat(kvt_store *s, const char *tier, const char *name);
 
-/* The member of names[0..n) that owns key k: rendezvous hashing as
- * lib/peer.h defines it, written out again so that the tests check it. */
+/* The member of names[0..n) that owns key k: bench_key_owner(), rendezvous
+ * hashing written out apart from the library, so that the tests check it. */
 unsigned test_owner(kvt_key k, const char *const *names, unsigned n);
 
 /* n keys that member `owner` of names[0..nn) owns, from test_key(from) on. */
