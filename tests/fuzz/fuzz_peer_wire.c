@@ -54,6 +54,7 @@
 #endif
 #include <xxhash.h>
 
+#include "bench.h"
 #include "kvtier.h"
 
 /* The wire (lib/peer.h, kvtier-peer(7)); integers little-endian. */
@@ -513,37 +514,12 @@ static size_t pw_max_items(size_t size)
 
 /* --- the store and the connection ----------------------------------------------- */
 
-static int pw_free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	PW_CHECK(fd >= 0, "socket: %s", strerror(errno));
-	PW_CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-		 getsockname(fd, (struct sockaddr *)&a, &n) == 0, "bind: %s", strerror(errno));
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 /* Rendezvous owner of k among {"a", "b"} (lib/peer.h): 0 for a. */
 static unsigned pw_owner(kvt_key k)
 {
 	static const char *const names[] = { "a", "b" };
-	uint8_t kb[16];
-	uint64_t best = 0;
-	unsigned owner = 0;
 
-	pw_put64(kb, k.lo);
-	pw_put64(kb + 8, k.hi);
-	for (unsigned i = 0; i < 2; i++) {
-		uint64_t s = XXH3_64bits_withSeed(kb, 16, XXH3_64bits(names[i], 1));
-		if (i == 0 || s > best) {
-			best = s;
-			owner = i;
-		}
-	}
-	return owner;
+	return bench_key_owner(k, names, 2);
 }
 
 static void pw_teardown(void)
@@ -562,10 +538,10 @@ static void pw_setup(void)
 
 	/* a port found free may be taken before the store listens: try again */
 	for (int tries = 0; r == -EADDRINUSE && tries < 20; tries++) {
-		int pb, pa = pw_free_port();
-		do
-			pb = pw_free_port();
-		while (pb == pa);
+		int port[2];
+
+		PW_CHECK(bench_free_ports(port, 2) == 0, "no free port: %s", strerror(errno));
+		int pa = port[0], pb = port[1];
 		snprintf(cfg, sizeof(cfg), PW_CONFIG, pa, pa, pb, PW_REQUEST_MS);
 		r = kvt_open(cfg, &pw_store);
 		pw_port = pa;
