@@ -29,7 +29,7 @@ ALLCFLAGS = $(BASE) $(WARN) $(CFLAGS) -MMD -MP
 LIBS    := -luring -ljansson -lnuma -lpthread -lm
 
 LIB_SRC   := $(sort $(wildcard lib/*.c))
-BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c bench/replay/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 EX_SRC    := $(sort $(wildcard examples/*.c))
 
@@ -52,6 +52,9 @@ all: $(SHLIB) $(BUILD)/libkvtier.so $(STLIB) $(KVBENCH) $(EX_BIN) $(BUILD)/kvtie
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
+
+# kvbench's sources: the commands in bench/, the replay simulator in bench/replay/.
+$(BUILD)/bench/%.o: ALLCFLAGS += -Ibench -Ibench/replay
 
 $(SHLIB): $(LIB_OBJ) lib/libkvtier.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/libkvtier.map \
@@ -82,7 +85,7 @@ $(BUILD)/examples/%: examples/%.c $(STLIB)
 TEST_UTIL := $(wildcard tests/util.c)
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(STLIB) $(BENCHLIB) $(KVBENCH)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests -Ibench -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS) -lcmocka
+	$(CC) $(ALLCFLAGS) -Itests -Ibench -Ibench/replay -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS) -lcmocka
 
 $(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
 	@mkdir -p $(BUILD)
@@ -162,7 +165,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build/fuzz
 FUZZ_TARGETS := config trace disk_scan peer_wire
 FUZZ_SAN     := address,undefined
-FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -pthread -g -O1 \
+FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -Ibench/replay -pthread -g -O1 \
 		-fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
 FUZZ_LIB_OBJ   := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.fo)
 FUZZ_BENCH_OBJ := $(filter-out $(FUZZ_BUILD)/bench/kvbench.fo,$(BENCH_SRC:%.c=$(FUZZ_BUILD)/%.fo))
@@ -197,7 +200,7 @@ fuzz: $(FUZZ_BIN)
 # The stand-alone driver, with the compiler and sanitizers of a normal build.
 $(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(STLIB) $(BENCHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Ibench -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS)
+	$(CC) $(ALLCFLAGS) -Ibench -Ibench/replay -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for t in $(FUZZ_TARGETS); do \

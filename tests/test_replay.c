@@ -1,5 +1,5 @@
 /*
- * test_replay.c - the replay engine (bench/replay.c) on the real store:
+ * test_replay.c - the replay engine (bench/replay/replay.c) on the real store:
  * tiny traces whose hits were worked out by hand replay to exactly those
  * counts, in the GPU prefix cache and in the RAM tier; the Mooncake
  * excerpt's unbounded bound; policies that turn caches off; two store

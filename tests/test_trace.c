@@ -1,5 +1,5 @@
 /*
- * test_trace.c - the trace readers (bench/trace.c): kvbench JSON lines and
+ * test_trace.c - the trace readers (bench/replay/trace.c): kvbench JSON lines and
  * Mooncake FAST'25 lines become the right calls; format detection; every
  * kind of malformed line is refused with its line number and the problem.
  */

@@ -1,5 +1,5 @@
 /*
- * test_workload.c - the workload generator (bench/workload.c): determinism
+ * test_workload.c - the workload generator (bench/replay/workload.c): determinism
  * for a seed, calibration to the seed study (prompt-length groups and the
  * think-time distribution), the shape of sessions, bad parameters.
  */

@@ -1,5 +1,5 @@
 /*
- * fuzz_trace.c - libFuzzer target for kvbench's trace readers (bench/trace.c):
+ * fuzz_trace.c - libFuzzer target for kvbench's trace readers (bench/replay/trace.c):
  * the input is read as a whole trace file three times, with the format
  * detected and forced to kvbench and to Mooncake. Errors must be clean
  * (-EINVAL/-ENOMEM, a "NAME:LINE: ..." message, an empty workload); an
