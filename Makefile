@@ -43,7 +43,14 @@ EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 
 SONAME  := libkvtier.so.$(MAJOR)
 SHLIB   := $(BUILD)/libkvtier.so.$(VERSION)
+# The installed static archive: every object linked into one (ld -r) whose
+# hidden symbols are then made local, so an engine that links it inherits no
+# name but the public kvt_ ones. INTLIB holds the same objects as they are,
+# for the tests, kvbench and the fuzz driver, which reach internal functions.
 STLIB   := $(BUILD)/libkvtier.a
+INTLIB  := $(BUILD)/libkvtier-internal.a
+LD      ?= ld
+OBJCOPY ?= objcopy
 KVBENCH := $(BUILD)/kvbench
 
 .PHONY: all check check-asan check-tsan check-all check-install install uninstall clean deps demo test
@@ -64,7 +71,13 @@ $(BUILD)/libkvtier.so: $(SHLIB)
 	ln -sf libkvtier.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
 
-$(STLIB): $(LIB_OBJ)
+$(STLIB): $(LIB_OBJ) Makefile
+	@rm -f $@ $(BUILD)/libkvtier.o
+	$(LD) -r -o $(BUILD)/libkvtier.o $(LIB_OBJ)
+	$(OBJCOPY) --localize-hidden $(BUILD)/libkvtier.o
+	ar rcs $@ $(BUILD)/libkvtier.o
+
+$(INTLIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -72,20 +85,21 @@ $(BENCHLIB): $(BENCH_CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(STLIB)
-	$(CC) $(SANLD) -pthread -o $@ $(BUILD)/bench/kvbench.o $(BENCHLIB) $(STLIB) $(LIBS)
+# kvbench drives the device layer directly (bench/disk.c), so it links INTLIB.
+$(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(INTLIB)
+	$(CC) $(SANLD) -pthread -o $@ $(BUILD)/bench/kvbench.o $(BENCHLIB) $(INTLIB) $(LIBS)
 
 $(BUILD)/examples/%: examples/%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -o $@ $< $(STLIB) $(SANLD) $(LIBS)
 
-# Unit tests link the static library, so they can reach internal functions
+# Unit tests link the internal archive, so they can reach internal functions
 # through lib/*.h, and kvbench's code (bench/*.h) through libkvbench.a; helpers
 # shared by several tests live in tests/util.[ch].
 TEST_UTIL := $(wildcard tests/util.c)
-$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(STLIB) $(BENCHLIB) $(KVBENCH)
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(INTLIB) $(BENCHLIB) $(KVBENCH)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests -Ibench -Ibench/replay -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS) -lcmocka
+	$(CC) $(ALLCFLAGS) -Itests -Ibench -Ibench/replay -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(INTLIB) $(SANLD) $(LIBS) -lcmocka
 
 $(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
 	@mkdir -p $(BUILD)
@@ -198,9 +212,9 @@ fuzz: $(FUZZ_BIN)
 	done
 
 # The stand-alone driver, with the compiler and sanitizers of a normal build.
-$(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(STLIB) $(BENCHLIB)
+$(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(INTLIB) $(BENCHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Ibench -Ibench/replay -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(STLIB) $(SANLD) $(LIBS)
+	$(CC) $(ALLCFLAGS) -Ibench -Ibench/replay -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(INTLIB) $(SANLD) $(LIBS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -2,7 +2,9 @@
 # Installs the built tree into a temporary prefix and builds outside
 # programs against it through pkg-config, as users do: a C consumer linked
 # dynamically and statically, the header as strict C99 and as C++, and a
-# check that the shared library exports only kvt_ symbols.
+# check that the shared library exports only kvt_ symbols and that the static
+# archive defines no other global name (its internal symbols are local, so an
+# engine linking it inherits none of them).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d /tmp/kvt-install-XXXXXX)
@@ -27,6 +29,12 @@ check "static-archive" sh -c "cc -o $tmp/cs tests/install/consumer.c $cflags $tm
 check "header-c99" cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only $cflags -x c tests/install/consumer.c
 check "header-c++" sh -c "c++ -std=c++11 -Wall -Wextra -Werror -o $tmp/cpp tests/install/header.cpp $cflags $libs && $tmp/cpp"
 check "exports-only-kvt" sh -c "nm -D --defined-only $tmp/prefix/lib/libkvtier.so | awk '{print \$3}' | grep -v '^KVTIER_' | grep -v '^kvt_' | (! grep .)"
+# The archive's global definitions: only kvt_ names, and the same ones the
+# shared library exports.
+nm -D --defined-only "$tmp/prefix/lib/libkvtier.so" | awk 'NF == 3 && $2 != "A" {sub(/@.*/, "", $3); print $3}' | sort >"$tmp/so.syms"
+nm -g --defined-only "$tmp/prefix/lib/libkvtier.a" | awk 'NF == 3 {print $3}' | sort >"$tmp/a.syms"
+check "archive-globals-only-kvt" sh -c "grep -q '^kvt_open\$' $tmp/a.syms && ! grep -v '^kvt_' $tmp/a.syms"
+check "archive-globals-match-exports" cmp "$tmp/so.syms" "$tmp/a.syms"
 check "soname" sh -c "readelf -d $tmp/prefix/lib/libkvtier.so | grep -q 'SONAME.*libkvtier.so.0'"
 check "man-pages" sh -c "ls $tmp/prefix/share/man/man3/kvt_open.3 $tmp/prefix/share/man/man1/kvbench.1 $tmp/prefix/share/man/man7/kvtier.7 $tmp/prefix/share/man/man7/kvtier-peer.7 $tmp/prefix/share/man/man1/kvtierd.1"
 check "kvbench-installed" test -x "$tmp/prefix/bin/kvbench"
