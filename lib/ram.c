@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "arena.h"
-#include "index.h"
+#include "ram_index.h"
 #include "internal.h"
 #include "ram.h"
 #include "stats.h"
@@ -116,7 +116,7 @@ void ram_close(struct ram_tier *r)
 }
 
 /* Ends the lease of a live entry (accounting only; the caller moves it). */
-static void drop_lease(struct ram_tier *r, struct ient *e)
+static void drop_lease(struct ram_tier *r, struct ram_ent *e)
 {
 	e->lease_until = 0;
 	atomic_fetch_sub_explicit(&r->leased_bytes, e->len, memory_order_relaxed);
@@ -128,7 +128,7 @@ static void expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
 {
 	while (sh->held_head != IDX_NONE) {
 		uint32_t id = sh->held_head;
-		struct ient *e = &sh->ents[id];
+		struct ram_ent *e = &sh->ents[id];
 		if (e->lease_until > now)
 			break;
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
@@ -154,7 +154,7 @@ static void expire_all(struct ram_tier *r)
 /* Frees an entry already out of the table and unpinned. Shard locked. */
 static void release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	uint64_t bytes = arena_extent_bytes(r->arena, e->off);
 
 	arena_free(r->arena, e->off);
@@ -196,7 +196,7 @@ static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
 			return -ENOSPC;
 		struct shard *sh = &r->shards[best];
 		pthread_mutex_lock(&sh->lock);
-		struct ient *e = &sh->ents[best_id];
+		struct ram_ent *e = &sh->ents[best_id];
 		if (e->state == IENT_LRU && e->pins == 0 && e->stamp == best_stamp) {
 			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
 			e->state = IENT_EVICTING;
@@ -229,7 +229,7 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	uint32_t id = v.id;
 
 	pthread_mutex_lock(&sh->lock);
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	e->pins--;
 	if (e->state == IENT_DEAD) {
 		if (spilled && r->unspill)
@@ -284,7 +284,7 @@ static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
 			break;
 		/* Pinned and off the lists: key, offset and length are stable. */
 		pthread_mutex_lock(&v[n].sh->lock);
-		struct ient *e = &v[n].sh->ents[v[n].id];
+		struct ram_ent *e = &v[n].sh->ents[v[n].id];
 		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
 		pending += arena_extent_bytes(r->arena, e->off);
 		pthread_mutex_unlock(&v[n].sh->lock);
@@ -326,7 +326,7 @@ int ram_above_high(struct ram_tier *r)
 /* Refreshes recency of a live entry. Shard locked. */
 static void touch(struct ram_tier *r, struct shard *sh, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	e->stamp = next_tick(r);
 	if (e->state == IENT_LRU && sh->lru_head != id) {
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
@@ -390,7 +390,7 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 		atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
 		return kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
 	}
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	e->off = (uint64_t)off;
 	e->len = (uint32_t)len;
 	e->stamp = next_tick(r);
@@ -415,7 +415,7 @@ int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
 		ctr_add(&r->misses, 1);
 		return -ENOENT;
 	}
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	*len = e->len;
 	if (e->len > cap) {
 		pthread_mutex_unlock(&sh->lock);
@@ -461,7 +461,7 @@ int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
 static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 		       uint64_t deadline)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 
 	if (!e->lease_until) {
 		uint64_t cur = atomic_load_explicit(&r->leased_bytes, memory_order_relaxed);
@@ -523,7 +523,7 @@ int ram_release(struct ram_tier *r, kvt_key key)
 	pthread_mutex_lock(&sh->lock);
 	uint32_t id = shard_find(sh, key);
 	if (id != IDX_NONE && sh->ents[id].lease_until) {
-		struct ient *e = &sh->ents[id];
+		struct ram_ent *e = &sh->ents[id];
 		drop_lease(r, e);
 		if (e->state == IENT_HELD) {
 			list_remove(sh, &sh->held_head, &sh->held_tail, id);
@@ -548,7 +548,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 		pthread_mutex_unlock(&sh->lock);
 		return -ENOENT;
 	}
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	if (e->lease_until)
 		drop_lease(r, e);
 	if (e->state == IENT_LRU)

@@ -1,5 +1,5 @@
 /*
- * index.c - the sharded hash index of the RAM tier (see index.h). Keys are
+ * ram_index.c - the sharded hash index of the RAM tier (see ram_index.h). Keys are
  * already uniform hashes, so key.lo picks the slot directly; linear probing
  * with backward-shift deletion keeps probes short without tombstones.
  * Tables stay at most half full. The caller holds the shard lock.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "index.h"
+#include "ram_index.h"
 
 #define SHARD_INIT_SLOTS 64u
 
@@ -49,7 +49,7 @@ uint32_t shard_find(const struct shard *sh, kvt_key key)
 		uint32_t v = sh->slots[i];
 		if (!v)
 			return IDX_NONE;
-		const struct ient *e = &sh->ents[v - 1];
+		const struct ram_ent *e = &sh->ents[v - 1];
 		if (e->key.lo == key.lo && e->key.hi == key.hi)
 			return v - 1;
 	}
@@ -88,7 +88,7 @@ static uint32_t pool_take(struct shard *sh)
 		uint32_t n = sh->nents ? sh->nents * 2 : 32;
 		if (n <= sh->nents || n >= IDX_NONE)
 			return IDX_NONE;
-		struct ient *e = realloc(sh->ents, (size_t)n * sizeof(*e));
+		struct ram_ent *e = realloc(sh->ents, (size_t)n * sizeof(*e));
 		if (!e)
 			return IDX_NONE;
 		/* Thread the new slots onto the free list, lowest id first. */
@@ -112,7 +112,7 @@ uint32_t shard_insert(struct shard *sh, kvt_key key)
 	uint32_t id = pool_take(sh);
 	if (id == IDX_NONE)
 		return IDX_NONE;
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	memset(e, 0, sizeof(*e));
 	e->key = key;
 	e->prev = e->next = IDX_NONE;
@@ -146,7 +146,7 @@ void shard_unlink(struct shard *sh, uint32_t id)
 
 void shard_free_ent(struct shard *sh, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	memset(e, 0, sizeof(*e));
 	e->state = IENT_FREE;
 	e->next = sh->free_head;
@@ -161,7 +161,7 @@ uint64_t shard_mem_bytes(const struct shard *sh)
 
 void list_push_head(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	e->prev = IDX_NONE;
 	e->next = *head;
 	if (*head != IDX_NONE)
@@ -173,7 +173,7 @@ void list_push_head(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t i
 
 void list_push_tail(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	e->next = IDX_NONE;
 	e->prev = *tail;
 	if (*tail != IDX_NONE)
@@ -185,7 +185,7 @@ void list_push_tail(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t i
 
 void list_remove(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id)
 {
-	struct ient *e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	if (e->prev != IDX_NONE)
 		sh->ents[e->prev].next = e->next;
 	else

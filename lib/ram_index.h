@@ -1,13 +1,13 @@
 /*
- * index.h - the RAM tier's sharded hash index: key -> entry {location, len,
+ * ram_index.h - the RAM tier's sharded hash index: key -> entry {location, len,
  * lease, pins, LRU links}. Each shard is an open-addressing table of 32-bit
  * entry ids over a pool of entries whose ids stay stable while the entry
  * lives, so LRU lists and pinned readers refer to entries by id. The caller
  * holds the shard's lock around every call here. Knows nothing about the
  * arena, eviction policy or other tiers.
  */
-#ifndef KVT_INDEX_H
-#define KVT_INDEX_H
+#ifndef KVT_RAM_INDEX_H
+#define KVT_RAM_INDEX_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 
 #define IDX_NONE UINT32_MAX
 
-enum ient_state {
+enum ram_ent_state {
 	IENT_FREE = 0,  /* pool slot unused */
 	IENT_LRU,       /* live, on the shard's LRU list (evictable unless pinned) */
 	IENT_HELD,      /* live, leased: on the shard's held list, ordered by deadline */
@@ -24,7 +24,7 @@ enum ient_state {
 	IENT_DEAD,      /* out of the table, waiting for its last pin to go */
 };
 
-struct ient {
+struct ram_ent {
 	kvt_key key;
 	uint64_t off;          /* arena offset */
 	uint64_t stamp;        /* recency: tier-wide tick of the last put or hit */
@@ -37,7 +37,7 @@ struct ient {
 
 struct shard {
 	pthread_mutex_t lock;
-	struct ient *ents;     /* pool */
+	struct ram_ent *ents;     /* pool */
 	uint32_t nents;        /* pool size */
 	uint32_t free_head;    /* free pool slots, linked through .next */
 	uint32_t *slots;       /* table: entry id + 1, 0 = empty */
@@ -67,7 +67,7 @@ void shard_free_ent(struct shard *sh, uint32_t id);
 /* Bytes of index memory (tables + pools) this shard holds. */
 uint64_t shard_mem_bytes(const struct shard *sh);
 
-/* Doubly linked lists through ient.prev/next. */
+/* Doubly linked lists through ram_ent.prev/next. */
 void list_push_head(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id);
 void list_push_tail(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id);
 void list_remove(struct shard *sh, uint32_t *head, uint32_t *tail, uint32_t id);

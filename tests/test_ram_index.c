@@ -1,5 +1,5 @@
 /*
- * test_index.c - the sharded index's table: inserts, finds and
+ * test_ram_index.c - the RAM tier's sharded index's table: inserts, finds and
  * backward-shift deletions checked against a reference under random
  * operations, growth, pool reuse, and the LRU/held list links.
  */
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "ram_index.h"
 #include "util.h"
 
 static void test_insert_find_unlink_match_reference(void **state)
