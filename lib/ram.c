@@ -232,6 +232,8 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	struct ram_ent *e = &sh->ents[id];
 	e->pins--;
 	if (e->state == IENT_DEAD) {
+		/* Under the shard lock: RAM shard lock, then the disk tier's
+		 * lock (ram.h); the callback never calls back into this tier. */
 		if (spilled && r->unspill)
 			r->unspill(r->arg, e->key);
 		if (e->pins == 0)

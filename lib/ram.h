@@ -19,10 +19,19 @@ struct ram_tier;
 
 /* Called by eviction with up to EVICT_BATCH blocks at once: ops[i].buf
  * points at the bytes in the arena (not freed until this returns). Sets
- * ops[i].result to 0 for each block kept elsewhere. */
+ * ops[i].result to 0 for each block kept elsewhere. Called with no lock of
+ * this tier held: it may call back into the tier (a lease or a remove of a
+ * block being spilled is decided when the spill returns). */
 typedef void (*ram_spill_fn)(void *arg, kvt_op *ops, size_t n);
 
-/* Called when an evicted block's spill raced with a removal of its key. */
+/*
+ * Called when an evicted block's spill raced with a removal of its key, so
+ * the spilled copy must go too. Lock order: it runs with the key's shard
+ * lock held, so it may take the locks of a lower tier (the disk tier's) but
+ * must never call back into this tier, and no lower tier may call into this
+ * one while holding its own locks: RAM shard lock, then disk tier lock,
+ * never the reverse.
+ */
 typedef void (*ram_unspill_fn)(void *arg, kvt_key key);
 
 int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,

@@ -141,6 +141,8 @@ static void spill_to_disk(void *arg, kvt_op *ops, size_t n)
 	disk_put_batch(s->disk, ops, n);
 }
 
+/* Runs under a RAM shard lock (ram.h): takes the disk tier's lock inside
+ * it. The disk tier never calls into the RAM tier, so the order holds. */
 static void unspill_from_disk(void *arg, kvt_key key)
 {
 	kvt_store *s = arg;

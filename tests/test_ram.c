@@ -1,7 +1,9 @@
 /*
- * test_ram.c - the RAM tier's internal interface that the public calls do
- * not reach directly: ram_visit(), which hands a pinned block to a callback
- * in place (the peer server sends blocks this way).
+ * test_ram.c - the RAM tier's contract, driven directly (no store, no
+ * threads of its own): the lease cap, the watermarks and the exact LRU order
+ * of eviction, a lease or a remove that lands while a block is being
+ * spilled, and ram_visit(), which hands a pinned block to a callback in place
+ * (the peer server sends blocks this way).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -9,12 +11,319 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "config.h"
+#include "internal.h"
 #include "ram.h"
 #include "util.h"
+
+#define BLK (64u * 1024)  /* 16 blocks fill the 1 MiB arena of these tests */
+#define FAR_NS (60ull * 1000000000ull)
+
+/* 1 MiB of RAM: leases up to 256 KiB (4 blocks), eviction from above 768 KiB
+ * (12 blocks) down to 512 KiB (8 blocks). */
+static const char *const small_ram =
+	"{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 0.25, \"high_watermark\": 0.75,"
+	" \"low_watermark\": 0.5, \"mlock\": false}}";
+
+/* What the spill and unspill callbacks saw, and what they do to the tier. */
+struct spill_log {
+	struct ram_tier *r;
+	kvt_key spilled[64];
+	size_t nspilled;
+	kvt_key unspilled[8];
+	size_t nunspilled;
+	int fail;             /* spills report -EIO */
+	int bytes_ok;         /* every spilled block held its bytes */
+	kvt_key lease_key;    /* leased while its spill runs */
+	kvt_key remove_key;   /* removed while its spill runs */
+	kvt_key fail_key;     /* this one's spill fails */
+	int lease_rc, remove_rc, get_rc;
+};
+
+static void log_spill(void *arg, kvt_op *ops, size_t n)
+{
+	struct spill_log *l = arg;
+	uint8_t copy[BLK];
+	size_t len;
+
+	for (size_t i = 0; i < n; i++) {
+		/* No tier lock is held here: the tier may be called back. */
+		if (kvt_key_eq(ops[i].key, l->lease_key)) {
+			l->lease_rc = ram_lookup(l->r, ops[i].key, 1, kvt_now_ns() + FAR_NS);
+			/* still readable while it is being evicted */
+			l->get_rc = ram_get(l->r, ops[i].key, copy, sizeof(copy), &len);
+		}
+		if (kvt_key_eq(ops[i].key, l->remove_key))
+			l->remove_rc = ram_remove(l->r, ops[i].key);
+		/* removed or not, the bytes stay until the spill returns */
+		if (check_block(ops[i].key, ops[i].buf, ops[i].len) != 1)
+			l->bytes_ok = 0;
+		if (l->nspilled < 64)
+			l->spilled[l->nspilled++] = ops[i].key;
+		ops[i].result = l->fail || kvt_key_eq(ops[i].key, l->fail_key) ? -EIO : 0;
+	}
+}
+
+static void log_unspill(void *arg, kvt_key key)
+{
+	struct spill_log *l = arg;
+
+	if (l->nunspilled < 8)
+		l->unspilled[l->nunspilled++] = key;
+}
+
+/* An integer counter of ram_stats(). */
+static long long ram_counter(struct ram_tier *r, const char *name)
+{
+	json_t *o = json_object();
+	json_t *v;
+	long long x;
+
+	ram_stats(r, o);
+	v = json_object_get(o, name);
+	assert_non_null(v);
+	assert_true(json_is_integer(v));
+	x = (long long)json_integer_value(v);
+	json_decref(o);
+	return x;
+}
+
+static struct ram_tier *open_small(struct kvt_config *cfg, struct spill_log *l)
+{
+	struct ram_tier *r;
+
+	assert_int_equal(config_parse(small_ram, cfg), 0);
+	assert_int_equal(ram_open(cfg, l ? log_spill : NULL, l ? log_unspill : NULL, l, &r), 0);
+	if (l) {
+		memset(l, 0, sizeof(*l));
+		l->r = r;
+		l->bytes_ok = 1;
+		l->lease_key = l->remove_key = l->fail_key = test_key(1000);
+	}
+	return r;
+}
+
+static void put_blocks(struct ram_tier *r, uint64_t from, uint64_t to)
+{
+	uint8_t buf[BLK];
+
+	for (uint64_t i = from; i < to; i++) {
+		fill_block(test_key(i), buf, sizeof(buf));
+		assert_int_equal(ram_put(r, test_key(i), buf, sizeof(buf)), 0);
+	}
+}
+
+/* 1 when key i is stored with its bytes, 0 when it is not. */
+static int has_block(struct ram_tier *r, uint64_t i)
+{
+	uint8_t buf[BLK];
+	size_t len = 0;
+	int rc = ram_get(r, test_key(i), buf, sizeof(buf), &len);
+
+	if (rc == -ENOENT)
+		return 0;
+	assert_int_equal(rc, 0);
+	assert_int_equal(len, BLK);
+	assert_int_equal(check_block(test_key(i), buf, len), 1);
+	return 1;
+}
+
+static void lease(struct ram_tier *r, uint64_t i, int expect)
+{
+	assert_int_equal(ram_lookup(r, test_key(i), 1, kvt_now_ns() + FAR_NS), expect);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static void lease_cap_bounds_leased_bytes(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r = open_small(&cfg, NULL);
+
+	(void)state;
+	put_blocks(r, 0, 8);
+	assert_int_equal(ram_counter(r, "lease_cap_bytes"), 4 * BLK);
+	for (uint64_t i = 0; i < 4; i++)
+		lease(r, i, 1);
+	assert_int_equal(ram_counter(r, "leased_bytes"), 4 * BLK);
+	/* past the cap: present, but not leased */
+	lease(r, 4, -ENOSPC);
+	assert_int_equal(ram_counter(r, "lease_refusals"), 1);
+	assert_int_equal(ram_lookup(r, test_key(4), 0, 0), 1);
+	assert_int_equal(ram_lookup(r, test_key(99), 1, kvt_now_ns() + FAR_NS), 0);
+	/* renewing a lease counts its bytes once */
+	lease(r, 0, 1);
+	assert_int_equal(ram_counter(r, "leased_bytes"), 4 * BLK);
+	assert_int_equal(ram_counter(r, "leased_objects"), 4);
+
+	/* an ended lease makes room, once */
+	assert_int_equal(ram_release(r, test_key(0)), 1);
+	assert_int_equal(ram_release(r, test_key(0)), 0);
+	assert_int_equal(ram_release(r, test_key(5)), 0);
+	lease(r, 4, 1);
+	lease(r, 5, -ENOSPC);
+
+	/* a lapsed lease makes room too, collected when the cap is reached */
+	assert_int_equal(ram_release(r, test_key(4)), 1);
+	assert_int_equal(ram_lookup(r, test_key(4), 1, kvt_now_ns() + 1000000), 1);
+	sleep_ms(5);
+	lease(r, 5, 1);
+	assert_true(ram_counter(r, "lease_expiries") >= 1);
+	assert_int_equal(ram_counter(r, "leased_bytes"), 4 * BLK);
+	/* a removed block gives its leased bytes back */
+	assert_int_equal(ram_remove(r, test_key(5)), 0);
+	assert_int_equal(ram_counter(r, "leased_bytes"), 3 * BLK);
+	lease(r, 6, 1);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+static void put_refused_when_only_leased_blocks_remain(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	uint8_t buf[BLK];
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
+				      " \"mlock\": false}}", &cfg), 0);
+	assert_int_equal(ram_open(&cfg, NULL, NULL, NULL, &r), 0);
+	put_blocks(r, 0, 16);
+	for (uint64_t i = 0; i < 16; i++)
+		lease(r, i, 1);
+	fill_block(test_key(16), buf, sizeof(buf));
+	assert_int_equal(ram_put(r, test_key(16), buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(ram_counter(r, "refused_puts"), 1);
+	assert_int_equal(ram_counter(r, "evictions"), 0);
+	/* one lease ended: that block makes room for the put */
+	assert_int_equal(ram_release(r, test_key(3)), 1);
+	assert_int_equal(ram_put(r, test_key(16), buf, sizeof(buf)), 0);
+	assert_int_equal(has_block(r, 3), 0);
+	assert_int_equal(has_block(r, 16), 1);
+	for (uint64_t i = 0; i < 16; i++)
+		assert_int_equal(has_block(r, i), i != 3);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+static void watermarks_evict_least_recent_down_to_low(void **state)
+{
+	struct kvt_config cfg;
+	struct spill_log l;
+	struct ram_tier *r = open_small(&cfg, &l);
+
+	(void)state;
+	put_blocks(r, 0, 12);
+	/* at the high watermark, not above it */
+	assert_int_equal(ram_above_high(r), 0);
+	put_blocks(r, 12, 13);
+	assert_int_equal(ram_above_high(r), 1);
+	assert_int_equal(ram_counter(r, "high_watermark_bytes"), 12 * BLK);
+	assert_int_equal(ram_counter(r, "low_watermark_bytes"), 8 * BLK);
+
+	/* 0 is leased, 1 was read: the five least recent others go */
+	lease(r, 0, 1);
+	assert_int_equal(has_block(r, 1), 1);
+	assert_int_equal(ram_evict_to_low(r), 5);
+	assert_int_equal(ram_above_high(r), 0);
+	assert_int_equal(ram_counter(r, "bytes_used"), 8 * BLK);
+	assert_int_equal(l.nspilled, 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_true(kvt_key_eq(l.spilled[i], test_key(2 + i)));
+	assert_true(l.bytes_ok);
+	for (uint64_t i = 0; i < 13; i++)
+		assert_int_equal(has_block(r, i), i < 2 || i > 6);
+	assert_int_equal(ram_counter(r, "evictions"), 5);
+	assert_int_equal(ram_counter(r, "evicted_bytes"), 5 * BLK);
+	assert_int_equal(ram_counter(r, "spills"), 5);
+	assert_int_equal(l.nunspilled, 0);
+
+	/* a failed spill still evicts (the block is dropped), and says so */
+	l.fail = 1;
+	put_blocks(r, 13, 18);
+	assert_int_equal(ram_above_high(r), 1);
+	assert_int_equal(ram_evict_to_low(r), 5);
+	assert_int_equal(ram_counter(r, "spill_failures"), 5);
+	assert_int_equal(ram_counter(r, "bytes_used"), 8 * BLK);
+	assert_int_equal(has_block(r, 0), 1);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+static void lease_taken_during_spill_keeps_block(void **state)
+{
+	struct kvt_config cfg;
+	struct spill_log l;
+	struct ram_tier *r = open_small(&cfg, &l);
+
+	(void)state;
+	put_blocks(r, 0, 13);
+	l.lease_key = test_key(0);
+	ram_evict_to_low(r);
+	assert_int_equal(l.lease_rc, 1);
+	assert_int_equal(l.get_rc, 0);
+	assert_true(l.bytes_ok);
+	/* 0 was spilled but the lease won: it stays, and five others went */
+	assert_true(kvt_key_eq(l.spilled[0], test_key(0)));
+	assert_int_equal(has_block(r, 0), 1);
+	assert_int_equal(ram_counter(r, "spills"), (long long)l.nspilled);
+	assert_int_equal(ram_counter(r, "evictions"), 5);
+	assert_int_equal(ram_counter(r, "bytes_used"), 8 * BLK);
+	assert_int_equal(ram_counter(r, "leased_objects"), 1);
+	for (uint64_t i = 1; i < 13; i++)
+		assert_int_equal(has_block(r, i), i > 5);
+	/* still leased: the next eviction passes it by */
+	put_blocks(r, 13, 18);
+	l.lease_key = test_key(1000);
+	ram_evict_to_low(r);
+	assert_int_equal(has_block(r, 0), 1);
+	assert_int_equal(ram_release(r, test_key(0)), 1);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+static void remove_during_spill_takes_spilled_copy_back(void **state)
+{
+	struct kvt_config cfg;
+	struct spill_log l;
+	struct ram_tier *r = open_small(&cfg, &l);
+
+	(void)state;
+	put_blocks(r, 0, 13);
+	/* 0: removed while spilled; its spilled copy must be taken back */
+	l.remove_key = test_key(0);
+	assert_int_equal(ram_evict_to_low(r), 5);
+	assert_int_equal(l.remove_rc, 0);
+	assert_true(l.bytes_ok);
+	assert_int_equal(l.nunspilled, 1);
+	assert_true(kvt_key_eq(l.unspilled[0], test_key(0)));
+	assert_int_equal(has_block(r, 0), 0);
+	assert_int_equal(ram_remove(r, test_key(0)), -ENOENT);
+	assert_int_equal(ram_counter(r, "objects"), 8);
+	assert_int_equal(ram_counter(r, "bytes_used"), 8 * BLK);
+	/* a removal is not an eviction */
+	assert_int_equal(ram_counter(r, "evictions"), 4);
+
+	/* 5: removed while spilled, but its spill failed: nothing to take back */
+	put_blocks(r, 13, 18);
+	l.remove_key = l.fail_key = test_key(5);
+	ram_evict_to_low(r);
+	assert_int_equal(l.remove_rc, 0);
+	assert_int_equal(l.nunspilled, 1);
+	assert_int_equal(has_block(r, 5), 0);
+	assert_int_equal(ram_counter(r, "bytes_used"), 8 * BLK);
+	ram_close(r);
+	config_free(&cfg);
+}
 
 struct visit {
 	struct ram_tier *r;
@@ -78,6 +387,11 @@ static void visit_hands_over_pinned_blocks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(lease_cap_bounds_leased_bytes),
+		cmocka_unit_test(put_refused_when_only_leased_blocks_remain),
+		cmocka_unit_test(watermarks_evict_least_recent_down_to_low),
+		cmocka_unit_test(lease_taken_during_spill_keeps_block),
+		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),
 		cmocka_unit_test(visit_hands_over_pinned_blocks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
