@@ -30,6 +30,7 @@ LIBS    := -luring -ljansson -lnuma -lpthread -lm
 
 LIB_SRC   := $(sort $(wildcard lib/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c bench/replay/*.c))
+COMMON_SRC := $(sort $(wildcard common/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 EX_SRC    := $(sort $(wildcard examples/*.c))
 
@@ -38,6 +39,9 @@ BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/%.o)
 # Everything of kvbench but its main(), so tests can reach the workload code.
 BENCH_CORE_OBJ := $(filter-out $(BUILD)/bench/kvbench.o,$(BENCH_OBJ))
 BENCHLIB  := $(BUILD)/libkvbench.a
+# What kvbench and the tests share (common/): block contents, owners, ports.
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+COMMONLIB := $(BUILD)/libkvcommon.a
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 EX_BIN    := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 
@@ -61,7 +65,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALLCFLAGS) -c $< -o $@
 
 # kvbench's sources: the commands in bench/, the replay simulator in bench/replay/.
-$(BUILD)/bench/%.o: ALLCFLAGS += -Ibench -Ibench/replay
+$(BUILD)/bench/%.o: ALLCFLAGS += -Ibench -Ibench/replay -Icommon
 
 $(SHLIB): $(LIB_OBJ) lib/libkvtier.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/libkvtier.map \
@@ -85,21 +89,31 @@ $(BENCHLIB): $(BENCH_CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(COMMONLIB): $(COMMON_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
 # kvbench drives the device layer directly (bench/disk.c), so it links INTLIB.
-$(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(INTLIB)
-	$(CC) $(SANLD) -pthread -o $@ $(BUILD)/bench/kvbench.o $(BENCHLIB) $(INTLIB) $(LIBS)
+$(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(COMMONLIB) $(INTLIB)
+	$(CC) $(SANLD) -pthread -o $@ $(BUILD)/bench/kvbench.o $(BENCHLIB) $(COMMONLIB) $(INTLIB) $(LIBS)
 
 $(BUILD)/examples/%: examples/%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -o $@ $< $(STLIB) $(SANLD) $(LIBS)
 
 # Unit tests link the internal archive, so they can reach internal functions
-# through lib/*.h, and kvbench's code (bench/*.h) through libkvbench.a; helpers
-# shared by several tests live in tests/util.[ch].
+# through lib/*.h, and common/ (what they share with kvbench); helpers shared
+# by several tests live in tests/util.[ch]. Only the tests of kvbench itself
+# (BENCH_TESTS) also link kvbench's code (bench/*.h) through libkvbench.a.
 TEST_UTIL := $(wildcard tests/util.c)
-$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(INTLIB) $(BENCHLIB) $(KVBENCH)
+BENCH_TESTS := $(addprefix $(BUILD)/tests/,test_bench test_replay test_trace \
+		test_workload test_fuzz_corpus)
+$(BENCH_TESTS): TEST_BENCH := -Ibench -Ibench/replay $(BENCHLIB)
+$(BENCH_TESTS): $(BENCHLIB) $(KVBENCH)
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(COMMONLIB) $(INTLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests -Ibench -Ibench/replay -o $@ $< $(TEST_UTIL) $(BENCHLIB) $(INTLIB) $(SANLD) $(LIBS) -lcmocka
+	$(CC) $(ALLCFLAGS) -Itests -Icommon -o $@ $< $(TEST_UTIL) $(TEST_BENCH) \
+		$(COMMONLIB) $(INTLIB) $(SANLD) $(LIBS) -lcmocka
 
 $(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
 	@mkdir -p $(BUILD)
@@ -161,7 +175,7 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(COMMON_OBJ:.o=.d) $(TEST_BIN:=.d) $(EX_BIN:=.d)
 
 # --- fuzzing ---
 # Coverage-guided fuzz targets of tests/fuzz/ (config parser, trace readers,
@@ -179,10 +193,11 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build/fuzz
 FUZZ_TARGETS := config trace disk_scan peer_wire
 FUZZ_SAN     := address,undefined
-FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -Ibench/replay -pthread -g -O1 \
+FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -Ibench/replay -Icommon -pthread -g -O1 \
 		-fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
 FUZZ_LIB_OBJ   := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.fo)
-FUZZ_BENCH_OBJ := $(filter-out $(FUZZ_BUILD)/bench/kvbench.fo,$(BENCH_SRC:%.c=$(FUZZ_BUILD)/%.fo))
+FUZZ_BENCH_OBJ := $(filter-out $(FUZZ_BUILD)/bench/kvbench.fo,$(BENCH_SRC:%.c=$(FUZZ_BUILD)/%.fo)) \
+		  $(COMMON_SRC:%.c=$(FUZZ_BUILD)/%.fo)
 FUZZ_BIN     := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_REPLAY  := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/replay_%)
 
@@ -212,9 +227,13 @@ fuzz: $(FUZZ_BIN)
 	done
 
 # The stand-alone driver, with the compiler and sanitizers of a normal build.
-$(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(INTLIB) $(BENCHLIB)
+# Only the trace readers are kvbench's code; the others need common/ at most.
+$(FUZZ_BUILD)/replay_trace: FUZZ_BENCH := $(BENCHLIB)
+$(FUZZ_BUILD)/replay_trace: $(BENCHLIB)
+$(FUZZ_BUILD)/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.c $(INTLIB) $(COMMONLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Ibench -Ibench/replay -o $@ $< tests/fuzz/driver.c $(BENCHLIB) $(INTLIB) $(SANLD) $(LIBS)
+	$(CC) $(ALLCFLAGS) -Ibench -Ibench/replay -Icommon -o $@ $< tests/fuzz/driver.c \
+		$(FUZZ_BENCH) $(COMMONLIB) $(INTLIB) $(SANLD) $(LIBS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for t in $(FUZZ_TARGETS); do \

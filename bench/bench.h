@@ -1,8 +1,10 @@
 /*
  * bench.h - what kvbench's subcommands share: the command table entry points,
  * option handling, timing, percentiles, size parsing, the machine-limit
- * probe (memcpy), threads, verifiable block contents, aligned tables, JSON
- * results and temporary directories. The helpers live in bench/common.c.
+ * probe (memcpy), threads, token ids, aligned tables, JSON results and
+ * temporary directories. The helpers live in bench/common.c; verifiable
+ * block contents, key owners and held ports, which the tests use too, are
+ * in common/common.h.
  *
  * kvbench is a user of libkvtier like any other: bench code includes only
  * <kvtier.h> and never lib/ internals, so what it measures is what an engine
@@ -24,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "common.h"
 #include "kvtier.h"
 
 /* --- subcommands ---------------------------------------------------------- */
@@ -269,18 +272,7 @@ double bench_memcpy_limit(size_t block, size_t src_bytes, unsigned ndst,
 			  unsigned threads, uint64_t ops_per_thread,
 			  unsigned reps);
 
-/* --- verifiable block contents --------------------------------------------- */
-
-/* A seed for block contents derived from a key (mixes both halves). */
-uint64_t bench_key_seed(kvt_key key);
-
-/* Fills buf with len bytes of a pseudo-random stream determined by seed
- * (fast: 8 bytes per step; any len). */
-void bench_fill(void *buf, size_t len, uint64_t seed);
-
-/* Returns the offset of the first byte of buf that differs from
- * bench_fill(seed), or -1 when all len bytes match. */
-long long bench_check(const void *buf, size_t len, uint64_t seed);
+/* --- token ids ---------------------------------------------------------------- */
 
 /* Fills tokens[0..n) with pseudo-random token ids below vocab (> 0). */
 void bench_tokens(uint32_t *tokens, size_t n, uint32_t vocab, uint64_t seed);
@@ -352,23 +344,6 @@ int bench_json_write(const json_t *doc, const char *path);
 /* Fetches kvt_stats_json(s) parsed by jansson; NULL (message on stderr) on
  * failure. */
 json_t *bench_store_stats(kvt_store *s);
-
-/*
- * n distinct TCP ports of 127.0.0.1 that are free now (bound to port 0 all
- * at once, so that they differ, read back, closed), for stores that are
- * peers on loopback. Returns 0 or -errno (-EINVAL above BENCH_PORTS_MAX).
- */
-#define BENCH_PORTS_MAX 16
-int bench_free_ports(int *ports, unsigned n);
-
-/*
- * The member of names[0..n) that owns key k: rendezvous hashing as
- * lib/peer.h defines it (the highest XXH3-64 of the key, lo then hi
- * little-endian, seeded by the XXH3-64 of the name; a tie goes to the
- * member listed first), written out again so that benches and tests can
- * pick keys by owner and check the library against it.
- */
-unsigned bench_key_owner(kvt_key k, const char *const *names, unsigned n);
 
 /*
  * Looks a number up in a stats document by a dotted path ("ram.hits"),

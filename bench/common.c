@@ -13,8 +13,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -23,14 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "bench.h"
 
@@ -598,7 +592,7 @@ struct bench_memcpy *bench_memcpy_new(size_t block, size_t src_bytes,
 	/* Like the arena: transparent huge pages advised, touched by writing
 	 * (no zero-page reads), locked when the machine allows it. */
 	(void)madvise(m->src, m->src_len, MADV_HUGEPAGE);
-	bench_fill(m->src, m->src_len, 0x6d656d637079ull);
+	common_fill(m->src, m->src_len, 0x6d656d637079ull);
 	(void)mlock(m->src, m->src_len);
 	m->dst = calloc(threads, sizeof(*m->dst));
 	if (!m->dst)
@@ -745,74 +739,7 @@ double bench_memcpy_limit(size_t block, size_t src_bytes, unsigned ndst,
 	return med;
 }
 
-/* --- verifiable block contents --------------------------------------------- */
-
-static inline uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-uint64_t bench_key_seed(kvt_key key)
-{
-	uint64_t s = key.lo ^ (key.hi * 0x9e3779b97f4a7c15ull);
-
-	return splitmix(&s);
-}
-
-/*
- * The stream: word i (8 bytes, little-endian as stored by this machine) is a
- * cheap mix of seed and i, so the fill and the check run at memory speed and
- * any byte can be recomputed on its own.
- */
-static inline uint64_t stream_word(uint64_t seed, uint64_t i)
-{
-	uint64_t z = seed + i * 0x9e3779b97f4a7c15ull;
-
-	z ^= z >> 29;
-	z *= 0xbf58476d1ce4e5b9ull;
-	return z ^ (z >> 32);
-}
-
-void bench_fill(void *buf, size_t len, uint64_t seed)
-{
-	unsigned char *p = buf;
-	size_t i, words = len / 8;
-	uint64_t w;
-
-	for (i = 0; i < words; i++) {
-		w = stream_word(seed, i);
-		memcpy(p + i * 8, &w, 8);
-	}
-	if (len % 8) {
-		w = stream_word(seed, words);
-		memcpy(p + words * 8, &w, len % 8);
-	}
-}
-
-long long bench_check(const void *buf, size_t len, uint64_t seed)
-{
-	const unsigned char *p = buf;
-	size_t i, b, words = len / 8;
-	uint64_t w, got;
-
-	for (i = 0; i < words; i++) {
-		w = stream_word(seed, i);
-		memcpy(&got, p + i * 8, 8);
-		if (got != w)
-			break;
-	}
-	if (i == words && len % 8 == 0)
-		return -1;
-	w = stream_word(seed, i);
-	for (b = 0; b < 8 && i * 8 + b < len; b++)
-		if (p[i * 8 + b] != ((const unsigned char *)&w)[b])
-			return (long long)(i * 8 + b);
-	return -1;
-}
+/* --- token ids ---------------------------------------------------------------- */
 
 void bench_tokens(uint32_t *tokens, size_t n, uint32_t vocab, uint64_t seed)
 {
@@ -821,7 +748,7 @@ void bench_tokens(uint32_t *tokens, size_t n, uint32_t vocab, uint64_t seed)
 	if (vocab == 0)
 		vocab = 1;
 	for (i = 0; i < n; i++)
-		tokens[i] = (uint32_t)(splitmix(&seed) % vocab);
+		tokens[i] = (uint32_t)(common_mix64(&seed) % vocab);
 }
 
 /* --- aligned tables --------------------------------------------------------- */
@@ -1406,55 +1333,4 @@ int bench_tmpdir_remove(const char *path)
 		if (tmpdir_used[i] && !strcmp(tmpdirs[i], path))
 			tmpdir_used[i] = 0;
 	return rm_tree_at(AT_FDCWD, path, 0);
-}
-
-int bench_free_ports(int *ports, unsigned n)
-{
-	int fds[BENCH_PORTS_MAX], rc = 0;
-	unsigned i, k;
-
-	if (n > BENCH_PORTS_MAX)
-		return -EINVAL;
-	for (k = 0; k < n; k++) {
-		struct sockaddr_in a = { .sin_family = AF_INET,
-					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		socklen_t al = sizeof(a);
-
-		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fds[k] < 0) {
-			rc = -errno;
-			break;
-		}
-		if (bind(fds[k], (struct sockaddr *)&a, sizeof(a)) < 0 ||
-		    getsockname(fds[k], (struct sockaddr *)&a, &al) < 0) {
-			rc = -errno;
-			close(fds[k]);
-			break;
-		}
-		ports[k] = ntohs(a.sin_port);
-	}
-	for (i = 0; i < k; i++)
-		close(fds[i]);
-	return rc;
-}
-
-unsigned bench_key_owner(kvt_key k, const char *const *names, unsigned n)
-{
-	uint8_t b[16];
-	uint64_t top = 0;
-	unsigned best = 0;
-
-	for (int i = 0; i < 8; i++) {
-		b[i] = (uint8_t)(k.lo >> (8 * i));
-		b[8 + i] = (uint8_t)(k.hi >> (8 * i));
-	}
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t seed = XXH3_64bits(names[i], strlen(names[i]));
-		uint64_t h = XXH3_64bits_withSeed(b, sizeof(b), seed);
-		if (i == 0 || h > top) {
-			best = i;
-			top = h;
-		}
-	}
-	return best;
 }

@@ -136,7 +136,7 @@ static uint64_t put_blocks(struct demo *d, const kvt_key *keys, size_t n)
 	for (i = 0; i < n; i += m) {
 		m = n - i < BATCH ? n - i : BATCH;
 		for (j = 0; j < m; j++) {
-			bench_fill(d->buf[j], BLOCK_BYTES, bench_key_seed(keys[i + j]));
+			common_fill(d->buf[j], BLOCK_BYTES, common_key_seed(keys[i + j]));
 			d->ops[j] = (kvt_op){ .key = keys[i + j], .buf = d->buf[j],
 					      .len = BLOCK_BYTES };
 		}
@@ -189,7 +189,7 @@ static uint64_t get_blocks(struct demo *d, const kvt_key *keys, size_t n)
 				continue;
 			}
 			long long bad = op->len == BLOCK_BYTES ?
-				bench_check(op->buf, BLOCK_BYTES, bench_key_seed(op->key)) : 0;
+				common_check(op->buf, BLOCK_BYTES, common_key_seed(op->key)) : 0;
 			if (bad >= 0) {
 				d->wrong_blocks++;
 				fprintf(stderr, "kvbench demo: WRONG BYTES in block %zu: "

@@ -353,7 +353,7 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 		for (size_t j = 0; j < m; j++) {
 			if (ops[j].result == 0) {
 				bytes += ops[j].len;
-				if (bench_check(ops[j].buf, ops[j].len,
+				if (common_check(ops[j].buf, ops[j].len,
 						order[i + j] % B + 1) != -1)
 					(*bad)++;
 			} else {
@@ -549,7 +549,7 @@ int bench_disk_main(int argc, char **argv)
 	madvise(r.arena, r.arena_len, MADV_HUGEPAGE);
 	memset(r.arena, 0, r.arena_len);
 	for (size_t i = 0; i < r.o.batch; i++)
-		bench_fill(r.arena + i * r.o.bs, r.o.bs, i + 1);
+		common_fill(r.arena + i * r.o.bs, r.o.bs, i + 1);
 
 	printf("kvbench disk: %s, tier %llu MiB, blocks %llu KiB x %zu, qd %lu, batch %lu, "
 	       "limit: %s\n", dir, (unsigned long long)(r.o.size >> 20),

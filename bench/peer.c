@@ -18,7 +18,7 @@
  *
  * Also: kvt_lookup on a of a chain of keys that b owns and stores, so each
  * call is one LOOKUP round trip to b; calls per second.
- * Uses only <kvtier.h> (and bench_key_owner() to find the owner of a key).
+ * Uses only <kvtier.h> (and common_key_owner() to find the owner of a key).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -92,7 +92,7 @@ static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 		kvt_key key = { .lo = mix64(tag * 0x100000000ull + i),
 				.hi = mix64(~tag ^ (i << 20)) };
 
-		if (bench_key_owner(key, names, 2) == 1)
+		if (common_key_owner(key, names, 2) == 1)
 			out[k++] = key;
 	}
 }
@@ -118,36 +118,34 @@ static int open_member(const struct run *r, const char *self, uint64_t capacity,
 	return rc;
 }
 
-/* Opens a and b on two free ports; tries fresh ports when one was taken in
- * the meantime. */
+/* Opens a and b on two ports held (common_ports_reserve) until both
+ * listen, so that no other process can take them in between. */
 static int open_stores(struct run *r)
 {
 	/* room for every block, its promoted copy on a, the lookup chain,
 	 * and headroom below the high watermark */
 	uint64_t cap = r->nblocks * r->bs + r->nblocks * r->bs / 4 + 2 * r->bs +
 		       LOOKUP_KEYS * LOOKUP_BLOCK + (16ull << 20);
-	int rc = -EADDRINUSE;
+	struct common_ports held;
+	int rc;
 
 	cap = (cap + (1ull << 20) - 1) & ~((1ull << 20) - 1);
-	for (int tries = 0; tries < 5 && rc == -EADDRINUSE; tries++) {
-		int ports[2];
-
-		if ((rc = bench_free_ports(ports, 2))) {
-			fprintf(stderr, "kvbench peer: no free port on 127.0.0.1: %s\n",
-				strerror(-rc));
-			return rc;
-		}
-		r->port_a = (unsigned)ports[0];
-		r->port_b = (unsigned)ports[1];
-		rc = open_member(r, "a", cap, &r->a);
-		if (rc)
-			continue;
+	if ((rc = common_ports_reserve(&held, 2))) {
+		fprintf(stderr, "kvbench peer: no free port on 127.0.0.1: %s\n",
+			strerror(-rc));
+		return rc;
+	}
+	r->port_a = (unsigned)held.port[0];
+	r->port_b = (unsigned)held.port[1];
+	rc = open_member(r, "a", cap, &r->a);
+	if (!rc) {
 		rc = open_member(r, "b", cap, &r->b);
 		if (rc) {
 			kvt_close(r->a);
 			r->a = NULL;
 		}
 	}
+	common_ports_release(&held);
 	return rc;
 }
 
@@ -162,7 +160,7 @@ static double stat_or_nan(kvt_store *s, const char *path)
 	return v;
 }
 
-/* Puts keys[0..n) on b (each block bench_fill'd from its key), through a
+/* Puts keys[0..n) on b (each block common_fill'd from its key), through a
  * batch of up to r->batch blocks in r->dst. Returns 0 or the failure. */
 static int put_on_b(struct run *r, const kvt_key *keys, size_t n, size_t len)
 {
@@ -178,7 +176,7 @@ static int put_on_b(struct run *r, const kvt_key *keys, size_t n, size_t len)
 		for (size_t j = 0; j < m; j++) {
 			ops[j] = (kvt_op){ .key = keys[i + j], .buf = r->dst + j * len,
 					   .len = len };
-			bench_fill(ops[j].buf, len, bench_key_seed(keys[i + j]));
+			common_fill(ops[j].buf, len, common_key_seed(keys[i + j]));
 		}
 		rc = kvt_put_batch(r->b, ops, m);
 		if (rc)
@@ -344,7 +342,7 @@ static double peer_load(struct run *r, struct bench_samples *lat, unsigned long 
 		}
 		for (size_t j = 0; j < r->batch; j++) {
 			if (ops[j].result == 0 && ops[j].len == r->bs &&
-			    bench_check(ops[j].buf, r->bs, bench_key_seed(ops[j].key)) < 0) {
+			    common_check(ops[j].buf, r->bs, common_key_seed(ops[j].key)) < 0) {
 				bytes += r->bs;
 				(*good)++;
 			} else {
@@ -469,7 +467,7 @@ int bench_peer_main(int argc, char **argv)
 	}
 	double *fig = v, *lim = v + r.reps, *shr = v + 2 * (size_t)r.reps,
 	       *lrate = v + 3 * (size_t)r.reps;
-	bench_fill(r.src, r.bs, 0x7063705f6c6f6f70ull);
+	common_fill(r.src, r.bs, 0x7063705f6c6f6f70ull);
 	keys_owned_by_b(r.keys, r.nblocks, 1);
 	keys_owned_by_b(r.chain, LOOKUP_KEYS, 2);
 	if (open_stores(&r)) {

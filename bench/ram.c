@@ -362,7 +362,7 @@ static uint64_t verify_all(kvt_store *s, const kvt_key *keys, size_t n,
 	for (i = 0; i < n; i++) {
 		int rc = kvt_get(s, keys[i], buf, size, &len);
 
-		if (rc || len != size || bench_check(buf, size, bench_key_seed(keys[i])) >= 0)
+		if (rc || len != size || common_check(buf, size, common_key_seed(keys[i])) >= 0)
 			bad++;
 	}
 	return bad;
@@ -430,7 +430,7 @@ static int bench_size(const struct ram_opts *o, uint64_t size,
 			goto out;
 		}
 	for (ti = 0; ti < nkeys; ti++)
-		bench_fill(pool + ti * size, size, bench_key_seed(keys[ti]));
+		common_fill(pool + ti * size, size, common_key_seed(keys[ti]));
 
 	for (ti = 0; ti < o->nthreads; ti++) {
 		unsigned nt = (unsigned)o->threads[ti];
@@ -651,7 +651,7 @@ static int bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1)
 			goto out;
 		}
 		for (k = 0; k < lmax; k++) {
-			bench_fill(block, LOOKUP_BLOCK, bench_key_seed(chains[t][k]));
+			common_fill(block, LOOKUP_BLOCK, common_key_seed(chains[t][k]));
 			int rc = kvt_put(s, chains[t][k], block, LOOKUP_BLOCK);
 
 			if (rc) {

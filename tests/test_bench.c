@@ -1,7 +1,6 @@
 /*
  * test_bench.c - tests of kvbench's shared helpers (bench/common.c):
- * percentile maths, size and list parsing, verifiable block contents,
- * tables, threads, the memcpy probe, temporary directories, and the shape
+ * percentile maths, size and list parsing, token ids, tables, threads, the memcpy probe, temporary directories, and the shape
  * of the JSON results and command-line handling of the subcommands.
  * No timed assertions: speeds are only checked to be present and positive.
  */
@@ -205,26 +204,7 @@ static void fmt_size_uses_the_largest_exact_unit(void **state)
 	assert_string_equal(bench_fmt_size(1ull << 50, b, sizeof(b)), "1024TiB");
 }
 
-/* --- contents ------------------------------------------------------------------- */
-
-static void fill_and_check_find_the_first_wrong_byte(void **state)
-{
-	unsigned char buf[1003];
-	kvt_key k1 = { 1, 2 }, k2 = { 2, 1 };
-
-	(void)state;
-	assert_true(bench_key_seed(k1) != bench_key_seed(k2));
-	bench_fill(buf, sizeof(buf), 42);
-	assert_true(bench_check(buf, sizeof(buf), 42) == -1);
-	buf[1001] ^= 0x10; /* in the partial last word */
-	assert_true(bench_check(buf, sizeof(buf), 42) == 1001);
-	buf[1001] ^= 0x10;
-	buf[3] ^= 1;
-	assert_true(bench_check(buf, sizeof(buf), 42) == 3);
-	buf[3] ^= 1;
-	assert_true(bench_check(buf, sizeof(buf), 43) >= 0);
-	assert_true(bench_check(buf, 0, 43) == -1);
-}
+/* --- token ids ------------------------------------------------------------------ */
 
 static void tokens_stay_below_the_vocabulary(void **state)
 {
@@ -806,7 +786,6 @@ int main(void)
 		cmocka_unit_test(parse_size_list_splits_on_commas),
 		cmocka_unit_test(parse_uint_checks_range_and_syntax),
 		cmocka_unit_test(fmt_size_uses_the_largest_exact_unit),
-		cmocka_unit_test(fill_and_check_find_the_first_wrong_byte),
 		cmocka_unit_test(tokens_stay_below_the_vocabulary),
 		cmocka_unit_test(table_aligns_columns),
 		cmocka_unit_test(parallel_runs_each_thread_once),

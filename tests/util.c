@@ -11,55 +11,31 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "bench.h"
+#include "common.h"
 #include "util.h"
 
-static uint64_t mix(uint64_t x)
+/* The seed of a block: a function of its key and its length. */
+static uint64_t block_seed(kvt_key key, size_t len)
 {
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	uint64_t s = common_key_seed(key) ^ (uint64_t)len;
+
+	return common_mix64(&s);
 }
 
 void fill_block(kvt_key key, void *buf, size_t len)
 {
-	uint64_t seed = mix(key.lo ^ mix(key.hi ^ len));
-	unsigned char *p = buf;
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v = mix(seed + i);
-		memcpy(p + i, &v, 8);
-	}
-	if (i < len) {
-		uint64_t v = mix(seed + i);
-		memcpy(p + i, &v, len - i);
-	}
+	common_fill(buf, len, block_seed(key, len));
 }
 
 int check_block(kvt_key key, const void *buf, size_t len)
 {
-	uint64_t seed = mix(key.lo ^ mix(key.hi ^ len));
-	const unsigned char *p = buf;
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		uint64_t v = mix(seed + i);
-		if (memcmp(p + i, &v, 8))
-			return 0;
-	}
-	if (i < len) {
-		uint64_t v = mix(seed + i);
-		if (memcmp(p + i, &v, len - i))
-			return 0;
-	}
-	return 1;
+	return common_check(buf, len, block_seed(key, len)) < 0;
 }
 
 kvt_key test_key(uint64_t i)
 {
-	kvt_key k = { mix(i), mix(i ^ 0x5555555555555555ull) };
+	uint64_t a = i, b = i ^ 0x5555555555555555ull;
+	kvt_key k = { common_mix64(&a), common_mix64(&b) };
 	return k;
 }
 
@@ -147,7 +123,7 @@ long long store_stat(kvt_store *s, const char *tier, const char *name)
 
 unsigned test_owner(kvt_key k, const char *const *names, unsigned n)
 {
-	return bench_key_owner(k, names, n);
+	return common_key_owner(k, names, n);
 }
 
 void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
@@ -158,10 +134,13 @@ void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
 			out[got++] = test_key(from);
 }
 
+/* Ports held until the test ends (see test_free_port in util.h). */
+static struct common_ports held[64];
+static unsigned nheld;
+
 int test_free_port(void)
 {
-	int port = 0;
-
-	assert_int_equal(bench_free_ports(&port, 1), 0);
-	return port;
+	assert_true(nheld < sizeof(held) / sizeof(held[0]));
+	assert_int_equal(common_ports_reserve(&held[nheld], 1), 0);
+	return held[nheld++].port[0];
 }

@@ -1,6 +1,7 @@
 /*
  * util.h - helpers shared by the tests: block contents derived from the key
- * (so any reader can verify any block), keys, temp dirs.
+ * (so any reader can verify any block), keys, owners, ports, temp dirs.
+ * Built on common/ (shared with kvbench), never on kvbench itself.
  */
 #ifndef KVT_TEST_UTIL_H
 #define KVT_TEST_UTIL_H
@@ -29,15 +30,21 @@ int store_get_block(kvt_store *s, kvt_key k, size_t len);
 /* An integer statistic `tier.name` from kvt_stats_json; fails if absent. */
 long long store_stat(kvt_store *s, const char *tier, const char *name);
 
-/* The member of names[0..n) that owns key k: bench_key_owner(), rendezvous
- * hashing written out apart from the library, so that the tests check it. */
+/* The member of names[0..n) that owns key k: common_key_owner() of
+ * common/, rendezvous hashing written out apart from the library, so that
+ * the tests check it. */
 unsigned test_owner(kvt_key k, const char *const *names, unsigned n);
 
 /* n keys that member `owner` of names[0..nn) owns, from test_key(from) on. */
 void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
 		     uint64_t from, kvt_key *out, size_t n);
 
-/* A TCP port free on 127.0.0.1 just now. */
+/*
+ * A TCP port of 127.0.0.1 held for this test process until it exits
+ * (common_ports_reserve): no other process can take it, while a store or a
+ * socket of the test that sets SO_REUSEADDR (the library's listener does)
+ * can still listen on it. A port nobody listens on refuses connections.
+ */
 int test_free_port(void);
 
 /* mkdtemp under /tmp; returns a malloc'd path. rm_rf removes it. */

@@ -623,7 +623,7 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 					return rfail(r, -EILSEQ,
 						     "wrong bytes: call %u block %zu (key %s) loaded %zu bytes, stored %zu",
 						     ci, c0 + k, ks, r->ops[k].len, want);
-				bad = bench_check(r->ops[k].buf, want, bench_key_seed(r->ops[k].key));
+				bad = common_check(r->ops[k].buf, want, common_key_seed(r->ops[k].key));
 				if (bad >= 0)
 					return rfail(r, -EILSEQ,
 						     "wrong bytes: call %u block %zu (key %s) differs from what was stored at byte %lld",
@@ -746,7 +746,7 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 			r->ops[k].buf = r->buf + bytes;
 			r->ops[k].len = len;
 			r->ops[k].result = 0;
-			bench_fill(r->ops[k].buf, len, bench_key_seed(r->ops[k].key));
+			common_fill(r->ops[k].buf, len, common_key_seed(r->ops[k].key));
 			bytes += len;
 		}
 		(void)kvt_put_batch(st, r->ops, n);
@@ -1067,7 +1067,8 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	struct run r;
 	kvt_namespace ns;
 	char tmp[256] = "", path[REPLAY_NODES_MAX][320], *cfg = NULL;
-	int ports[REPLAY_NODES_MAX] = { 0 };
+	struct common_ports held = { 0 };
+	const int *ports = held.port;
 	uint32_t nodes = o->nodes ? o->nodes : 1, j;
 	size_t i, maxp = 0, maxn = 0, n = w->ncalls;
 	uint64_t wall0;
@@ -1171,7 +1172,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		/* a port found free may be taken before the node listens on
 		 * it: then try again with new ports */
 		for (attempt = 0; attempt < 3; attempt++) {
-			if (nodes > 1 && (rc = bench_free_ports(ports, nodes)) < 0) {
+			if (nodes > 1 && (rc = common_ports_reserve(&held, nodes)) < 0) {
 				rc = rfail(&r, rc, "cannot find free ports on 127.0.0.1: %s",
 					   strerror(-rc));
 				goto out;
@@ -1188,6 +1189,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 					break;
 				r.nst = j + 1;
 			}
+			common_ports_release(&held); /* the nodes listen now */
 			if (rc >= 0)
 				break;
 			rc = rfail(&r, rc, "kvt_open(%s): %s", cfg, kvt_last_error());
@@ -1281,6 +1283,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		res->store_stats = a;
 	}
 out:
+	common_ports_release(&held);
 	progress(&r, 0, 1);
 	while (r.nst > 0) {
 		kvt_close(r.st[--r.nst]);

@@ -54,7 +54,7 @@
 #endif
 #include <xxhash.h>
 
-#include "bench.h"
+#include "common.h"
 #include "kvtier.h"
 
 /* The wire (lib/peer.h, kvtier-peer(7)); integers little-endian. */
@@ -519,7 +519,7 @@ static unsigned pw_owner(kvt_key k)
 {
 	static const char *const names[] = { "a", "b" };
 
-	return bench_key_owner(k, names, 2);
+	return common_key_owner(k, names, 2);
 }
 
 static void pw_teardown(void)
@@ -534,18 +534,17 @@ static void pw_teardown(void)
 static void pw_setup(void)
 {
 	char cfg[1024];
-	int r = -EADDRINUSE;
+	struct common_ports held;
+	int r;
 
-	/* a port found free may be taken before the store listens: try again */
-	for (int tries = 0; r == -EADDRINUSE && tries < 20; tries++) {
-		int port[2];
-
-		PW_CHECK(bench_free_ports(port, 2) == 0, "no free port: %s", strerror(errno));
-		int pa = port[0], pb = port[1];
-		snprintf(cfg, sizeof(cfg), PW_CONFIG, pa, pa, pb, PW_REQUEST_MS);
-		r = kvt_open(cfg, &pw_store);
-		pw_port = pa;
-	}
+	/* the ports stay held until the store listens on the first one */
+	r = common_ports_reserve(&held, 2);
+	PW_CHECK(r == 0, "no free port: %s", strerror(-r));
+	int pa = held.port[0], pb = held.port[1];
+	snprintf(cfg, sizeof(cfg), PW_CONFIG, pa, pa, pb, PW_REQUEST_MS);
+	r = kvt_open(cfg, &pw_store);
+	pw_port = pa;
+	common_ports_release(&held);
 	PW_CHECK(r == 0, "kvt_open: %s", kvt_last_error());
 	pw_set_reserve(0);
 	atexit(pw_teardown);
