@@ -3,7 +3,9 @@
  * tiny traces whose hits were worked out by hand replay to exactly those
  * counts, in the GPU prefix cache and in the RAM tier; the Mooncake
  * excerpt's unbounded bound; policies that turn caches off; two store
- * nodes serving each other as peers.
+ * nodes serving each other as peers; the endpoint's timeline (serialised
+ * prefill, a decode batch that slows as it grows, busy time as the union
+ * of outstanding intervals) and the saving computed from it, by hand.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -122,6 +124,14 @@ static void tiny_trace_hits_the_ram_tier_as_worked_out(void **state)
 	assert_int_equal(r.lookups, 3);
 	assert_int_equal(r.bytes_loaded[T_RAM], 4 * replay_block_bytes(&o, 32));
 	assert_non_null(r.store_stats);
+	/* the measured loads are charged: net <= net of the divided charge
+	 * <= gross, and the divided charge is at most the full one */
+	assert_true(r.busy_s > 0);
+	assert_true(r.charged_load_s > 0);
+	assert_true(r.charged_div_s <= r.charged_load_s);
+	assert_true(r.saved_store > 0);
+	assert_true(r.saved_store_net <= r.saved_store_net_div);
+	assert_true(r.saved_store_net_div <= r.saved_store);
 	replay_result_free(&r);
 	wl_free(&w);
 }
@@ -275,6 +285,105 @@ static void two_nodes_serve_each_other_as_peers(void **state)
 	wl_free(&w);
 }
 
+/*
+ * busy-calls.jsonl, no caches, prefill 100 tokens/s, decode 10 tokens/s
+ * alone, and with decode growth 1 a batch of two at 0.2 s a token each:
+ *   X (100 tokens, 10 out) arrives at 0: prefill 0-1.
+ *   Y (50 tokens, 10 out) arrives at 0.5, waits: prefill 1-1.5, while
+ *     X's decode makes no progress.
+ *   X and Y decode together from 1.5: 10 tokens x 0.2 s, both done at 3.5.
+ *   Z (100 tokens, 5 out) arrives at 10: prefill 10-11, decode 11-11.5.
+ * Busy: [0, 3.5] + [10, 11.5] = 5 s; GPU prefilling 2.5 s, decoding 2.5 s;
+ * outstanding (3.5 + 3 + 1.5) / 5 = 1.6 on average; each TTFT 1 s.
+ * With growth 0 the pair decodes at 0.1 s a token: done at 2.5, busy 4 s.
+ */
+static void endpoint_timeline_and_busy_time_as_worked_out(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+
+	(void)state;
+	load("busy-calls.jsonl", &w);
+	opts_for_tests(&o);
+	o.sched = SCHED_ARRIVAL;
+	o.policy = POL_RECOMPUTE;
+	o.prefill_rate = 100;
+	o.decode_rate = 10;
+	o.decode_growth = 1;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, 3);
+	assert_float_equal(r.busy_s, 5.0, 1e-9);
+	assert_float_equal(r.prefill_s, 2.5, 1e-9);
+	assert_float_equal(r.decode_s, 2.5, 1e-9);
+	assert_float_equal(r.mean_outstanding, 1.6, 1e-9);
+	assert_float_equal(r.makespan_s, 11.5, 1e-9);
+	assert_float_equal(r.ttft_p50, 1.0, 1e-9);
+	assert_float_equal(r.ttft_p99, 1.0, 1e-9);
+	assert_true(r.saved_store == 0 && r.saved_store_net_div == 0);
+	replay_result_free(&r);
+
+	o.decode_growth = 0;
+	run(&o, &w, &r);
+	assert_float_equal(r.busy_s, 4.0, 1e-9);
+	assert_float_equal(r.decode_s, 1.5, 1e-9);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+/* Overlapping, nested, touching and empty intervals, out of order:
+ * [0,2] u [1,3] = 3; [5,6] holds [5.5,5.8]; [6,7] touches it: 2; [10,10]: 0. */
+static void busy_time_is_the_union_of_intervals(void **state)
+{
+	struct replay_interval v[] = {
+		{ 5.5, 5.8 }, { 1, 3 }, { 10, 10 }, { 6, 7 }, { 0, 2 }, { 5, 6 }, { 4, 4.5 },
+	};
+
+	(void)state;
+	assert_float_equal(replay_busy_union(v, 6), 5.0, 1e-12);
+	assert_float_equal(replay_busy_union(v, 0), 0.0, 0);
+	/* and [4,4.5], disjoint from the rest: +0.5 */
+	assert_float_equal(replay_busy_union(v, 7), 5.5, 1e-12);
+}
+
+/*
+ * 594 RAM + 891 disk tokens at 14,850 tokens/s avoid 0.1 s of prefill; over
+ * 1 s of busy time that is 10% gross; a full charge of 0.02 s leaves 8%, a
+ * divided charge of 0.01 s 9%; the disk's part is 6 points, 60% of the
+ * saving; 2,970 GPU tokens are 20%.
+ */
+static void saving_from_tokens_busy_time_and_charges(void **state)
+{
+	struct replay_result r;
+
+	(void)state;
+	memset(&r, 0, sizeof(r));
+	r.tok[T_RAM] = 594;
+	r.tok[T_DISK] = 891;
+	r.tok[T_GPU] = 2970;
+	r.tok[T_MISS] = 12345; /* recomputed tokens save nothing */
+	r.busy_s = 1.0;
+	r.charged_load_s = 0.02;
+	r.charged_div_s = 0.01;
+	replay_savings(&r, 14850);
+	assert_float_equal(r.saved_store, 0.10, 1e-12);
+	assert_float_equal(r.saved_store_net, 0.08, 1e-12);
+	assert_float_equal(r.saved_store_net_div, 0.09, 1e-12);
+	assert_float_equal(r.saved_disk, 0.06, 1e-12);
+	assert_float_equal(r.disk_of_saving, 0.60, 1e-12);
+	assert_float_equal(r.saved_gpu, 0.20, 1e-12);
+	/* peers count as store */
+	r.tok[T_PEER] = 1485;
+	replay_savings(&r, 14850);
+	assert_float_equal(r.saved_store, 0.20, 1e-12);
+	assert_float_equal(r.disk_of_saving, 0.30, 1e-12);
+	/* no busy time: no saving, and no division by zero */
+	r.busy_s = 0;
+	replay_savings(&r, 14850);
+	assert_true(r.saved_store == 0 && r.saved_store_net == 0 && r.saved_store_net_div == 0);
+	assert_true(r.saved_disk == 0 && r.saved_gpu == 0);
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -286,6 +395,9 @@ static void bad_engine_options_are_refused(void **state)
 	load("tiny-sessions.jsonl", &w);
 	opts_for_tests(&o);
 	o.chunk_tokens = 24; /* not a multiple of 16 */
+	assert_int_equal(replay_run(&o, &w, &r, err, sizeof(err)), -EINVAL);
+	opts_for_tests(&o);
+	o.decode_growth = -0.5;
 	assert_int_equal(replay_run(&o, &w, &r, err, sizeof(err)), -EINVAL);
 	opts_for_tests(&o);
 	o.sched = SCHED_ARRIVAL; /* the trace has no timestamps */
@@ -303,6 +415,9 @@ int main(void)
 		cmocka_unit_test(recompute_policy_computes_every_token),
 		cmocka_unit_test(generated_sessions_replay_the_same_way_twice),
 		cmocka_unit_test(two_nodes_serve_each_other_as_peers),
+		cmocka_unit_test(endpoint_timeline_and_busy_time_as_worked_out),
+		cmocka_unit_test(busy_time_is_the_union_of_intervals),
+		cmocka_unit_test(saving_from_tokens_busy_time_and_charges),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 

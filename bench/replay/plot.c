@@ -1,8 +1,10 @@
 /*
  * plot.c - "kvbench plot": draws the results of a replay or sweep JSON file
  * (kvbench replay/sweep --json) with gnuplot: hit shares per tier and the
- * prefill time saved against the swept parameter (fleet width, reuse
- * distance, store capacity), or per run when nothing was swept.
+ * endpoint busy time saved (gross, net of both load charges, the disk
+ * tier's part, and the agent-fleet study's figures where a width sweep has
+ * them) against the swept parameter (fleet width, reuse distance, store
+ * capacity, decode growth), or per run when nothing was swept.
  *
  * Knows only the JSON results document (field names of replay_report.c);
  * nothing about the store or how runs are made.
@@ -24,8 +26,10 @@ static const char usage_plot[] =
 	"usage: kvbench plot FILE.json --out PLOT.png|PLOT.svg [--title TEXT]\n"
 	"\n"
 	"Draws hit shares (GPU cache, RAM, disk, all store tiers, recomputed) and the\n"
-	"prefill time the store saved from a kvbench replay or sweep JSON file, against\n"
-	"the swept parameter (or per run). Needs gnuplot. The format follows --out.\n";
+	"endpoint busy time the store saved (gross, net of the load charged divided by\n"
+	"the calls in flight and in full, the disk tier's part; the study's range under\n"
+	"a width sweep) from a kvbench replay or sweep JSON file, against the swept\n"
+	"parameter (or per run). Needs gnuplot. The format follows --out.\n";
 
 enum { P_OUT = BENCH_OPT_FIRST_FREE, P_TITLE };
 
@@ -44,9 +48,14 @@ static const struct {
 	{ "disk_share", "disk tier" },
 	{ "store_share", "store, all tiers" },
 	{ "recomputed_share", "recomputed" },
-	{ "saved_store", "prefill saved by store (% busy)" },
+	{ "saved_store", "gross" },
+	{ "saved_store_net_div", "net, load / calls in flight" },
+	{ "saved_store_net", "net, full load charge" },
+	{ "saved_disk", "disk tier, part of gross" },
 };
+#define NSHARES 5 /* the first five are shares of prompt tokens */
 #define NSERIES (sizeof(series) / sizeof(series[0]))
+#define LABEL_COL "13" /* x, the NSERIES (9) series, study low and high, label */
 
 static double num(json_t *o, const char *k)
 {
@@ -77,7 +86,7 @@ int bench_plot_main(int argc, char **argv)
 	json_t *doc, *results, *r;
 	FILE *gp;
 	size_t i, k, n;
-	int ch, rc, sweep = 0, logx = 0;
+	int ch, rc, sweep = 0, logx = 0, have_study = 0;
 	double xmin = INFINITY, xmax = -INFINITY;
 	struct sigaction sa, old;
 
@@ -165,8 +174,15 @@ int bench_plot_main(int argc, char **argv)
 	for (i = 0; i < n; i++) {
 		r = json_array_get(results, i);
 		fprintf(gp, "%.17g", sweep ? num(r, "sweep_value") : (double)i);
-		for (k = 0; k < NSERIES; k++) {
-			double v = num(r, series[k].field);
+		for (k = 0; k < NSERIES + 2; k++) {
+			/* then the study's range, where a width sweep has one */
+			json_t *st = json_object_get(r, "study");
+			double v = k < NSERIES ? num(r, series[k].field)
+				   : json_is_object(st) ? num(st, k == NSERIES ? "saved_store_lo"
+									       : "saved_store_hi")
+							: NAN;
+			if (k >= NSERIES && !isnan(v))
+				have_study = 1;
 			fprintf(gp, " %s", isnan(v) ? "NaN" : "");
 			if (!isnan(v))
 				fprintf(gp, "%.6g", v);
@@ -190,14 +206,22 @@ int bench_plot_main(int argc, char **argv)
 	} else {
 		fprintf(gp, "set xrange [-0.5:%zu.5]\nset xtics rotate by -20\n", n - 1);
 	}
+	/* columns: x, the series, study low, study high, label */
 	fprintf(gp, "set ylabel 'share of prompt tokens (%%)'\nset yrange [0:100]\nplot ");
-	for (k = 0; k < 5; k++)
+	for (k = 0; k < NSHARES; k++)
 		fprintf(gp, "%s$d using 1:%zu%s with linespoints lw 2 pt 7 title '%s'",
-			k ? ", " : "", k + 2, sweep ? "" : ":xtic(8)", series[k].title);
-	fprintf(gp, "\nset ylabel 'share of endpoint busy time (%%)'\nset yrange [0:*]\n"
-		    "plot $d using 1:7%s with linespoints lw 2 pt 7 title '%s'\n"
-		    "unset multiplot\n",
-		sweep ? "" : ":xtic(8)", series[5].title);
+			k ? ", " : "", k + 2, sweep ? "" : ":xtic(" LABEL_COL ")", series[k].title);
+	fprintf(gp, "\nset ylabel 'endpoint busy time saved by the store (%%)'\nset yrange [*:*]\n"
+		    "plot ");
+	for (k = NSHARES; k < NSERIES; k++)
+		fprintf(gp, "%s$d using 1:%zu%s with linespoints lw 2 pt 7 title '%s'",
+			k > NSHARES ? ", " : "", k + 2, sweep ? "" : ":xtic(" LABEL_COL ")",
+			series[k].title);
+	if (have_study)
+		fprintf(gp, ", $d using 1:(($%zu+$%zu)/2):%zu:%zu with yerrorbars lc rgb 'black' lw 2 pt 5 "
+			    "title 'agent-fleet study (range)'",
+			NSERIES + 2, NSERIES + 3, NSERIES + 2, NSERIES + 3);
+	fprintf(gp, "\nunset multiplot\n");
 	rc = pclose(gp);
 	sigaction(SIGPIPE, &old, NULL);
 	json_decref(doc);

@@ -1,11 +1,14 @@
 /*
  * replay.c - the replay engine: a discrete-event model of inference
  * endpoints (a GPU prefix cache of fixed token capacity each, soft-sticky
- * routing, a prefill server and concurrent decodes) in front of a real
- * libkvtier store, driven by the schedulers of the seed study. Simulated
- * time is paced against the clock (--speed) so the store's leases, which
- * run on real time, keep their meaning; lease lengths are divided by the
- * same speed.
+ * routing, one GPU per endpoint that prefills one call at a time and
+ * decodes a batch whose per-token time grows with its size) in front of a
+ * real libkvtier store, driven by the schedulers of the seed study. Every
+ * modelled time (busy time, prefill avoided, the measured store time
+ * charged to a call) is on the simulated clock; the simulated clock is
+ * paced against the real one (--speed) only so that the store's leases,
+ * which run on real time, keep their meaning; lease lengths are divided by
+ * the same speed.
  *
  * Uses only the public <kvtier.h> and kvbench's helpers (bench.h); knows
  * nothing about the library's internals, trace formats or how the report is
@@ -58,6 +61,7 @@ void replay_opts_defaults(struct replay_opts *o)
 	o->sticky_slack = 65536;
 	o->prefill_rate = 14850;
 	o->decode_rate = 60;
+	o->decode_growth = 0.25;
 	o->sched = SCHED_ACTIVE;
 	o->active = 16;
 	o->stagger_s = 30;
@@ -270,11 +274,17 @@ static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
 
 /* --- events -------------------------------------------------------------------------- */
 
-enum { EV_ARRIVE = 0, EV_PREFILL_END, EV_DONE };
+/*
+ * EV_COMPUTE: a call's store load has ended and its prefill computation
+ * starts (the GPU is taken); EV_DECODE: the earliest decode of an endpoint
+ * may have ended (call = the endpoint; stale when gen differs from the
+ * endpoint's).
+ */
+enum { EV_ARRIVE = 0, EV_COMPUTE, EV_PREFILL_END, EV_DECODE };
 
 struct ev {
 	double t;
-	uint64_t seq;
+	uint64_t seq, gen;
 	uint32_t type, call;
 };
 
@@ -289,10 +299,10 @@ static inline int ev_less(const struct ev *a, const struct ev *b)
 	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
-static int heap_push(struct heap *h, double t, uint32_t type, uint32_t call)
+static int heap_push_gen(struct heap *h, double t, uint32_t type, uint32_t call, uint64_t gen)
 {
 	size_t i, p;
-	struct ev e = { t, h->seq++, type, call };
+	struct ev e = { t, h->seq++, gen, type, call };
 
 	if (h->n == h->cap) {
 		size_t nc = h->cap ? h->cap * 2 : 256;
@@ -312,6 +322,11 @@ static int heap_push(struct heap *h, double t, uint32_t type, uint32_t call)
 	}
 	h->v[i] = e;
 	return 0;
+}
+
+static int heap_push(struct heap *h, double t, uint32_t type, uint32_t call)
+{
+	return heap_push_gen(h, t, type, call, 0);
 }
 
 static struct ev heap_pop(struct heap *h)
@@ -338,10 +353,16 @@ struct endpoint {
 	struct lru gpu;
 	uint32_t *q; /* FIFO of calls waiting for prefill */
 	size_t qh, qn, qcap;
-	int busy;
+	int busy;       /* a call is loading or prefilling */
+	int computing;  /* the GPU prefills it: decodes make no progress */
 	uint64_t score; /* prompt tokens queued or in prefill */
 	uint32_t outstanding;
-	double busy_since, busy_total;
+	/* the decode batch: calls and their output tokens left at dec_t */
+	uint32_t *dec;
+	double *dleft;
+	size_t ndec, capdec;
+	double dec_t;
+	uint64_t dec_gen;
 };
 
 struct run {
@@ -356,7 +377,8 @@ struct run {
 	char *err;
 	size_t errlen;
 	/* per call */
-	double *arrive;
+	double *arrive, *done_t;
+	double *compute_s; /* prefill computation of the missed tokens */
 	double *ttft;
 	uint32_t *ep_of, *put_from;
 	size_t nttft;
@@ -384,6 +406,7 @@ struct run {
 	uint64_t *wstamp;
 	size_t wqh, wqn;
 	double first_t, last_t;
+	double prefill_s, decode_s; /* GPU time prefilling, decoding (simulated) */
 	/* pacing */
 	uint64_t t0_ns, last_progress_ns;
 	double lag_sum;
@@ -552,7 +575,7 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	struct replay_result *res = r->res;
 	size_t ng, ns, h = 0, i, c0 = 0, found = 0, loaded = 0, gend, k;
 	uint64_t gpu_tok = 0, store_tok = 0, miss_tok, bytes = 0, t0, t1;
-	double load_real = 0, lookup_real = 0, dur, ram0 = 0, disk0 = 0, ram1 = 0, disk1 = 0;
+	double load_real = 0, lookup_real = 0, charge, ram0 = 0, disk0 = 0, ram1 = 0, disk1 = 0;
 	double peer0 = 0, peer1 = 0;
 	kvt_store *st = r->store_on ? ep_store(r, r->ep_of[ci]) : NULL;
 	int rc;
@@ -697,11 +720,131 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	res->prompt_tokens += c->prompt_tokens;
 	res->prompt_blocks += ng;
 	res->calls++;
-	res->charged_load_s += load_real * r->o->charge_scale;
+	/* the measured lookup and load, on this call's critical path: its
+	 * prefill computation starts when they end; the GPU meanwhile keeps
+	 * decoding the batch. The divided charge shares the time among the
+	 * calls outstanding on the endpoint, this one included. */
+	charge = lookup_real + load_real * r->o->charge_scale;
+	res->charged_load_s += charge;
+	res->charged_div_s += charge / (e->outstanding ? e->outstanding : 1);
 	res->fullsize_load_s += load_real * r->o->scale;
-	dur = (double)miss_tok / r->o->prefill_rate + load_real * r->o->charge_scale + lookup_real;
-	return heap_push(&r->h, t + dur, EV_PREFILL_END, ci) ? rfail(r, -ENOMEM, "out of memory")
-							       : 0;
+	r->compute_s[ci] = (double)miss_tok / r->o->prefill_rate;
+	return heap_push(&r->h, t + charge, EV_COMPUTE, ci) ? rfail(r, -ENOMEM, "out of memory")
+							    : 0;
+}
+
+/* --- the decode batch ------------------------------------------------------------------ */
+
+/* Seconds per output token of each call in a batch of b calls. */
+static double tpot(const struct run *r, size_t b)
+{
+	return (1.0 + r->o->decode_growth * (double)(b ? b - 1 : 0)) / r->o->decode_rate;
+}
+
+/* Moves endpoint e's decodes on to t (no progress while it prefills). */
+static void dec_advance(struct run *r, struct endpoint *e, double t)
+{
+	double tok;
+	size_t i;
+
+	if (t > e->dec_t && e->ndec > 0 && !e->computing) {
+		tok = (t - e->dec_t) / tpot(r, e->ndec);
+		for (i = 0; i < e->ndec; i++)
+			e->dleft[i] -= tok;
+		r->decode_s += t - e->dec_t;
+	}
+	e->dec_t = t;
+}
+
+/* Schedules endpoint ei's next decode end from t (none while it
+ * prefills); any event scheduled before becomes stale. */
+static int dec_schedule(struct run *r, uint32_t ei, double t)
+{
+	struct endpoint *e = &r->ep[ei];
+	double m;
+	size_t i;
+
+	e->dec_gen++;
+	if (e->computing || e->ndec == 0)
+		return 0;
+	m = e->dleft[0];
+	for (i = 1; i < e->ndec; i++)
+		if (e->dleft[i] < m)
+			m = e->dleft[i];
+	if (m < 0)
+		m = 0;
+	return heap_push_gen(&r->h, t + m * tpot(r, e->ndec), EV_DECODE, ei, e->dec_gen)
+		       ? rfail(r, -ENOMEM, "out of memory")
+		       : 0;
+}
+
+static int dec_add(struct run *r, struct endpoint *e, uint32_t ci)
+{
+	if (e->ndec == e->capdec) {
+		size_t nc = e->capdec ? e->capdec * 2 : 16;
+		uint32_t *nd = realloc(e->dec, nc * sizeof(*nd));
+		double *nl;
+		if (!nd)
+			return rfail(r, -ENOMEM, "out of memory");
+		e->dec = nd;
+		nl = realloc(e->dleft, nc * sizeof(*nl));
+		if (!nl)
+			return rfail(r, -ENOMEM, "out of memory");
+		e->dleft = nl;
+		e->capdec = nc;
+	}
+	e->dec[e->ndec] = ci;
+	e->dleft[e->ndec] = (double)r->w->calls[ci].output_tokens;
+	e->ndec++;
+	return 0;
+}
+
+static int done(struct run *r, uint32_t ci, double t);
+
+/* EV_DECODE: ends the decodes of endpoint ei that have no token left. */
+static int decode_event(struct run *r, uint32_t ei, uint64_t gen, double t)
+{
+	struct endpoint *e = &r->ep[ei];
+	size_t i = 0;
+	uint32_t ci;
+	int rc;
+
+	if (gen != e->dec_gen)
+		return 0;
+	dec_advance(r, e, t);
+	while (i < e->ndec) {
+		if (e->dleft[i] > 1e-6) {
+			i++;
+			continue;
+		}
+		ci = e->dec[i];
+		e->ndec--;
+		e->dec[i] = e->dec[e->ndec];
+		e->dleft[i] = e->dleft[e->ndec];
+		rc = done(r, ci, t);
+		if (rc)
+			return rc;
+	}
+	return dec_schedule(r, ei, t);
+}
+
+/* EV_COMPUTE: call ci's loads have ended; the GPU prefills its missed
+ * tokens at the prefill rate, and the batch waits. */
+static int compute_start(struct run *r, uint32_t ci, double t)
+{
+	uint32_t ei = r->ep_of[ci];
+	struct endpoint *e = &r->ep[ei];
+	int rc;
+
+	dec_advance(r, e, t);
+	e->computing = 1;
+	rc = dec_schedule(r, ei, t);
+	if (rc)
+		return rc;
+	r->prefill_s += r->compute_s[ci];
+	return heap_push(&r->h, t + r->compute_s[ci], EV_PREFILL_END, ci)
+		       ? rfail(r, -ENOMEM, "out of memory")
+		       : 0;
 }
 
 static int start_next(struct run *r, struct endpoint *e, double t)
@@ -769,8 +912,11 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 	r->ttft[r->nttft++] = t - r->arrive[ci];
 	e->busy = 0;
 	e->score -= c->prompt_tokens;
-	if (heap_push(&r->h, t + (double)c->output_tokens / r->o->decode_rate, EV_DONE, ci))
-		return rfail(r, -ENOMEM, "out of memory");
+	/* the GPU is free: the batch resumes with this call in it */
+	dec_advance(r, e, t);
+	e->computing = 0;
+	if (dec_add(r, e, ci) || dec_schedule(r, r->ep_of[ci], t))
+		return -ENOMEM;
 	return start_next(r, e, t);
 }
 
@@ -836,8 +982,7 @@ static int arrive(struct run *r, uint32_t ci, double t)
 	r->arrive[ci] = t;
 	if (r->first_t < 0)
 		r->first_t = t;
-	if (ep->outstanding++ == 0)
-		ep->busy_since = t;
+	ep->outstanding++;
 	ep->score += r->w->calls[ci].prompt_tokens;
 	if (ep->qn == ep->qcap) {
 		size_t nc = ep->qcap ? ep->qcap * 2 : 64, i;
@@ -899,8 +1044,8 @@ static int done(struct run *r, uint32_t ci, double t)
 	uint32_t s = c->session;
 	double at;
 
-	if (--ep->outstanding == 0)
-		ep->busy_total += t - ep->busy_since;
+	ep->outstanding--;
+	r->done_t[ci] = t;
 	r->completions++;
 	r->last_t = t;
 	if (s == WL_NO_SESSION || r->o->sched == SCHED_ARRIVAL)
@@ -1037,10 +1182,14 @@ static void run_free(struct run *r)
 		for (i = 0; i < r->o->endpoints; i++) {
 			lru_free(&r->ep[i].gpu);
 			free(r->ep[i].q);
+			free(r->ep[i].dec);
+			free(r->ep[i].dleft);
 		}
 		free(r->ep);
 	}
 	free(r->arrive);
+	free(r->done_t);
+	free(r->compute_s);
 	free(r->ttft);
 	free(r->ep_of);
 	free(r->put_from);
@@ -1059,6 +1208,81 @@ static void run_free(struct run *r)
 	free(r->h.v);
 	bench_samples_free(&r->load_us);
 	lru_free(&r->bound);
+}
+
+static int interval_cmp(const void *a, const void *b)
+{
+	const struct replay_interval *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+double replay_busy_union(struct replay_interval *v, size_t n)
+{
+	double total = 0, s, e;
+	size_t i;
+
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), interval_cmp);
+	s = v[0].start;
+	e = v[0].end;
+	for (i = 1; i < n; i++) {
+		if (v[i].start > e) {
+			total += e - s;
+			s = v[i].start;
+			e = v[i].end;
+		} else if (v[i].end > e) {
+			e = v[i].end;
+		}
+	}
+	return total + (e - s);
+}
+
+void replay_savings(struct replay_result *res, double prefill_rate)
+{
+	double store = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]);
+	double avoided = store / prefill_rate;
+
+	res->saved_store = res->saved_store_net = res->saved_store_net_div = 0;
+	res->saved_disk = res->saved_gpu = 0;
+	res->disk_of_saving = store > 0 ? (double)res->tok[T_DISK] / store : 0;
+	if (!(res->busy_s > 0))
+		return;
+	res->saved_store = avoided / res->busy_s;
+	res->saved_store_net = (avoided - res->charged_load_s) / res->busy_s;
+	res->saved_store_net_div = (avoided - res->charged_div_s) / res->busy_s;
+	res->saved_disk = (double)res->tok[T_DISK] / prefill_rate / res->busy_s;
+	res->saved_gpu = (double)res->tok[T_GPU] / prefill_rate / res->busy_s;
+}
+
+/* Busy time: per endpoint, the union of its calls' intervals from arrival
+ * to the end of their decode; summed over endpoints. Also the mean number
+ * of calls outstanding while busy. */
+static int busy_time(struct run *r)
+{
+	const size_t n = r->w->ncalls;
+	struct replay_interval *v = malloc((n ? n : 1) * sizeof(*v));
+	double inside = 0;
+	size_t i, k;
+	uint32_t e;
+
+	if (!v)
+		return rfail(r, -ENOMEM, "out of memory");
+	r->res->busy_s = 0;
+	for (e = 0; e < r->o->endpoints; e++) {
+		for (i = 0, k = 0; i < n; i++)
+			if (r->ep_of[i] == e) {
+				v[k].start = r->arrive[i];
+				v[k].end = r->done_t[i];
+				inside += r->done_t[i] - r->arrive[i];
+				k++;
+			}
+		r->res->busy_s += replay_busy_union(v, k);
+	}
+	free(v);
+	r->res->mean_outstanding = r->res->busy_s > 0 ? inside / r->res->busy_s : 0;
+	return 0;
 }
 
 int replay_run(const struct replay_opts *o, const struct wl *w,
@@ -1091,6 +1315,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 
 	if (o->endpoints == 0 || o->gpu_block == 0 || o->chunk_tokens < o->gpu_block ||
 	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
+	    !(o->decode_growth >= 0) ||
 	    o->scale == 0 || o->kv_bytes_per_token == 0 || !(o->charge_scale >= 0))
 		return rfail(&r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
 	if (nodes > REPLAY_NODES_MAX)
@@ -1116,6 +1341,8 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	}
 	r.maxg = w->kind == WL_BLOCKS ? maxn : maxp / o->gpu_block + 1;
 	r.arrive = calloc(n, sizeof(*r.arrive));
+	r.done_t = calloc(n, sizeof(*r.done_t));
+	r.compute_s = calloc(n, sizeof(*r.compute_s));
 	r.ttft = calloc(n, sizeof(*r.ttft));
 	r.ep_of = calloc(n, sizeof(*r.ep_of));
 	r.put_from = calloc(n, sizeof(*r.put_from));
@@ -1131,7 +1358,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	r.trip = malloc((3 * maxn + 3) * sizeof(*r.trip));
 	r.ops = malloc((r.maxg + 1) * sizeof(*r.ops));
 	r.ep = calloc(o->endpoints, sizeof(*r.ep));
-	if (!r.arrive || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.wq ||
+	if (!r.arrive || !r.done_t || !r.compute_s || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.wq ||
 	    !r.wstamp || !r.tokens || !r.keys || !r.skeys || !r.ktok || !r.stok || !r.trip ||
 	    !r.ops || !r.ep || lru_init(&r.bound, UINT64_MAX)) {
 		rc = rfail(&r, -ENOMEM, "out of memory");
@@ -1217,11 +1444,14 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		case EV_ARRIVE:
 			rc = arrive(&r, e.call, e.t);
 			break;
+		case EV_COMPUTE:
+			rc = compute_start(&r, e.call, e.t);
+			break;
 		case EV_PREFILL_END:
 			rc = prefill_end(&r, e.call, e.t);
 			break;
 		default:
-			rc = done(&r, e.call, e.t);
+			rc = decode_event(&r, e.call, e.gen, e.t);
 			break;
 		}
 		if (rc)
@@ -1237,17 +1467,15 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		goto out;
 	}
 
-	/* the model's figures */
-	for (i = 0; i < o->endpoints; i++)
-		res->busy_s += r.ep[i].busy_total;
+	/* the model's figures, all on the simulated clock */
+	rc = busy_time(&r);
+	if (rc)
+		goto out;
+	res->prefill_s = r.prefill_s;
+	res->decode_s = r.decode_s;
 	res->makespan_s = r.last_t - (r.first_t > 0 ? r.first_t : 0);
 	res->throughput = res->makespan_s > 0 ? (double)n / res->makespan_s : 0;
-	if (res->busy_s > 0) {
-		double st = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]);
-		res->saved_store = st / o->prefill_rate / res->busy_s;
-		res->saved_store_net = (st / o->prefill_rate - res->charged_load_s) / res->busy_s;
-		res->saved_gpu = (double)res->tok[T_GPU] / o->prefill_rate / res->busy_s;
-	}
+	replay_savings(res, o->prefill_rate);
 	bench_sort(r.ttft, r.nttft);
 	res->ttft_p50 = bench_percentile_sorted(r.ttft, r.nttft, 50);
 	res->ttft_p90 = bench_percentile_sorted(r.ttft, r.nttft, 90);

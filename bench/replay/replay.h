@@ -52,7 +52,10 @@ struct replay_opts {
 	uint32_t chunk_tokens;     /* tokens per store block (multiple of gpu_block) */
 	uint64_t sticky_slack;     /* queued tokens a preferred endpoint may lag by */
 	double prefill_rate;       /* tokens/s of one endpoint */
-	double decode_rate;        /* output tokens/s of one request */
+	double decode_rate;        /* output tokens/s of a call decoding alone */
+	double decode_growth;      /* per-token time grows by this share of the
+				    * single call's for each other call in the
+				    * batch: 1 / decode_rate x (1 + g (B - 1)) */
 	/* schedule */
 	enum replay_sched sched;
 	uint32_t active;           /* SCHED_ACTIVE: sessions at once */
@@ -101,11 +104,22 @@ struct replay_result {
 	double load_total_s;                     /* real */
 	double load_ram_s, load_disk_s;          /* batches served by RAM only / touching disk */
 	uint64_t load_ram_batches, load_disk_batches;
-	double charged_load_s;                   /* simulated: real x charge_scale */
+	double charged_load_s;                   /* simulated: lookup + load x charge_scale,
+						  * summed over calls (full charge) */
+	double charged_div_s;                    /* the same, each call's divided by the
+						  * calls outstanding on its endpoint */
 	double fullsize_load_s;                  /* real x scale: full-size bound */
 	/* model */
 	double busy_s, makespan_s, throughput;   /* simulated */
-	double saved_store, saved_store_net, saved_gpu; /* shares of busy time */
+	double prefill_s, decode_s;              /* GPU time prefilling, decoding */
+	double mean_outstanding;                 /* calls outstanding, mean over busy time */
+	/* shares of busy time (replay_savings) */
+	double saved_store;                      /* gross: store tokens / prefill rate */
+	double saved_store_net;                  /* net of the full charge */
+	double saved_store_net_div;              /* net of the divided charge */
+	double saved_disk;                       /* the disk tier's part of saved_store */
+	double disk_of_saving;                   /* saved_disk / saved_store */
+	double saved_gpu;                        /* GPU cache tokens / prefill rate */
 	double ttft_p50, ttft_p90, ttft_p99;     /* simulated seconds */
 	uint64_t sticky_stay, sticky_spill, relaxed;
 	/* the trace's bound: an unbounded cache in this order */
@@ -129,6 +143,24 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 
 void replay_result_free(struct replay_result *r);
 
+/* A call's time outstanding on an endpoint, simulated seconds. */
+struct replay_interval {
+	double start, end;
+};
+
+/* The length of the union of v[0..n) (sorts v by start). An endpoint's busy
+ * time is this over its calls: time with at least one call outstanding. */
+double replay_busy_union(struct replay_interval *v, size_t n);
+
+/*
+ * Fills res's shares of busy time from its tok[], busy_s, charged_load_s
+ * and charged_div_s: the prefill the store avoided (tokens served by RAM,
+ * disk and peers / prefill_rate) over busy_s, gross, net of the full charge
+ * and net of the divided one; the disk tier's part and its share of the
+ * saving; and the GPU cache's. All 0 when busy_s is 0.
+ */
+void replay_savings(struct replay_result *res, double prefill_rate);
+
 /* --- the report (replay_report.c) --------------------------------------------------- */
 
 /* A figure published by the seed study (or the Mooncake paper) to print
@@ -143,9 +175,28 @@ struct replay_ref {
 /* The published figures for a preset (NULL-terminated array, or NULL). */
 const struct replay_ref *replay_refs(const char *preset);
 
-/* Prints the runs as a table, one column per run. */
+/* The agent-fleet study's saving at a fleet width, percent of endpoint busy
+ * time (NAN where it published none). */
+struct replay_study_point {
+	unsigned width;
+	double gross_lo, gross_hi; /* the range of its measurements */
+	double net_div;            /* net, load time / requests in flight */
+	double net_full;           /* net, every load in full */
+	double disk_share;         /* the disk tier's share of gross */
+	const char *note;
+};
+
+/* The study's figures at width (NULL at a width it did not measure). */
+const struct replay_study_point *replay_study_width(double width);
+/* Adds "study" (the figures above, or null) and "study_factor" (the run's
+ * saved_store over the study's range: 1 inside, else measured / the nearer
+ * end) to a run's JSON object o, which already holds saved_store. */
+void replay_study_json(json_t *o, double width);
+
+/* Prints the runs as a table, one column per run; under a sweep over
+ * width (sweep_param "width", one value per run) the study's figures too. */
 void replay_print(FILE *f, const struct replay_result *r, size_t n,
-		  const char *preset);
+		  const char *preset, const char *sweep_param, const double *sweep_values);
 /* One JSON object per run. */
 json_t *replay_result_json(const struct replay_result *r);
 /* Writes the runs as CSV (a header line, one line per run). Returns 0 or

@@ -87,7 +87,9 @@ static const char usage_replay[] =
 	"  --sticky-slack N        queued tokens by which a session's endpoint may trail\n"
 	"                          the least loaded before the call spills (65536)\n"
 	"  --prefill-rate X        prefill tokens/s of an endpoint (14850)\n"
-	"  --decode-rate X         output tokens/s of a request (60)\n"
+	"  --decode-rate X         output tokens/s of a call decoding alone (60)\n"
+	"  --decode-growth X       a batch of B calls decodes at (1 + X (B - 1)) times\n"
+	"                          the single call's per-token time (0.25)\n"
 	"bytes:\n"
 	"  --model NAME            qwen3-coder-30b-a3b (96 KiB/token), llama-3.1-8b\n"
 	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
@@ -129,7 +131,7 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE
+	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH
 };
 
 static const struct option longopts[] = {
@@ -154,6 +156,7 @@ static const struct option longopts[] = {
 	{ "sticky-slack", required_argument, NULL, O_SLACK },
 	{ "prefill-rate", required_argument, NULL, O_PREFILL },
 	{ "decode-rate", required_argument, NULL, O_DECODE },
+	{ "decode-growth", required_argument, NULL, O_GROWTH },
 	{ "model", required_argument, NULL, O_MODEL },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KVBPT },
 	{ "scale", required_argument, NULL, O_SCALE },
@@ -329,7 +332,7 @@ static int parse_values(struct cli *c, const char *list)
 
 static const char *const sweep_params[] = {
 	"width", "ram-tokens", "disk-tokens", "reuse-distance", "lease-ms", "endpoints",
-	"gpu-tokens", NULL
+	"gpu-tokens", "decode-growth", NULL
 };
 
 static int parse_args(struct cli *c, int argc, char **argv, int sweep)
@@ -474,6 +477,10 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 		case O_DECODE:
 			if (parse_pos(optarg, &c->o.decode_rate))
 				BAD("decode-rate");
+			break;
+		case O_GROWTH:
+			if (parse_count(optarg, 1e6, &c->o.decode_growth))
+				BAD("decode-growth");
 			break;
 		case O_MODEL:
 			if (set_model(&c->o, optarg))
@@ -688,6 +695,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 	json_object_set_new(o, "speed", c->o.speed > 0 ? json_real(c->o.speed) : json_string("max"));
 	json_object_set_new(o, "prefill_rate", json_real(c->o.prefill_rate));
 	json_object_set_new(o, "decode_rate", json_real(c->o.decode_rate));
+	json_object_set_new(o, "decode_growth", json_real(c->o.decode_growth));
 	json_object_set_new(o, "model", json_string(c->o.model));
 	json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)c->o.kv_bytes_per_token));
 	json_object_set_new(o, "scale", json_integer(c->o.scale));
@@ -730,6 +738,8 @@ static void set_param(struct replay_opts *o, const char *p, double v)
 		o->endpoints = (uint32_t)v;
 	else if (!strcmp(p, "gpu-tokens"))
 		o->gpu_tokens = (uint64_t)v;
+	else if (!strcmp(p, "decode-growth"))
+		o->decode_growth = v;
 }
 
 static int run_all(struct cli *c, int sweep)
@@ -760,7 +770,8 @@ static int run_all(struct cli *c, int sweep)
 		}
 		for (i = 0; i < c->nvalues; i++)
 			if (c->values[i] < 1 && strcmp(c->over, "disk-tokens") &&
-			    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance"))
+			    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance") &&
+			    strcmp(c->over, "decode-growth"))
 				return bench_usage_error(c->cmd, usage_replay,
 							 "--values: %g is not valid for --over %s",
 							 c->values[i], c->over);
@@ -812,7 +823,8 @@ static int run_all(struct cli *c, int sweep)
 	}
 report:
 	if (n)
-		replay_print(stdout, res, n, sweep ? NULL : c->preset);
+		replay_print(stdout, res, n, sweep ? NULL : c->preset, sweep ? c->over : NULL,
+			     sweep ? xs : NULL);
 	if (c->co.json_path) {
 		doc = bench_json_new(c->cmd);
 		if (doc) {
@@ -825,6 +837,8 @@ report:
 				if (sweep) {
 					json_object_set_new(o, "sweep_param", json_string(c->over));
 					json_object_set_new(o, "sweep_value", json_real(xs[i]));
+					if (!strcmp(c->over, "width"))
+						replay_study_json(o, xs[i]);
 				}
 				bench_json_result(doc, o);
 			}

@@ -23,8 +23,8 @@ enum {
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
-	F_BUSY_S, F_MAKESPAN_S, F_THROUGHPUT,
-	F_SAVED_STORE, F_SAVED_NET, F_SAVED_GPU,
+	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_MEAN_OUT, F_MAKESPAN_S, F_THROUGHPUT,
+	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
 	F_BOUND_BLK, F_BOUND_TOK, F_GPU_OF_BOUND, F_RAM_OF_BOUND, F_DISK_OF_BOUND,
@@ -68,14 +68,20 @@ static const struct field fields[F_N] = {
 	[F_LOAD_P99] = { "load_p99_us", "load latency p99 (us, measured)", "%.0f" },
 	[F_LOAD_RAM_S] = { "load_ram_s", "load time, RAM-only batches (s)", "%.3f" },
 	[F_LOAD_DISK_S] = { "load_disk_s", "load time, batches touching disk (s)", "%.3f" },
-	[F_CHARGED_S] = { "charged_load_s", "load time charged to prefill (s)", "%.2f" },
+	[F_CHARGED_S] = { "charged_load_s", "lookup + load time charged (s)", "%.2f" },
 	[F_FULLSIZE_S] = { "fullsize_load_s", "load time x scale, full-size bound (s)", "%.1f" },
 	[F_BUSY_S] = { "busy_s", "endpoint busy time (s, modelled)", "%.0f" },
+	[F_PREFILL_S] = { "prefill_s", "  of which GPU prefilling (s)", "%.0f" },
+	[F_DECODE_S] = { "decode_s", "  of which GPU decoding (s)", "%.0f" },
+	[F_MEAN_OUT] = { "mean_outstanding", "calls outstanding, mean while busy", "%.2f" },
 	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
 	[F_THROUGHPUT] = { "throughput", "throughput (calls/s, modelled)", "%.3f" },
-	[F_SAVED_STORE] = { "saved_store", "prefill saved by store, gross % busy", "%.2f" },
-	[F_SAVED_NET] = { "saved_store_net", "prefill saved by store, net of loads %", "%.2f" },
-	[F_SAVED_GPU] = { "saved_gpu", "prefill saved by GPU cache % busy", "%.2f" },
+	[F_SAVED_STORE] = { "saved_store", "busy time saved by store, gross %", "%.2f" },
+	[F_SAVED_NET_DIV] = { "saved_store_net_div", "  net, load charge / calls in flight %", "%.2f" },
+	[F_SAVED_NET] = { "saved_store_net", "  net, full load charge %", "%.2f" },
+	[F_SAVED_DISK] = { "saved_disk", "  of gross: disk tier's part %", "%.2f" },
+	[F_DISK_OF_SAVING] = { "disk_of_saving", "  disk tier's share of gross %", "%.1f" },
+	[F_SAVED_GPU] = { "saved_gpu", "busy time saved by GPU cache %", "%.2f" },
 	[F_TTFT_P50] = { "ttft_p50_s", "TTFT p50 (s, modelled)", "%.2f" },
 	[F_TTFT_P90] = { "ttft_p90_s", "TTFT p90 (s, modelled)", "%.2f" },
 	[F_TTFT_P99] = { "ttft_p99_s", "TTFT p99 (s, modelled)", "%.2f" },
@@ -135,10 +141,17 @@ static double fget(const struct replay_result *r, int id)
 	case F_CHARGED_S: return r->charged_load_s;
 	case F_FULLSIZE_S: return r->fullsize_load_s;
 	case F_BUSY_S: return r->busy_s;
+	case F_PREFILL_S: return r->prefill_s;
+	case F_DECODE_S: return r->decode_s;
+	case F_MEAN_OUT: return r->mean_outstanding;
 	case F_MAKESPAN_S: return r->makespan_s;
 	case F_THROUGHPUT: return r->throughput;
 	case F_SAVED_STORE: return 100.0 * r->saved_store;
 	case F_SAVED_NET: return 100.0 * r->saved_store_net;
+	case F_SAVED_NET_DIV: return 100.0 * r->saved_store_net_div;
+	case F_SAVED_DISK: return 100.0 * r->saved_disk;
+	case F_DISK_OF_SAVING:
+		return r->saved_store > 0 ? 100.0 * r->disk_of_saving : NAN;
 	case F_SAVED_GPU: return 100.0 * r->saved_gpu;
 	case F_TTFT_P50: return r->ttft_p50;
 	case F_TTFT_P90: return r->ttft_p90;
@@ -185,28 +198,91 @@ static const char *field_label(const char *name)
 /* --- published figures -------------------------------------------------------------- */
 
 #define FLEET "agent-fleet study"
+/* The study's width sweep ran at 6, 12 and 18 sessions; its HBM and Store
+ * hit shares (45.0 -> 6.7, 38.0 -> 60.7) span those widths. */
 static const struct replay_ref refs_fleet1[] = {
-	{ "gpu_share", NULL, 45.0, FLEET ", HBM hit share at 1 session" },
-	{ "store_share", NULL, 38.0, FLEET ", Store hit share at 1 session" },
 	{ "saved_store", NULL, 0.28, FLEET ", gross saving at 1 session (batch)" },
+	{ "saved_store_net_div", NULL, 0.005, FLEET ", net at 1 session (batch; -0.089 to +0.098)" },
 	{ NULL, NULL, 0, NULL }
 };
 static const struct replay_ref refs_fleet6[] = {
+	{ "gpu_share", NULL, 45.0, FLEET ", HBM hit share at 6 sessions (width sweep)" },
+	{ "store_share", NULL, 38.0, FLEET ", Store hit share at 6 sessions (width sweep)" },
 	{ "saved_store", NULL, 9.10, FLEET ", 6 sessions steady state (16.12 in batch, no pause)" },
+	{ "saved_store_net_div", NULL, 13.98, FLEET ", 6 sessions batch, net, load / in flight (of 16.12 gross)" },
+	{ "saved_store_net", NULL, 2.98, FLEET ", 6 sessions batch, net, every load in full" },
 	{ NULL, NULL, 0, NULL }
 };
 static const struct replay_ref refs_fleet12[] = {
 	{ "saved_store", "default", 16.01, FLEET ", 12 sessions, local disk tier (sweep window 14.65)" },
 	{ "saved_store", "ram-only", 6.25, FLEET ", 12 sessions without disk tier (16.01 - 9.76)" },
+	{ "disk_of_saving", "default", 61.0, FLEET ", disk tier's share of the saving, 9.76 of 16.01 points" },
 	{ "store_share", "default", 45.1, FLEET ", Store hit rate at 12 sessions, short lease" },
 	{ NULL, NULL, 0, NULL }
 };
 static const struct replay_ref refs_fleet18[] = {
 	{ "gpu_share", NULL, 6.7, FLEET ", HBM hit share at 18 sessions" },
 	{ "store_share", NULL, 60.7, FLEET ", Store hit share at 18 sessions" },
-	{ "saved_store", NULL, 32.30, FLEET ", gross saving at 18 sessions" },
+	{ "saved_store", NULL, 32.30, FLEET ", gross saving at 18 sessions (sweep window 30.68)" },
 	{ NULL, NULL, 0, NULL }
 };
+
+/* The study's saving by fleet width, percent; NAN where it published none. */
+static const struct replay_study_point study_width[] = {
+	{ 1, 0.28, 0.28, 0.005, NAN, NAN,
+	  "batch, no pause; net spans zero (-0.089 to +0.098)" },
+	{ 6, 9.10, 16.12, 13.98, 2.98, NAN,
+	  "9.10 steady state with pause; 16.12 batch without, net from the batch point" },
+	{ 12, 14.65, 16.01, NAN, NAN, 61.0,
+	  "steady state, 300 s pause; sweep window and five-window mean; disk 9.76 of 16.01" },
+	{ 18, 30.68, 32.30, NAN, NAN, NAN,
+	  "steady state, 300 s pause; sweep window and five-window mean" },
+	{ 0, 0, 0, 0, 0, 0, NULL }
+};
+
+const struct replay_study_point *replay_study_width(double width)
+{
+	const struct replay_study_point *p;
+
+	for (p = study_width; p->note; p++)
+		if ((double)p->width == width)
+			return p;
+	return NULL;
+}
+
+/* measured / the study's range: 1 inside it, else the ratio to the nearer
+ * end (NAN without a figure) */
+static double study_factor(double measured, const struct replay_study_point *p)
+{
+	if (!p || isnan(p->gross_lo) || isnan(measured))
+		return NAN;
+	if (measured >= p->gross_lo && measured <= p->gross_hi)
+		return 1.0;
+	return measured < p->gross_lo ? measured / p->gross_lo : measured / p->gross_hi;
+}
+
+void replay_study_json(json_t *o, double width)
+{
+	const struct replay_study_point *p = replay_study_width(width);
+	json_t *st;
+
+	if (!p) {
+		json_object_set_new(o, "study", json_null());
+		return;
+	}
+	st = json_object();
+	json_object_set_new(st, "saved_store_lo", bench_json_real(p->gross_lo));
+	json_object_set_new(st, "saved_store_hi", bench_json_real(p->gross_hi));
+	json_object_set_new(st, "saved_store_net_div", bench_json_real(p->net_div));
+	json_object_set_new(st, "saved_store_net", bench_json_real(p->net_full));
+	json_object_set_new(st, "disk_of_saving", bench_json_real(p->disk_share));
+	json_object_set_new(st, "note", json_string(p->note));
+	json_object_set_new(o, "study", st);
+	json_object_set_new(o, "study_factor",
+			    bench_json_real(study_factor(json_is_number(json_object_get(o, "saved_store"))
+							 ? json_number_value(json_object_get(o, "saved_store"))
+							 : NAN, p)));
+}
 static const struct replay_ref refs_lease[] = {
 	{ "refused_share", "refuse", 87.2, FLEET ", writes refused at a 300 s lease (Mooncake Store)" },
 	{ "store_share", "refuse", 19.8, FLEET ", Store hit rate at a 300 s lease (45.1 short)" },
@@ -262,7 +338,87 @@ static int trace_fields(int id)
 	return id >= F_BOUND_BLK && id <= F_ALL_OF_BOUND;
 }
 
-void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *preset)
+/* A study figure as a cell: "-" when unpublished. */
+static void study_cell(struct bench_table *t, double v)
+{
+	if (isnan(v))
+		bench_table_cell(t, "-");
+	else
+		bench_table_cell(t, "%.2f", v);
+}
+
+/* The study's figures under a width sweep's columns. */
+static void study_rows(struct bench_table *t, const struct replay_result *r, size_t n,
+		       const double *width)
+{
+	const struct replay_study_point *p;
+	size_t k;
+	int row;
+
+	for (row = 0; row < 5; row++) {
+		static const char *const label[] = {
+			"study: gross saved %", "  measured gross / study range (x)",
+			"study: net, load / in flight %", "study: net, full load charge %",
+			"study: disk tier's share of gross %",
+		};
+		bench_table_cell(t, "%s", label[row]);
+		for (k = 0; k < n; k++) {
+			p = replay_study_width(width[k]);
+			if (!p) {
+				bench_table_cell(t, "-");
+				continue;
+			}
+			switch (row) {
+			case 0:
+				if (p->gross_lo == p->gross_hi)
+					bench_table_cell(t, "%.2f", p->gross_lo);
+				else
+					bench_table_cell(t, "%.2f-%.2f", p->gross_lo, p->gross_hi);
+				break;
+			case 1:
+				study_cell(t, study_factor(100.0 * r[k].saved_store, p));
+				break;
+			case 2:
+				study_cell(t, p->net_div);
+				break;
+			case 3:
+				study_cell(t, p->net_full);
+				break;
+			default:
+				study_cell(t, p->disk_share);
+				break;
+			}
+		}
+		bench_table_end_row(t);
+	}
+}
+
+/* With a default and a ram-only run side by side (a replay, not a sweep):
+ * the disk tier's share of the gross saving as the study measured it, the
+ * difference between the two runs. */
+static void disk_by_difference(FILE *f, const struct replay_result *r, size_t n)
+{
+	const struct replay_result *d = NULL, *m = NULL;
+	size_t k;
+
+	for (k = 0; k < n; k++) {
+		if (r[k].policy == POL_DEFAULT && !d)
+			d = &r[k];
+		if (r[k].policy == POL_RAM_ONLY && !m)
+			m = &r[k];
+	}
+	if (!d || !m || !(d->saved_store > 0))
+		return;
+	fprintf(f, "\n  disk tier's share of the gross saving, (%s - %s) / %s: %.1f%% "
+		   "(%.2f of %.2f points; tokens served from disk in %s: %.1f%%)\n",
+		d->label, m->label, d->label,
+		100.0 * (d->saved_store - m->saved_store) / d->saved_store,
+		100.0 * (d->saved_store - m->saved_store), 100.0 * d->saved_store, d->label,
+		100.0 * d->disk_of_saving);
+}
+
+void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *preset,
+		  const char *sweep_param, const double *sweep_values)
 {
 	const char **hdr = calloc(n + 1, sizeof(*hdr));
 	const struct replay_ref *ref = replay_refs(preset);
@@ -292,10 +448,13 @@ void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *
 		}
 		bench_table_end_row(t);
 	}
+	if (sweep_param && sweep_values && !strcmp(sweep_param, "width"))
+		study_rows(t, r, n, sweep_values);
 	bench_table_print(t, f, 2);
 	bench_table_free(t);
 	free(hdr);
 
+	disk_by_difference(f, r, n);
 	if (!ref)
 		return;
 	fprintf(f, "\n  published beside measured (%s):\n", preset);
