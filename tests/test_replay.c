@@ -328,6 +328,16 @@ static void endpoint_timeline_and_busy_time_as_worked_out(void **state)
 	assert_float_equal(r.busy_s, 4.0, 1e-9);
 	assert_float_equal(r.decode_s, 1.5, 1e-9);
 	replay_result_free(&r);
+
+	/* decode replicas of their own: X decodes 1-2 while Y prefills, Y
+	 * 1.5-2.5, Z 11-11.5 (growth ignored): busy [0, 2.5] + [10, 11.5] */
+	o.decode_growth = 1;
+	o.disaggregated = 1;
+	run(&o, &w, &r);
+	assert_float_equal(r.busy_s, 4.0, 1e-9);
+	assert_float_equal(r.decode_s, 2.0, 1e-9);
+	assert_float_equal(r.makespan_s, 11.5, 1e-9);
+	replay_result_free(&r);
 	wl_free(&w);
 }
 

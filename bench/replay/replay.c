@@ -735,9 +735,12 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 
 /* --- the decode batch ------------------------------------------------------------------ */
 
-/* Seconds per output token of each call in a batch of b calls. */
+/* Seconds per output token of each call in a batch of b calls (decode
+ * replicas of their own: as if alone). */
 static double tpot(const struct run *r, size_t b)
 {
+	if (r->o->disaggregated)
+		b = 1;
 	return (1.0 + r->o->decode_growth * (double)(b ? b - 1 : 0)) / r->o->decode_rate;
 }
 
@@ -837,7 +840,7 @@ static int compute_start(struct run *r, uint32_t ci, double t)
 	int rc;
 
 	dec_advance(r, e, t);
-	e->computing = 1;
+	e->computing = !r->o->disaggregated;
 	rc = dec_schedule(r, ei, t);
 	if (rc)
 		return rc;

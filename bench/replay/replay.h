@@ -56,6 +56,9 @@ struct replay_opts {
 	double decode_growth;      /* per-token time grows by this share of the
 				    * single call's for each other call in the
 				    * batch: 1 / decode_rate x (1 + g (B - 1)) */
+	int disaggregated;         /* decode on GPUs of its own (prefill x decode
+				    * replicas): every call at decode_rate, never
+				    * waiting for a prefill */
 	/* schedule */
 	enum replay_sched sched;
 	uint32_t active;           /* SCHED_ACTIVE: sessions at once */

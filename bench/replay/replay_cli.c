@@ -38,7 +38,6 @@ struct cli {
 	const char *over;
 	double values[MAX_VALUES];
 	size_t nvalues;
-	int speed_set;
 	int per_width;   /* fleet: use max(16, 4 x width) sessions a run */
 };
 
@@ -90,6 +89,9 @@ static const char usage_replay[] =
 	"  --decode-rate X         output tokens/s of a call decoding alone (60)\n"
 	"  --decode-growth X       a batch of B calls decodes at (1 + X (B - 1)) times\n"
 	"                          the single call's per-token time (0.25)\n"
+	"  --disaggregated         decode on replicas of its own: every call at\n"
+	"                          --decode-rate, never waiting for a prefill (exp1,\n"
+	"                          exp2: the controlled study's 2 prefill x 2 decode)\n"
 	"bytes:\n"
 	"  --model NAME            qwen3-coder-30b-a3b (96 KiB/token), llama-3.1-8b\n"
 	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
@@ -120,8 +122,8 @@ static const char usage_replay[] =
 	"  --reps N                accepted for symmetry; a replay is one run\n"
 	"sweep only:\n"
 	"  --over PARAM            width, ram-tokens, disk-tokens, reuse-distance,\n"
-	"                          lease-ms, endpoints, gpu-tokens (width; ram-tokens\n"
-	"                          with --trace)\n"
+	"                          lease-ms, endpoints, gpu-tokens, decode-growth\n"
+	"                          (width; ram-tokens with --trace)\n"
 	"  --values LIST           comma-separated values (K/M suffixes allowed)\n"
 	"\n"
 	"See kvbench(1) for the trace format and the report's fields.\n";
@@ -131,7 +133,7 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH
+	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG
 };
 
 static const struct option longopts[] = {
@@ -157,6 +159,7 @@ static const struct option longopts[] = {
 	{ "prefill-rate", required_argument, NULL, O_PREFILL },
 	{ "decode-rate", required_argument, NULL, O_DECODE },
 	{ "decode-growth", required_argument, NULL, O_GROWTH },
+	{ "disaggregated", no_argument, NULL, O_DISAGG },
 	{ "model", required_argument, NULL, O_MODEL },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KVBPT },
 	{ "scale", required_argument, NULL, O_SCALE },
@@ -269,6 +272,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
 		o->disk_tokens = 32ull << 20;
 		o->speed = 600;
+		o->disaggregated = 1;
 		return set_policies(c, "recompute,gpu-only,ram-only,default");
 	}
 	if (!strcmp(p, "exp2")) {
@@ -279,6 +283,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->ram_tokens = bytes_to_tokens(o, 256ull << 30);
 		o->disk_tokens = 32ull << 20;
 		o->speed = 800;
+		o->disaggregated = 1;
 		return set_policies(c, "ram-only,default");
 	}
 	if (!strcmp(p, "fleet") || !strcmp(p, "lease") || !strncmp(p, "fleet-", 6)) {
@@ -441,7 +446,6 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			c->o.max_inflight = (uint32_t)u;
 			break;
 		case O_SPEED:
-			c->speed_set = 1;
 			if (!strcmp(optarg, "max"))
 				c->o.speed = 0;
 			else if (parse_pos(optarg, &c->o.speed))
@@ -481,6 +485,9 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 		case O_GROWTH:
 			if (parse_count(optarg, 1e6, &c->o.decode_growth))
 				BAD("decode-growth");
+			break;
+		case O_DISAGG:
+			c->o.disaggregated = 1;
 			break;
 		case O_MODEL:
 			if (set_model(&c->o, optarg))
@@ -696,6 +703,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 	json_object_set_new(o, "prefill_rate", json_real(c->o.prefill_rate));
 	json_object_set_new(o, "decode_rate", json_real(c->o.decode_rate));
 	json_object_set_new(o, "decode_growth", json_real(c->o.decode_growth));
+	json_object_set_new(o, "disaggregated", json_boolean(c->o.disaggregated));
 	json_object_set_new(o, "model", json_string(c->o.model));
 	json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)c->o.kv_bytes_per_token));
 	json_object_set_new(o, "scale", json_integer(c->o.scale));
@@ -802,12 +810,8 @@ static int run_all(struct cli *c, int sweep)
 				xs[n] = c->values[i];
 			}
 			struct wl wr = w; /* a view: fewer sessions for narrow fleets */
-			if (c->per_width && !c->trace) {
+			if (c->per_width && !c->trace)
 				wl_truncate_sessions(&wr, o.active * 4 > 16 ? o.active * 4 : 16);
-				/* wide fleets load more per simulated second */
-				if (!c->speed_set)
-					o.speed = o.active <= 2 ? 200 : 100;
-			}
 			fprintf(stderr, "kvbench %s: running %s%s%s (%zu calls) ...\n", c->cmd,
 				replay_policy_name[o.policy], sweep ? " at " : "", sweep ? label : "",
 				wr.ncalls);
