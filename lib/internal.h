@@ -30,6 +30,18 @@ static inline uint64_t kvt_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Whole milliseconds (rounded up) from now until deadline (kvt_now_ns()
+ * time), 0 once it passed, at most cap: a poll() timeout. */
+static inline int kvt_ms_until(uint64_t deadline, int cap)
+{
+	uint64_t now = kvt_now_ns();
+
+	if (now >= deadline)
+		return 0;
+	uint64_t ms = (deadline - now + 999999) / 1000000;
+	return ms > (uint64_t)cap ? cap : (int)ms;
+}
+
 static inline int kvt_key_eq(kvt_key a, kvt_key b)
 {
 	return a.lo == b.lo && a.hi == b.hi;

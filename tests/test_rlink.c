@@ -1,0 +1,672 @@
+/*
+ * test_rlink.c - RDMA links (lib/rlink.c) on the CPU, through the device
+ * seam: an in-process fabric stands in for libibverbs and librdmacm and
+ * injects what a soft-RoCE VM cannot produce on demand: a completion with an
+ * error status, a queue pair that refuses posts, a disconnect in the middle
+ * of a transfer, completions that never come, a registration that fails.
+ * Checks chaining and selective signalling, the members-only rule (no queue
+ * pair for a stranger), registration in pieces, the counters, and the
+ * failure rule: a failed transfer destroys its queue pair before it returns,
+ * so a late READ can no longer land in the caller's memory.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "rlink.h"
+#include "util.h"
+
+/* --- the fabric ----------------------------------------------------------------- */
+
+#define MRS 64
+#define DEVS 8
+
+struct fmr { int live; uint8_t *addr; size_t len; uint32_t key; };
+struct fqp;
+struct fdev {
+	int live;
+	struct sockaddr_in self;
+	struct rlink_ev pending;   /* one connection request at a time */
+	int has_pending;
+};
+struct freq { struct fdev *from; int decided, accepted; struct fqp *sqp; };
+struct fqp {
+	int server, dropped;
+	int reset;                 /* poll answers -ECONNRESET */
+	struct rlink_wc wc[RLINK_DEPTH];
+	int nwc;
+	struct rlink_wr stalled[RLINK_DEPTH];
+	int nstalled;
+	struct fqp *peer;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct fdev dev[DEVS];
+	struct fmr mr[MRS];
+	uint32_t next_key;
+	/* injection */
+	int fail_status_at;        /* work request number that completes in error (1-based) */
+	int refuse_post;
+	int reset_after;           /* disconnect once this many requests ran */
+	int stall;                 /* hold requests back without completing them */
+	int fail_reg_at;           /* registration number that fails (1-based) */
+	int nodev;
+	/* observations */
+	int wrs, signalled, posts, max_chain, regs, server_qps, server_drops;
+	int max_outstanding, outstanding;
+	struct fdev *gone_dev;
+	struct fqp *gone_qp;
+} F = { .lock = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void fabric_reset(void)
+{
+	pthread_mutex_lock(&F.lock);
+	memset(F.dev, 0, sizeof(F.dev));
+	memset(F.mr, 0, sizeof(F.mr));
+	F.fail_status_at = F.refuse_post = F.reset_after = F.stall = F.fail_reg_at = 0;
+	F.nodev = 0;
+	F.wrs = F.signalled = F.posts = F.max_chain = F.regs = 0;
+	F.server_qps = F.server_drops = F.max_outstanding = F.outstanding = 0;
+	F.gone_dev = NULL;
+	F.gone_qp = NULL;
+	pthread_mutex_unlock(&F.lock);
+}
+
+static int f_listen(const struct sockaddr *self, void **dev)
+{
+	pthread_mutex_lock(&F.lock);
+	if (F.nodev) {
+		pthread_mutex_unlock(&F.lock);
+		return kvt_fail(-ENODEV, "rdma: no RDMA device serves that address");
+	}
+	for (int i = 0; i < DEVS; i++)
+		if (!F.dev[i].live) {
+			F.dev[i] = (struct fdev){ .live = 1 };
+			memcpy(&F.dev[i].self, self, sizeof(struct sockaddr_in));
+			*dev = &F.dev[i];
+			pthread_mutex_unlock(&F.lock);
+			return 0;
+		}
+	pthread_mutex_unlock(&F.lock);
+	return -ENOMEM;
+}
+
+static void f_unlisten(void *dev)
+{
+	pthread_mutex_lock(&F.lock);
+	((struct fdev *)dev)->live = 0;
+	pthread_mutex_unlock(&F.lock);
+}
+
+static int f_event(void *dev, int wait_ms, struct rlink_ev *ev)
+{
+	struct fdev *d = dev;
+
+	pthread_mutex_lock(&F.lock);
+	if (!d->has_pending && F.gone_dev != d) {
+		pthread_mutex_unlock(&F.lock);
+		usleep((useconds_t)(wait_ms < 10 ? wait_ms : 10) * 1000);
+		return 0;
+	}
+	if (F.gone_dev == d) {
+		ev->type = RLINK_EV_GONE;
+		ev->qp = F.gone_qp;
+		F.gone_dev = NULL;
+	} else {
+		*ev = d->pending;
+		d->has_pending = 0;
+	}
+	pthread_mutex_unlock(&F.lock);
+	return 0;
+}
+
+static int f_accept(void *dev, void *req, void **qp)
+{
+	struct freq *r = req;
+	struct fqp *q = calloc(1, sizeof(*q));
+
+	(void)dev;
+	q->server = 1;
+	pthread_mutex_lock(&F.lock);
+	r->decided = r->accepted = 1;
+	r->sqp = q;
+	F.server_qps++;
+	pthread_cond_broadcast(&F.cv);
+	pthread_mutex_unlock(&F.lock);
+	*qp = q;
+	return 0;
+}
+
+static void f_reject(void *dev, void *req)
+{
+	struct freq *r = req;
+
+	(void)dev;
+	pthread_mutex_lock(&F.lock);
+	r->decided = 1;
+	pthread_cond_broadcast(&F.cv);
+	pthread_mutex_unlock(&F.lock);
+}
+
+static int f_reg(void *dev, void *addr, size_t len, void **mr, uint32_t *lkey,
+		 uint32_t *rkey)
+{
+	(void)dev;
+	pthread_mutex_lock(&F.lock);
+	int n = ++F.regs;
+	if (n == F.fail_reg_at) {
+		pthread_mutex_unlock(&F.lock);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < MRS; i++)
+		if (!F.mr[i].live) {
+			F.mr[i] = (struct fmr){ 1, addr, len, ++F.next_key };
+			*mr = &F.mr[i];
+			*lkey = *rkey = F.mr[i].key;
+			pthread_mutex_unlock(&F.lock);
+			return 0;
+		}
+	pthread_mutex_unlock(&F.lock);
+	return -ENOMEM;
+}
+
+static void f_dereg(void *mr)
+{
+	pthread_mutex_lock(&F.lock);
+	((struct fmr *)mr)->live = 0;
+	pthread_mutex_unlock(&F.lock);
+}
+
+static int live_mrs(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&F.lock);
+	for (int i = 0; i < MRS; i++)
+		n += F.mr[i].live;
+	pthread_mutex_unlock(&F.lock);
+	return n;
+}
+
+/* One of F's observations, read under its lock (the node threads write some). */
+static int seen(const int *field)
+{
+	pthread_mutex_lock(&F.lock);
+	int v = *field;
+	pthread_mutex_unlock(&F.lock);
+	return v;
+}
+
+static int f_dial(void *dev, const struct sockaddr *dst, int wait_ms, void **qp)
+{
+	const struct sockaddr_in *in = (const struct sockaddr_in *)dst;
+	struct freq r = { .from = dev };
+	struct fdev *to = NULL;
+
+	pthread_mutex_lock(&F.lock);
+	for (int i = 0; i < DEVS; i++)
+		if (F.dev[i].live && F.dev[i].self.sin_port == in->sin_port &&
+		    F.dev[i].self.sin_addr.s_addr == in->sin_addr.s_addr)
+			to = &F.dev[i];
+	if (!to) {
+		pthread_mutex_unlock(&F.lock);
+		return -ECONNREFUSED;
+	}
+	to->pending = (struct rlink_ev){ .type = RLINK_EV_REQUEST, .req = &r };
+	memcpy(&to->pending.from, &r.from->self, sizeof(struct sockaddr_in));
+	to->has_pending = 1;
+	uint64_t dl = kvt_now_ns() + (uint64_t)wait_ms * 1000000ull;
+	while (!r.decided && kvt_now_ns() < dl) {
+		pthread_mutex_unlock(&F.lock);
+		usleep(1000);
+		pthread_mutex_lock(&F.lock);
+	}
+	pthread_mutex_unlock(&F.lock);
+	if (!r.decided)
+		return -ETIMEDOUT;
+	if (!r.accepted)
+		return -ECONNREFUSED;
+	struct fqp *q = calloc(1, sizeof(*q));
+	q->peer = r.sqp;
+	*qp = q;
+	return 0;
+}
+
+/* Runs one work request against the fabric's memory: 0 or a status. */
+static int run_wr(const struct rlink_wr *w)
+{
+	for (int i = 0; i < MRS; i++) {
+		struct fmr *m = &F.mr[i];
+		if (!m->live || m->key != w->seg.rkey)
+			continue;
+		uint8_t *r = (uint8_t *)(uintptr_t)w->seg.remote;
+		if (r < m->addr || r + w->seg.len > m->addr + m->len)
+			return 10;
+		if (w->write)
+			memcpy(r, w->seg.local, w->seg.len);
+		else
+			memcpy(w->seg.local, r, w->seg.len);
+		return 0;
+	}
+	return 10;                  /* IBV_WC_REM_ACCESS_ERR */
+}
+
+static int f_post(void *qp, const struct rlink_wr *w, size_t n)
+{
+	struct fqp *q = qp;
+
+	pthread_mutex_lock(&F.lock);
+	if (F.refuse_post || q->dropped) {
+		pthread_mutex_unlock(&F.lock);
+		return -EINVAL;
+	}
+	F.posts++;
+	if ((int)n > F.max_chain)
+		F.max_chain = (int)n;
+	F.outstanding += (int)n;
+	if (F.outstanding > F.max_outstanding)
+		F.max_outstanding = F.outstanding;
+	for (size_t i = 0; i < n; i++) {
+		int st = 0;
+		F.wrs++;
+		F.signalled += w[i].signalled;
+		if (F.reset_after && F.wrs > F.reset_after) {
+			q->reset = 1;
+			continue;
+		}
+		if (F.stall) {
+			q->stalled[q->nstalled++] = w[i];
+			continue;
+		}
+		if (F.wrs == F.fail_status_at)
+			st = 12;            /* IBV_WC_RETRY_EXC_ERR */
+		if (!st)
+			st = run_wr(&w[i]);
+		if (w[i].signalled || st)
+			q->wc[q->nwc++] = (struct rlink_wc){ .id = w[i].id, .status = st };
+	}
+	pthread_mutex_unlock(&F.lock);
+	return 0;
+}
+
+static int f_poll(void *qp, int wait_ms, struct rlink_wc *wc, int max)
+{
+	struct fqp *q = qp;
+
+	pthread_mutex_lock(&F.lock);
+	if (q->nwc == 0) {
+		int reset = q->reset;
+		pthread_mutex_unlock(&F.lock);
+		if (reset)
+			return -ECONNRESET;
+		usleep((useconds_t)(wait_ms < 5 ? wait_ms : 5) * 1000);
+		return 0;
+	}
+	int n = q->nwc < max ? q->nwc : max;
+	memcpy(wc, q->wc, sizeof(*wc) * (size_t)n);
+	memmove(q->wc, q->wc + n, sizeof(*wc) * (size_t)(q->nwc - n));
+	q->nwc -= n;
+	for (int i = 0; i < n; i++)
+		F.outstanding -= wc[i].status ? 0 : (int)wc[i].id;
+	pthread_mutex_unlock(&F.lock);
+	return n;
+}
+
+static void f_drop(void *qp)
+{
+	struct fqp *q = qp;
+
+	pthread_mutex_lock(&F.lock);
+	if (q->server)
+		F.server_drops++;
+	pthread_mutex_unlock(&F.lock);
+	free(q);
+}
+
+/* What a queue pair that was never destroyed would still do: the held-back
+ * requests land now. A dropped one is gone, so nothing happens. */
+static void release_stalled(struct fqp *q)
+{
+	pthread_mutex_lock(&F.lock);
+	for (int i = 0; i < q->nstalled; i++)
+		run_wr(&q->stalled[i]);
+	q->nstalled = 0;
+	pthread_mutex_unlock(&F.lock);
+}
+
+static const struct rlink_ops fake_ops = {
+	.name = "fake", .listen = f_listen, .unlisten = f_unlisten, .event = f_event,
+	.accept = f_accept, .reject = f_reject, .reg = f_reg, .dereg = f_dereg,
+	.dial = f_dial, .post = f_post, .poll = f_poll, .drop = f_drop,
+};
+
+/* --- fixture: an owner at 10.0.0.1 and a requester at 10.0.0.2 ----------------- */
+
+#define BLK 4096u
+#define NB 100u
+
+struct fx {
+	struct rlink_node *owner, *req;
+	uint8_t *src, *dst;
+	struct rlink_region *rs, *rd;
+	struct rlink *l;
+	struct rlink_seg seg[NB];
+};
+
+static struct sockaddr_in sin_of(int host)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7471) };
+	a.sin_addr.s_addr = htonl(0x0a000000u | (uint32_t)host);
+	return a;
+}
+
+static int admit_low(void *arg, const struct sockaddr *from)
+{
+	(void)arg;
+	return (ntohl(((const struct sockaddr_in *)from)->sin_addr.s_addr) & 0xff) <= 2;
+}
+
+static void fill_segs(struct fx *f)
+{
+	for (unsigned i = 0; i < NB; i++) {
+		uint32_t lk, rk, dlk, drk;
+		assert_int_equal(rlink_keys(f->rs, f->src + i * BLK, BLK, &lk, &rk), 0);
+		assert_int_equal(rlink_keys(f->rd, f->dst + i * BLK, BLK, &dlk, &drk), 0);
+		f->seg[i] = (struct rlink_seg){ .local = f->dst + i * BLK, .lkey = dlk,
+						.remote = (uintptr_t)(f->src + i * BLK),
+						.rkey = rk, .len = BLK };
+	}
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	struct sockaddr_in o = sin_of(1), r = sin_of(2);
+
+	fabric_reset();
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&o, admit_low, NULL, &f->owner), 0);
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&r, admit_low, NULL, &f->req), 0);
+	f->src = malloc(NB * BLK);
+	f->dst = calloc(NB, BLK);
+	for (unsigned i = 0; i < NB; i++)
+		fill_block(test_key(i), f->src + i * BLK, BLK);
+	assert_int_equal(rlink_reg(f->owner, f->src, NB * BLK, &f->rs), 0);
+	assert_int_equal(rlink_reg(f->req, f->dst, NB * BLK, &f->rd), 0);
+	assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &f->l), 0);
+	fill_segs(f);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	rlink_close(f->l);
+	rlink_unreg(f->rs);
+	rlink_unreg(f->rd);
+	rlink_node_close(f->req);
+	rlink_node_close(f->owner);
+	assert_int_equal(live_mrs(), 0);
+	free(f->src);
+	free(f->dst);
+	free(f);
+	return 0;
+}
+
+static uint64_t soon(unsigned ms)
+{
+	return kvt_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+static struct rlink_counters *ctr(struct rlink_node *n)
+{
+	return rlink_node_counters(n);
+}
+
+/* --- tests ------------------------------------------------------------------------ */
+
+static void test_read_chained_and_signalled(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(rlink_move(f->l, 0, f->seg, NB, soon(5000)), 0);
+	for (unsigned i = 0; i < NB; i++)
+		assert_true(check_block(test_key(i), f->dst + i * BLK, BLK));
+	/* 100 requests: 7 chains of at most 16, the last of each signalled */
+	assert_int_equal(F.wrs, NB);
+	assert_int_equal(F.posts, 7);
+	assert_int_equal(F.signalled, 7);
+	assert_int_equal(F.max_chain, RLINK_SIGNAL_EVERY);
+	assert_true(F.max_outstanding <= (int)RLINK_DEPTH);
+	assert_int_equal(atomic_load(&ctr(f->req)->bytes_read), NB * BLK);
+	assert_int_equal(atomic_load(&ctr(f->req)->work_requests), NB);
+	assert_int_equal(atomic_load(&ctr(f->owner)->accepted), 1);
+	assert_true(rlink_alive(f->l));
+}
+
+static void test_depth_is_bounded(void **state)
+{
+	struct fx *f = *state;
+	struct rlink_seg many[1000];
+
+	for (unsigned i = 0; i < 1000; i++)
+		many[i] = f->seg[i % NB];
+	assert_int_equal(rlink_move(f->l, 0, many, 1000, soon(5000)), 0);
+	assert_true(F.max_outstanding <= (int)RLINK_DEPTH);
+	assert_int_equal(F.wrs, 1000);
+}
+
+static void test_write(void **state)
+{
+	struct fx *f = *state;
+
+	for (unsigned i = 0; i < NB; i++)
+		fill_block(test_key(500 + i), f->dst + i * BLK, BLK);
+	assert_int_equal(rlink_move(f->l, 1, f->seg, NB, soon(5000)), 0);
+	for (unsigned i = 0; i < NB; i++)
+		assert_true(check_block(test_key(500 + i), f->src + i * BLK, BLK));
+	assert_int_equal(atomic_load(&ctr(f->req)->bytes_written), NB * BLK);
+	assert_int_equal(atomic_load(&ctr(f->req)->bytes_read), 0);
+}
+
+static void redial_works(struct fx *f)
+{
+	struct sockaddr_in o = sin_of(1);
+
+	assert_false(rlink_alive(f->l));
+	assert_int_equal(rlink_move(f->l, 0, f->seg, 1, soon(100)), -ENOTCONN);
+	rlink_close(f->l);
+	f->l = NULL;
+	F.fail_status_at = F.refuse_post = F.reset_after = F.stall = 0;
+	assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &f->l), 0);
+	memset(f->dst, 0, NB * BLK);
+	assert_int_equal(rlink_move(f->l, 0, f->seg, NB, soon(5000)), 0);
+	assert_true(check_block(test_key(NB - 1), f->dst + (NB - 1) * BLK, BLK));
+	assert_int_equal(atomic_load(&ctr(f->req)->links_dialled), 2);
+	assert_int_equal(atomic_load(&ctr(f->req)->links_broken), 1);
+}
+
+static void test_completion_error(void **state)
+{
+	struct fx *f = *state;
+
+	F.fail_status_at = 37;
+	assert_int_equal(rlink_move(f->l, 0, f->seg, NB, soon(5000)), -EIO);
+	assert_int_equal(atomic_load(&ctr(f->req)->completion_errors), 1);
+	assert_int_equal(atomic_load(&ctr(f->req)->bytes_read), 0);
+	redial_works(f);
+}
+
+static void test_post_refused(void **state)
+{
+	struct fx *f = *state;
+
+	F.refuse_post = 1;
+	assert_int_equal(rlink_move(f->l, 1, f->seg, NB, soon(5000)), -EIO);
+	assert_int_equal(atomic_load(&ctr(f->req)->work_requests), 0);
+	redial_works(f);
+}
+
+static void test_disconnect_mid_transfer(void **state)
+{
+	struct fx *f = *state;
+
+	/* the connection goes after 40 requests: those complete, the rest never */
+	F.reset_after = 40;
+	int e = rlink_move(f->l, 0, f->seg, NB, soon(5000));
+	assert_int_equal(e, -ECONNRESET);
+	redial_works(f);
+}
+
+static void test_completions_never_come(void **state)
+{
+	struct fx *f = *state;
+
+	F.stall = 1;
+	uint64_t t0 = kvt_now_ns();
+	struct fqp *q = f->l->qp;
+	int e = rlink_move(f->l, 0, f->seg, NB, soon(200));
+	uint64_t took = kvt_now_ns() - t0;
+	assert_int_equal(e, -ETIMEDOUT);
+	assert_true(took >= 200000000ull && took < 3000000000ull);
+	/* the queue pair was destroyed before the call returned: q is freed,
+	 * and nothing of the held-back READs can land in dst any more */
+	assert_null(f->l->qp);
+	(void)q;
+	for (unsigned i = 0; i < NB; i++)
+		assert_false(check_block(test_key(i), f->dst + i * BLK, BLK));
+	redial_works(f);
+}
+
+static void test_late_reads_land_without_the_rule(void **state)
+{
+	struct fx *f = *state;
+
+	/* the fabric's own check: held-back READs of a live queue pair land
+	 * when released, which is what the failure rule prevents above */
+	F.stall = 1;
+	struct fqp *q = f->l->qp;
+	struct rlink_wr w = { .id = 1, .signalled = 1, .seg = f->seg[0] };
+	assert_int_equal(f_post(q, &w, 1), 0);
+	assert_false(check_block(test_key(0), f->dst, BLK));
+	release_stalled(q);
+	assert_true(check_block(test_key(0), f->dst, BLK));
+}
+
+static void test_stranger_gets_no_queue_pair(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_in o = sin_of(1), s = sin_of(9);
+	struct rlink_node *stranger;
+	struct rlink *l = NULL;
+
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&s, admit_low, NULL,
+					 &stranger), 0);
+	int qps = seen(&F.server_qps);
+	assert_int_equal(rlink_dial(stranger, (struct sockaddr *)&o, 1000, &l), -ECONNREFUSED);
+	assert_null(l);
+	assert_int_equal(seen(&F.server_qps), qps);
+	assert_int_equal(atomic_load(&ctr(f->owner)->refused), 1);
+	rlink_node_close(stranger);
+}
+
+static void test_gone_queue_pair_dropped(void **state)
+{
+	struct fx *f = *state;
+	struct fqp *sq = ((struct fqp *)f->l->qp)->peer;
+
+	/* the requester went away: the owner sees its queue pair close */
+	pthread_mutex_lock(&F.lock);
+	F.gone_qp = sq;
+	F.gone_dev = &F.dev[0];
+	pthread_mutex_unlock(&F.lock);
+	for (int i = 0; i < 200 && seen(&F.server_drops) == 0; i++)
+		usleep(5000);
+	assert_int_equal(seen(&F.server_drops), 1);
+}
+
+static void test_registration(void **state)
+{
+	(void)state;
+	struct sockaddr_in a = sin_of(5);
+	struct rlink_node *n;
+	struct rlink_region *r;
+	size_t len = 2 * RLINK_PIECE + RLINK_PIECE / 2;
+	uint8_t *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	uint32_t lk, rk;
+
+	assert_true(p != MAP_FAILED);
+	fabric_reset();
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&a, admit_low, NULL, &n), 0);
+	/* in pieces of RLINK_PIECE */
+	assert_int_equal(rlink_reg(n, p, len, &r), 0);
+	assert_int_equal(F.regs, 3);
+	assert_int_equal(rlink_keys(r, p + 10, 100, &lk, &rk), 0);
+	uint32_t k0 = rk;
+	assert_int_equal(rlink_keys(r, p + RLINK_PIECE, 100, &lk, &rk), 0);
+	assert_true(rk != k0);
+	assert_int_equal(rlink_keys(r, p + RLINK_PIECE - 50, 100, &lk, &rk), -ERANGE);
+	assert_int_equal(rlink_keys(r, p + len - 50, 100, &lk, &rk), -ERANGE);
+	assert_int_equal(rlink_keys(r, p - 1, 10, &lk, &rk), -ERANGE);
+	rlink_unreg(r);
+	assert_int_equal(live_mrs(), 0);
+	/* a piece that fails: the others are undone, the error is clear */
+	F.fail_reg_at = F.regs + 2;
+	assert_int_equal(rlink_reg(n, p, len, &r), -ENOMEM);
+	assert_null(r);
+	assert_non_null(strstr(kvt_last_error(), "cannot register"));
+	assert_int_equal(live_mrs(), 0);
+	assert_int_equal(rlink_reg(n, NULL, 10, &r), -EINVAL);
+	rlink_node_close(n);
+	munmap(p, len);
+}
+
+static void test_no_device(void **state)
+{
+	(void)state;
+	struct sockaddr_in a = sin_of(6);
+	struct rlink_node *n = (void *)1;
+
+	fabric_reset();
+	F.nodev = 1;
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&a, admit_low, NULL, &n),
+			 -ENODEV);
+	assert_null(n);
+	assert_non_null(strstr(kvt_last_error(), "no RDMA device"));
+	F.nodev = 0;
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_read_chained_and_signalled),
+		T(test_depth_is_bounded),
+		T(test_write),
+		T(test_completion_error),
+		T(test_post_refused),
+		T(test_disconnect_mid_transfer),
+		T(test_completions_never_come),
+		T(test_late_reads_land_without_the_rule),
+		T(test_stranger_gets_no_queue_pair),
+		T(test_gone_queue_pair_dropped),
+		cmocka_unit_test(test_registration),
+		cmocka_unit_test(test_no_device),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
