@@ -1,0 +1,338 @@
+/*
+ * test_rlink_verbs.c - RDMA links over the real libibverbs, librdmacm and
+ * kernel verbs stack. It needs an RDMA device serving 10.77.0.1, .2 and .3,
+ * which the soft-RoCE VM of tests/rdma/vm.sh provides (`make check-rdma`);
+ * anywhere else it exits 77. Covers: 128 blocks of 1 MiB read and written
+ * one-sided with every byte verified and the byte counters, strangers
+ * refused before a queue pair exists, an unreachable address, a bad rkey
+ * (a completion error breaks the link; dialling again works), and an owner
+ * process killed in the middle of a READ (bounded failure, link broken).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "rlink.h"
+#include "util.h"
+
+#define MiB (1024u * 1024u)
+#define BLOCKS 128u
+#define DIAL_MS 3000
+
+static struct sockaddr_in addr_of(int host, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	char ip[32];
+
+	snprintf(ip, sizeof(ip), "10.77.0.%d", host);
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	return a;
+}
+
+/* admits 10.77.0.1 and 10.77.0.2 only */
+static int admit_members(void *arg, const struct sockaddr *from)
+{
+	const struct sockaddr_in *in = (const struct sockaddr_in *)from;
+	uint32_t h = ntohl(in->sin_addr.s_addr);
+
+	(void)arg;
+	return from->sa_family == AF_INET && (h == 0x0a4d0001 || h == 0x0a4d0002);
+}
+
+static int next_port = 7471;
+
+static struct rlink_node *open_node(int host)
+{
+	struct sockaddr_in a = addr_of(host, next_port++);
+	struct rlink_node *n = NULL;
+
+	assert_int_equal(rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a,
+					 admit_members, NULL, &n), 0);
+	return n;
+}
+
+static void *big(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(p != MAP_FAILED);
+	return p;
+}
+
+static void test_blocks_read_and_written(void **state)
+{
+	(void)state;
+	int port = next_port;
+	struct rlink_node *owner = open_node(1), *req = open_node(2);
+	struct sockaddr_in oa = addr_of(1, port);
+	size_t len = (size_t)BLOCKS * MiB;
+	uint8_t *src = big(len), *dst = big(len), *in = big(len);
+	struct rlink_region *rs, *rd, *ri;
+	struct rlink_seg seg[BLOCKS];
+	struct rlink *l;
+	uint64_t sum[BLOCKS];
+
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		fill_block(test_key(i), src + (size_t)i * MiB, MiB);
+		sum[i] = kvt_checksum(src + (size_t)i * MiB, MiB);
+	}
+	assert_int_equal(rlink_reg(owner, src, len, &rs), 0);
+	assert_int_equal(rlink_reg(owner, in, len, &ri), 0);
+	assert_int_equal(rlink_reg(req, dst, len, &rd), 0);
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+
+	/* the owner's descriptors: address, rkey, length */
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		uint32_t lk, rk, dlk, drk;
+		assert_int_equal(rlink_keys(rs, src + (size_t)i * MiB, MiB, &lk, &rk), 0);
+		assert_int_equal(rlink_keys(rd, dst + (size_t)i * MiB, MiB, &dlk, &drk), 0);
+		seg[i] = (struct rlink_seg){ .local = dst + (size_t)i * MiB, .lkey = dlk,
+					     .remote = (uintptr_t)(src + (size_t)i * MiB),
+					     .rkey = rk, .len = MiB };
+	}
+	assert_int_equal(rlink_move(l, 0, seg, BLOCKS, kvt_now_ns() + 120000000000ull), 0);
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		assert_true(check_block(test_key(i), dst + (size_t)i * MiB, MiB));
+		assert_true(kvt_checksum(dst + (size_t)i * MiB, MiB) == sum[i]);
+	}
+	struct rlink_counters *c = rlink_node_counters(req);
+	assert_int_equal(atomic_load(&c->bytes_read), (uint64_t)len);
+	assert_int_equal(atomic_load(&c->work_requests), BLOCKS);
+	assert_int_equal(atomic_load(&c->completion_errors), 0);
+
+	/* writes: the requester's blocks into the owner's other region */
+	for (unsigned i = 0; i < BLOCKS; i++) {
+		uint32_t lk, rk;
+		fill_block(test_key(1000 + i), dst + (size_t)i * MiB, MiB);
+		assert_int_equal(rlink_keys(ri, in + (size_t)i * MiB, MiB, &lk, &rk), 0);
+		seg[i].remote = (uintptr_t)(in + (size_t)i * MiB);
+		seg[i].rkey = rk;
+	}
+	assert_int_equal(rlink_move(l, 1, seg, BLOCKS, kvt_now_ns() + 120000000000ull), 0);
+	for (unsigned i = 0; i < BLOCKS; i++)
+		assert_true(check_block(test_key(1000 + i), in + (size_t)i * MiB, MiB));
+	assert_int_equal(atomic_load(&c->bytes_written), (uint64_t)len);
+	assert_int_equal(atomic_load(&rlink_node_counters(owner)->accepted), 1);
+	printf("# 2 x %u x 1 MiB moved one-sided and verified\n", BLOCKS);
+
+	rlink_close(l);
+	rlink_unreg(rs);
+	rlink_unreg(ri);
+	rlink_unreg(rd);
+	rlink_node_close(req);
+	rlink_node_close(owner);
+	munmap(src, len);
+	munmap(dst, len);
+	munmap(in, len);
+}
+
+static void test_stranger_refused(void **state)
+{
+	(void)state;
+	int port = next_port;
+	struct rlink_node *owner = open_node(1), *stranger = open_node(3);
+	struct sockaddr_in oa = addr_of(1, port);
+	struct rlink *l = NULL;
+
+	assert_int_equal(rlink_dial(stranger, (struct sockaddr *)&oa, DIAL_MS, &l),
+			 -ECONNREFUSED);
+	assert_null(l);
+	assert_int_equal(atomic_load(&rlink_node_counters(owner)->refused), 1);
+	assert_int_equal(atomic_load(&rlink_node_counters(owner)->accepted), 0);
+	rlink_node_close(stranger);
+	rlink_node_close(owner);
+}
+
+static void test_unreachable_and_no_listener(void **state)
+{
+	(void)state;
+	struct rlink_node *req = open_node(2);
+	struct sockaddr_in nobody = addr_of(9, 7000), closed = addr_of(1, 7001);
+	struct rlink *l = NULL;
+	uint64_t t0 = kvt_now_ns();
+	int e = rlink_dial(req, (struct sockaddr *)&nobody, 1000, &l);
+
+	assert_true(e == -EHOSTUNREACH || e == -ETIMEDOUT);
+	assert_true(kvt_now_ns() - t0 < 5000000000ull);
+	/* an address of the device where nothing listens */
+	e = rlink_dial(req, (struct sockaddr *)&closed, 1000, &l);
+	assert_true(e == -ECONNREFUSED || e == -EHOSTUNREACH || e == -ETIMEDOUT);
+	assert_null(l);
+	rlink_node_close(req);
+}
+
+static void test_bad_rkey_breaks_link(void **state)
+{
+	(void)state;
+	int port = next_port;
+	struct rlink_node *owner = open_node(1), *req = open_node(2);
+	struct sockaddr_in oa = addr_of(1, port);
+	uint8_t *src = big(MiB), *dst = big(MiB);
+	struct rlink_region *rs, *rd;
+	struct rlink *l;
+	uint32_t lk, rk, dlk, drk;
+
+	fill_block(test_key(7), src, MiB);
+	assert_int_equal(rlink_reg(owner, src, MiB, &rs), 0);
+	assert_int_equal(rlink_reg(req, dst, MiB, &rd), 0);
+	assert_int_equal(rlink_keys(rs, src, MiB, &lk, &rk), 0);
+	assert_int_equal(rlink_keys(rd, dst, MiB, &dlk, &drk), 0);
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	struct rlink_seg s = { .local = dst, .lkey = dlk, .remote = (uintptr_t)src,
+			       .rkey = rk ^ 0x5a5a00, .len = MiB };
+	int e = rlink_move(l, 0, &s, 1, kvt_now_ns() + 20000000000ull);
+	assert_true(e == -EIO || e == -ECONNRESET);
+	assert_false(rlink_alive(l));
+	assert_int_equal(rlink_move(l, 0, &s, 1, kvt_now_ns() + 1000000000ull), -ENOTCONN);
+	rlink_close(l);
+	/* dialling again works, and the right key reads the block */
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	s.rkey = rk;
+	assert_int_equal(rlink_move(l, 0, &s, 1, kvt_now_ns() + 20000000000ull), 0);
+	assert_true(check_block(test_key(7), dst, MiB));
+	assert_int_equal(atomic_load(&rlink_node_counters(req)->links_dialled), 2);
+	assert_int_equal(atomic_load(&rlink_node_counters(req)->links_broken), 1);
+	rlink_close(l);
+	rlink_unreg(rs);
+	rlink_unreg(rd);
+	rlink_node_close(req);
+	rlink_node_close(owner);
+	munmap(src, MiB);
+	munmap(dst, MiB);
+}
+
+/* The owner in a child process: registers 64 MiB, hands out (addr, rkey) and
+ * waits to be killed. */
+static void owner_child(int port, int wfd)
+{
+	struct sockaddr_in a = addr_of(1, port);
+	struct rlink_node *n;
+	struct rlink_region *r;
+	size_t len = 64u * MiB;
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t d[2] = { 0, 0 };
+	uint32_t lk, rk;
+
+	if (p != MAP_FAILED && rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a,
+					       admit_members, NULL, &n) == 0 &&
+	    rlink_reg(n, p, len, &r) == 0 && rlink_keys(r, p, len, &lk, &rk) == 0) {
+		d[0] = (uintptr_t)p;
+		d[1] = rk;
+	}
+	if (write(wfd, d, sizeof(d)) != sizeof(d))
+		_exit(1);
+	for (;;)
+		pause();
+}
+
+static void *kill_later(void *arg)
+{
+	usleep(200000);
+	kill(*(pid_t *)arg, SIGKILL);
+	return NULL;
+}
+
+static void test_owner_killed_mid_read(void **state)
+{
+	(void)state;
+	int port = next_port++, fds[2];
+	uint64_t d[2];
+
+	assert_int_equal(pipe(fds), 0);
+	/* a fresh process (fork alone would share this one's verbs context,
+	 * which librdmacm opened, and so keep the owner's memory registered) */
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char ps[16], fs[16];
+		close(fds[0]);
+		snprintf(ps, sizeof(ps), "%d", port);
+		snprintf(fs, sizeof(fs), "%d", fds[1]);
+		execl("/proc/self/exe", "test_rlink_verbs", "--owner", ps, fs, (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], d, sizeof(d)), (ssize_t)sizeof(d));
+	close(fds[0]);
+	assert_true(d[0] != 0);
+
+	struct rlink_node *req = open_node(2);
+	struct sockaddr_in oa = addr_of(1, port);
+	size_t len = 64u * MiB;
+	uint8_t *dst = big(len);
+	struct rlink_region *rd;
+	struct rlink *l;
+	struct rlink_seg seg[64];
+	uint32_t dlk, drk;
+
+	assert_int_equal(rlink_reg(req, dst, len, &rd), 0);
+	assert_int_equal(rlink_keys(rd, dst, len, &dlk, &drk), 0);
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	for (unsigned i = 0; i < 64; i++)
+		seg[i] = (struct rlink_seg){ .local = dst + (size_t)i * MiB, .lkey = dlk,
+					     .remote = d[0] + (uint64_t)i * MiB,
+					     .rkey = (uint32_t)d[1], .len = MiB };
+	/* a first read proves the link; the second is cut by the kill */
+	assert_int_equal(rlink_move(l, 0, seg, 1, kvt_now_ns() + 20000000000ull), 0);
+	pthread_t killer;
+	assert_int_equal(pthread_create(&killer, NULL, kill_later, &pid), 0);
+	uint64_t t0 = kvt_now_ns();
+	int e = 0;
+	/* 64 MiB take seconds here; go on until the kill cuts one */
+	/* 64 MiB take seconds here; go on until the kill cuts one */
+	for (int round = 0; round < 20 && e == 0; round++)
+		e = rlink_move(l, 0, seg, 64, kvt_now_ns() + 15000000000ull);
+	uint64_t took = kvt_now_ns() - t0;
+	printf("# owner killed: %s after %.1f s\n", strerror(-e), (double)took / 1e9);
+	assert_true(e == -EIO || e == -ECONNRESET || e == -ETIMEDOUT);
+	assert_false(rlink_alive(l));
+	assert_true(took < 40000000000ull);
+	pthread_join(killer, NULL);
+	waitpid(pid, NULL, 0);
+	rlink_close(l);
+	/* nobody listens there any more */
+	assert_true(rlink_dial(req, (struct sockaddr *)&oa, 1000, &l) < 0);
+	rlink_unreg(rd);
+	rlink_node_close(req);
+	munmap(dst, len);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], "--owner"))
+		owner_child(atoi(argv[2]), atoi(argv[3]));
+
+	struct sockaddr_in a = addr_of(1, 7470);
+	struct rlink_node *n;
+	int e = rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a, admit_members, NULL, &n);
+
+	if (e) {
+		printf("no RDMA device serves 10.77.0.1 (%s): run under tests/rdma/vm.sh "
+		       "(make check-rdma)\n", kvt_last_error());
+		return 77;
+	}
+	rlink_node_close(n);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_blocks_read_and_written),
+		cmocka_unit_test(test_stranger_refused),
+		cmocka_unit_test(test_unreachable_and_no_listener),
+		cmocka_unit_test(test_bad_rkey_breaks_link),
+		cmocka_unit_test(test_owner_killed_mid_read),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
