@@ -139,7 +139,9 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * naming it in kvt_last_error(); -ENOMEM when the RAM arena cannot be
  * allocated or locked as required; -ENOTSUP for configured features this
  * build does not have (peers.transport "rdma"); -EIO and others from opening
- * disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on.
+ * disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
+ * -EADDRNOTAVAIL when this node's own address (the host of peers.listen, or
+ * of its entry in peers.members) is not an address of this machine.
  */
 KVT_API int kvt_open(const char *config_json, kvt_store **out);
 

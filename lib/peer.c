@@ -63,6 +63,10 @@ struct member {
 struct peer_tier {
 	struct member *m;
 	unsigned n, self;
+	/* where outgoing connections leave from: this node's own address,
+	 * the one the others list for it (port 0) */
+	struct sockaddr_storage src;
+	socklen_t srclen;
 	struct peer_local local;
 	uint64_t max_block;
 	uint32_t connect_ms, request_ms, down_ms;
@@ -225,6 +229,37 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
 	static const uint8_t pre[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	return !memcmp(x, pre, 12) &&
 	       !memcmp(x + 12, &((const struct sockaddr_in *)v4)->sin_addr.s_addr, 4);
+}
+
+/* 1 for the wildcard address (0.0.0.0 or ::). */
+static int any_host(const struct sockaddr_storage *a)
+{
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return a->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+/* The host of a, in numbers, for messages. */
+static const char *host_str(const struct sockaddr_storage *a, char *buf, size_t n)
+{
+	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), buf, (socklen_t)n, NULL, 0,
+			NI_NUMERICHOST))
+		snprintf(buf, n, "?");
+	return buf;
+}
+
+/*
+ * Binds fd to this node's own address before it connects, so that the
+ * member sees the source address it lists for this node, whichever
+ * interface the route leaves by. The port is left for connect to choose.
+ */
+static int bind_source(const struct peer_tier *p, int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+	return bind(fd, (const struct sockaddr *)&p->src, p->srclen) < 0 ? -errno : 0;
 }
 
 /* --- bounded socket I/O --------------------------------------------------------- */
@@ -730,7 +765,14 @@ static int dial(struct peer_tier *p, unsigned m)
 
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&x->sa, x->salen) < 0) {
+	/* a member of another address family: the kernel picks the source */
+	if (p->src.ss_family == x->sa.ss_family)
+		e = bind_source(p, fd);
+	if (e) {
+		char h[INET6_ADDRSTRLEN];
+		kvt_log(KVT_LOG_ERR, "peer: cannot send from %s, this node's address: %s",
+			host_str(&p->src, h, sizeof(h)), strerror(-e));
+	} else if (connect(fd, (struct sockaddr *)&x->sa, x->salen) < 0) {
 		if (errno != EINPROGRESS) {
 			e = -errno;
 		} else {
@@ -1113,6 +1155,44 @@ static void tier_free(struct peer_tier *p)
 	free(p);
 }
 
+/*
+ * Chooses the source of outgoing connections: the host of peers.listen, or
+ * when that is the wildcard, of this node's entry in peers.members; and
+ * checks now that it can be bound, so that a node without that address
+ * fails at open rather than at its first request.
+ */
+static int source_open(struct peer_tier *p, const struct sockaddr_storage *la,
+		       socklen_t ll)
+{
+	const char *what = "peers.listen";
+	char h[INET6_ADDRSTRLEN], key[64];
+	int fd, e;
+
+	if (any_host(la)) {
+		snprintf(key, sizeof(key), "peers.members[%u].addr", p->self);
+		what = key;
+		la = &p->m[p->self].sa;
+		ll = p->m[p->self].salen;
+	}
+	memcpy(&p->src, la, ll);
+	p->srclen = ll;
+	if (p->src.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&p->src)->sin6_port = 0;
+	else
+		((struct sockaddr_in *)&p->src)->sin_port = 0;
+	fd = socket(p->src.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return kvt_fail(-errno, "peers: socket: %s", strerror(errno));
+	e = bind_source(p, fd);
+	close(fd);
+	if (e)
+		return kvt_fail(e, "%s: cannot send from %s: %s (connections to the other "
+				"members leave from this node's own address, so it must be an "
+				"address of this host)", what, host_str(&p->src, h, sizeof(h)),
+				strerror(-e));
+	return 0;
+}
+
 int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	      uint64_t max_block, struct peer_tier **out)
 {
@@ -1169,6 +1249,8 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	struct sockaddr_storage la;
 	socklen_t ll;
 	e = resolve("peers.listen", cfg->peer_listen, &la, &ll);
+	if (!e)
+		e = source_open(p, &la, ll);
 	if (!e && pipe2(p->wake, O_CLOEXEC) < 0)
 		e = kvt_fail(-errno, "peers: pipe: %s", strerror(errno));
 	if (!e) {

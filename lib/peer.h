@@ -39,6 +39,9 @@
  * by the receiver before the bytes are stored or returned. A server accepts
  * connections only from the addresses of configured members, and only a
  * HELLO naming a member of that address; it listens only on peers.listen.
+ * A client binds each connection to this node's own address (the host of
+ * peers.listen, or of its entry in peers.members when that is a wildcard),
+ * the one the others list for it.
  * Every client wait is bounded (peers.connect_timeout_ms,
  * peers.request_timeout_ms); a member that fails is marked down for
  * peers.down_ms, during which its keys read as misses without a wait.

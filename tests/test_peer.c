@@ -283,22 +283,44 @@ static int fx_teardown(void **state)
 	return 0;
 }
 
-/* Node self of the cluster {a: 127.0.0.1:pa, b: 127.0.0.1:pb}. */
-static kvt_store *node(const char *self, int pa, int pb)
+/*
+ * Node self of the cluster {a: ipa:pa, b: ipb:pb}, listening on its own
+ * member address; extra is more "peers" keys (", \"key\": value") or "".
+ */
+static kvt_store *node_at(const char *self, const char *ipa, int pa, const char *ipb,
+			  int pb, const char *extra)
 {
-	char cfg[1024];
+	char cfg[1280];
 	kvt_store *s = NULL;
 	snprintf(cfg, sizeof(cfg),
 		 "{\"ram\": {\"capacity\": \"64MiB\", \"max_block\": \"2MiB\", \"mlock\": false},"
-		 " \"peers\": {\"self\": \"%s\", \"listen\": \"127.0.0.1:%d\", \"members\":"
-		 " [{\"name\": \"a\", \"addr\": \"127.0.0.1:%d\"},"
-		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}], \"transport\": \"tcp\","
-		 " \"connect_timeout_ms\": %d, \"request_timeout_ms\": %d, \"down_ms\": %d}}",
-		 self, self[0] == 'a' ? pa : pb, pa, pb, CONNECT_MS, REQUEST_MS, DOWN_MS);
+		 " \"peers\": {\"self\": \"%s\", \"listen\": \"%s:%d\", \"members\":"
+		 " [{\"name\": \"a\", \"addr\": \"%s:%d\"},"
+		 " {\"name\": \"b\", \"addr\": \"%s:%d\"}], \"transport\": \"tcp\","
+		 " \"connect_timeout_ms\": %d, \"request_timeout_ms\": %d, \"down_ms\": %d%s}}",
+		 self, self[0] == 'a' ? ipa : ipb, self[0] == 'a' ? pa : pb, ipa, pa, ipb, pb,
+		 CONNECT_MS, REQUEST_MS, DOWN_MS, extra);
 	int rc = kvt_open(cfg, &s);
 	if (rc)
 		fail_msg("kvt_open %s: %s: %s", self, kvt_strerror(rc), kvt_last_error());
 	return s;
+}
+
+/* Node self of the cluster {a: 127.0.0.1:pa, b: 127.0.0.1:pb}. */
+static kvt_store *node(const char *self, int pa, int pb)
+{
+	return node_at(self, "127.0.0.1", pa, "127.0.0.1", pb, "");
+}
+
+/* 1 if this host can bind ip (127.0.0.2 is on lo on Linux). */
+static int have_address(const char *ip)
+{
+	struct sockaddr_in a = loopback(ip, 0);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+	assert_true(fd >= 0);
+	ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
 }
 
 /* Opens a and b and waits until each reaches the other. */
@@ -1185,6 +1207,56 @@ static void test_non_member_address(void **state)
 	still_serves(f, k);
 }
 
+/*
+ * Two members on two addresses of one host (a on 127.0.0.1, b on
+ * 127.0.0.2): b's connections to a must leave from b's own address, or a
+ * refuses them (left to the kernel they leave from 127.0.0.1, a's own).
+ */
+static void test_source_is_own_member_address(void **state)
+{
+	struct fx *f = *state;
+	kvt_key ka, kb;
+	if (!have_address("127.0.0.2"))
+		skip();
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.2", f->pb, "");
+	f->b = node_at("b", "127.0.0.1", f->pa, "127.0.0.2", f->pb, "");
+	owned_keys(0, 64000, &ka, 1);
+	owned_keys(1, 64000, &kb, 1);
+	store_put_block(f->a, ka, 5000);
+	store_put_block(f->b, kb, 5000);
+	int rc = store_get_block(f->b, ka, 5000);
+	if (rc)
+		fail_msg("b (127.0.0.2) could not get a's key from a (127.0.0.1): %s: %s",
+			 kvt_strerror(rc), kvt_last_error());
+	assert_int_equal(store_get_block(f->a, kb, 5000), 0);
+	assert_int_equal(store_stat(f->a, "peer", "connections_refused"), 0);
+	assert_int_equal(store_stat(f->b, "peer", "connections_refused"), 0);
+}
+
+/*
+ * An address this host does not have cannot be a source: with peers.listen
+ * on every interface, a member address that is not local fails kvt_open.
+ */
+static void test_source_address_not_local(void **state)
+{
+	struct fx *f = *state;
+	char cfg[512];
+	kvt_store *s = (kvt_store *)0x1;
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false},"
+		 " \"peers\": {\"self\": \"a\", \"listen\": \"0.0.0.0:%d\", \"members\":"
+		 " [{\"name\": \"a\", \"addr\": \"192.0.2.1:%d\"},"
+		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}]}}", f->pa, f->pa, f->pb);
+	int rc = kvt_open(cfg, &s);
+	if (rc != -EADDRNOTAVAIL) {
+		if (rc == 0)
+			kvt_close(s);
+		fail_msg("non-local member address: got %d (%s)", rc, kvt_last_error());
+	}
+	assert_ptr_equal(s, (kvt_store *)0x1);
+	assert_non_null(strstr(kvt_last_error(), "192.0.2.1"));
+	assert_non_null(strstr(kvt_last_error(), "peers.members[0].addr"));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -1208,6 +1280,8 @@ int main(void)
 		T(test_hostile_frames),
 		T(test_bad_puts_not_stored),
 		T(test_non_member_address),
+		T(test_source_is_own_member_address),
+		T(test_source_address_not_local),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
