@@ -74,6 +74,7 @@ static void set_defaults(struct kvt_config *c)
 	c->peer_connect_ms = 500;
 	c->peer_request_ms = 2000;
 	c->peer_down_ms = 2000;
+	c->peer_log_ms = 10000;
 }
 
 void config_free(struct kvt_config *cfg)
@@ -557,7 +558,7 @@ static int parse_members(const json_t *v, struct kvt_config *c)
 
 static int get_ms(const char *key, const json_t *v, uint32_t *out)
 {
-	long long i;
+	long long i = 0;
 	int r = get_int(key, v, 1, PEER_MS_MAX, &i);
 
 	if (!r)
@@ -600,8 +601,10 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 			r = get_ms("peers.request_timeout_ms", v, &c->peer_request_ms);
 		} else if (!strcmp(k, "down_ms")) {
 			r = get_ms("peers.down_ms", v, &c->peer_down_ms);
+		} else if (!strcmp(k, "log_interval_ms")) {
+			r = get_ms("peers.log_interval_ms", v, &c->peer_log_ms);
 		} else {
-			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms)",
+			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms, log_interval_ms)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -44,6 +44,9 @@ struct kvt_config {
 	uint32_t peer_connect_ms; /* "peers.connect_timeout_ms", default 500 */
 	uint32_t peer_request_ms; /* "peers.request_timeout_ms", default 2000 */
 	uint32_t peer_down_ms;    /* "peers.down_ms", default 2000 */
+	uint32_t peer_log_ms;     /* "peers.log_interval_ms", default 10000: at
+				     most one line a period about refused
+				     strangers */
 };
 
 /*

@@ -69,7 +69,7 @@ struct peer_tier {
 	socklen_t srclen;
 	struct peer_local local;
 	uint64_t max_block;
-	uint32_t connect_ms, request_ms, down_ms;
+	uint32_t connect_ms, request_ms, down_ms, log_ms;
 	/* server */
 	int lfd;
 	int wake[2];              /* readable once closing */
@@ -79,6 +79,13 @@ struct peer_tier {
 	pthread_cond_t ccv;
 	unsigned nconns;
 	int conn_fds[CONNS_MAX];
+	/* refused strangers: each counted, the first logged, then at most one
+	 * summary line per log_ms */
+	pthread_mutex_t slock;
+	uint64_t slog_next;       /* ns: no line about strangers before this */
+	uint64_t slog_quiet;      /* strangers refused since the last line */
+	char slog_last[192];      /* the latest of them */
+	_Atomic uint64_t strangers;
 	/* counters */
 	_Atomic uint64_t served_lookups, served_gets, served_puts, served_bytes;
 	_Atomic uint64_t refused_conns, bad_messages, conns_accepted;
@@ -331,17 +338,74 @@ struct conn {
 	struct peer_tier *p;
 	int fd;
 	int slot;
+	char from[INET6_ADDRSTRLEN]; /* source host, for messages */
 	unsigned member;          /* after HELLO */
 	uint8_t *buf;             /* a block's bytes */
 	size_t cap;
 };
+
+/*
+ * A connection refused as a stranger's: from an address that is no
+ * member's, or whose first frame is not a member's HELLO. Counted always;
+ * the first is logged, and those that follow within log_ms are counted
+ * quietly and logged as one summary line when the period ends (by the
+ * listener, or at close), so that strangers cannot flood the log.
+ */
+static void stranger(struct peer_tier *p, const char *from, const char *why)
+{
+	uint64_t now = kvt_now_ns();
+	int quiet;
+
+	ctr_add(&p->strangers, 1);
+	pthread_mutex_lock(&p->slock);
+	quiet = p->slog_quiet || now < p->slog_next;
+	if (quiet) {
+		p->slog_quiet++;
+		snprintf(p->slog_last, sizeof(p->slog_last), "%s: %s", from, why);
+	} else {
+		p->slog_next = now + (uint64_t)p->log_ms * 1000000ull;
+	}
+	pthread_mutex_unlock(&p->slock);
+	if (!quiet)
+		kvt_log(KVT_LOG_WARN, "peer: refused a connection from %s: %s (more are "
+			"counted in peer.connections_from_strangers and logged as one line "
+			"per %u ms)", from, why, p->log_ms);
+}
+
+/*
+ * Logs the summary of the strangers refused quietly, once their period has
+ * ended (or now, with force). Returns the ms until it is due, or -1 when
+ * none is pending.
+ */
+static int strangers_summary(struct peer_tier *p, int force)
+{
+	uint64_t now = kvt_now_ns(), n = 0;
+	char last[sizeof(p->slog_last)];
+	int wait = -1;
+
+	pthread_mutex_lock(&p->slock);
+	if (p->slog_quiet && (force || now >= p->slog_next)) {
+		n = p->slog_quiet;
+		memcpy(last, p->slog_last, sizeof(last));
+		p->slog_quiet = 0;
+		p->slog_next = now + (uint64_t)p->log_ms * 1000000ull;
+	} else if (p->slog_quiet) {
+		wait = ms_left(p->slog_next);
+	}
+	pthread_mutex_unlock(&p->slock);
+	if (n)
+		kvt_log(KVT_LOG_WARN, "peer: refused %llu more connection%s from non-members "
+			"within %u ms; the latest from %s", (unsigned long long)n,
+			n == 1 ? "" : "s", p->log_ms, last);
+	return wait;
+}
 
 /* Sends an ERROR frame (best effort; the connection closes after it). */
 static void send_error(struct conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 static void send_error(struct conn *c, const char *fmt, ...)
 {
-	uint8_t f[HDR + 256];
+	uint8_t f[HDR + 256 + 1];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -355,9 +419,12 @@ static void send_error(struct conn *c, const char *fmt, ...)
 	xfer(c->fd, f, HDR + (size_t)len, 1,
 	     kvt_now_ns() + (uint64_t)c->p->request_ms * 1000000ull, -1);
 	ctr_add(&c->p->bad_messages, 1);
-	kvt_log(KVT_LOG_WARN, "peer: closing a connection from %s: %.*s",
-		c->member < c->p->n ? c->p->m[c->member].name : "an unnamed peer",
-		len, (char *)f + HDR);
+	f[HDR + len] = 0;
+	if (c->member < c->p->n)
+		kvt_log(KVT_LOG_WARN, "peer: closing a connection from %s: %s",
+			c->p->m[c->member].name, (char *)f + HDR);
+	else
+		stranger(c->p, c->from, (char *)f + HDR);
 }
 
 static int grow(struct conn *c, size_t n)
@@ -631,7 +698,15 @@ static void *conn_main(void *arg)
 	struct conn c = { .p = a->p, .fd = a->fd, .slot = a->slot, .member = UINT32_MAX };
 	struct peer_tier *p = a->p;
 	uint8_t b[HDR];
-	int e = hello(&c, &a->from);
+	int e;
+
+	host_str(&a->from, c.from, sizeof(c.from));
+	e = hello(&c, &a->from);
+	if (e == -ETIMEDOUT) {
+		char why[64];
+		snprintf(why, sizeof(why), "no HELLO within %u ms", p->request_ms);
+		stranger(p, c.from, why);
+	}
 
 	while (!e) {
 		struct hdr h;
@@ -677,13 +752,16 @@ static void *listener_main(void *arg)
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = p->lfd, .events = POLLIN },
 					{ .fd = p->wake[0], .events = POLLIN } };
-		if (poll(pf, 2, -1) < 0) {
+		/* wakes when a summary of quiet strangers is due */
+		if (poll(pf, 2, strangers_summary(p, 0)) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (pf[1].revents & POLLIN)
 			break;
+		if (!pf[0].revents)
+			continue; /* the summary's time */
 		struct sockaddr_storage from;
 		socklen_t fl = sizeof(from);
 		int fd = accept4(p->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
@@ -725,10 +803,11 @@ static void *listener_main(void *arg)
 		}
 		pthread_mutex_unlock(&p->clock);
 		if (!ok) {
+			char h[INET6_ADDRSTRLEN];
 			ctr_add(&p->refused_conns, 1);
 			if (!member)
-				kvt_log(KVT_LOG_WARN, "peer: refused a connection from an "
-					"address that is no member's");
+				stranger(p, host_str(&from, h, sizeof(h)),
+					 "no member has that address");
 			close(fd);
 		} else {
 			ctr_add(&p->conns_accepted, 1);
@@ -1151,6 +1230,7 @@ static void tier_free(struct peer_tier *p)
 	if (p->wake[1] >= 0)
 		close(p->wake[1]);
 	pthread_mutex_destroy(&p->clock);
+	pthread_mutex_destroy(&p->slock);
 	pthread_cond_destroy(&p->ccv);
 	free(p);
 }
@@ -1207,6 +1287,7 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 		return -ENOMEM;
 	p->lfd = p->wake[0] = p->wake[1] = -1;
 	pthread_mutex_init(&p->clock, NULL);
+	pthread_mutex_init(&p->slock, NULL);
 	pthread_cond_init(&p->ccv, NULL);
 	for (unsigned i = 0; i < CONNS_MAX; i++)
 		p->conn_fds[i] = -1;
@@ -1215,6 +1296,7 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	p->connect_ms = cfg->peer_connect_ms;
 	p->request_ms = cfg->peer_request_ms;
 	p->down_ms = cfg->peer_down_ms;
+	p->log_ms = cfg->peer_log_ms;
 	p->self = cfg->peer_self;
 	p->m = calloc(cfg->npeers, sizeof(*p->m));
 	if (!p->m) {
@@ -1294,6 +1376,7 @@ void peer_close(struct peer_tier *p)
 	while (p->nconns)
 		pthread_cond_wait(&p->ccv, &p->clock);
 	pthread_mutex_unlock(&p->clock);
+	strangers_summary(p, 1);
 	tier_free(p);
 }
 
@@ -1329,6 +1412,7 @@ void peer_stats(struct peer_tier *p, json_t *obj)
 	C("served_bytes", served_bytes);
 	C("connections_accepted", conns_accepted);
 	C("connections_refused", refused_conns);
+	C("connections_from_strangers", strangers);
 	C("bad_messages", bad_messages);
 #undef C
 }

@@ -39,6 +39,8 @@
  * by the receiver before the bytes are stored or returned. A server accepts
  * connections only from the addresses of configured members, and only a
  * HELLO naming a member of that address; it listens only on peers.listen.
+ * Refused strangers are counted, and logged as the first and then one
+ * summary line per peers.log_interval_ms.
  * A client binds each connection to this node's own address (the host of
  * peers.listen, or of its entry in peers.members when that is a wildcard),
  * the one the others list for it.

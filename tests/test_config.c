@@ -540,15 +540,18 @@ static void test_peers_parse_with_defaults(void **state)
 	assert_int_equal(c.peer_connect_ms, 500);
 	assert_int_equal(c.peer_request_ms, 2000);
 	assert_int_equal(c.peer_down_ms, 2000);
+	assert_int_equal(c.peer_log_ms, 10000);
 	config_free(&c);
 	assert_int_equal(c.npeers, 0);
 	expect_ok("{\"peers\": {\"self\": \"a\", \"listen\": \"0.0.0.0:7001\", "
 		  "\"transport\": \"tcp\", \"connect_timeout_ms\": 100, "
-		  "\"request_timeout_ms\": 300, \"down_ms\": 50, " MEMBERS "}}", &c);
+		  "\"request_timeout_ms\": 300, \"down_ms\": 50, \"log_interval_ms\": 70, "
+		  MEMBERS "}}", &c);
 	assert_string_equal(c.peer_listen, "0.0.0.0:7001");
 	assert_int_equal(c.peer_connect_ms, 100);
 	assert_int_equal(c.peer_request_ms, 300);
 	assert_int_equal(c.peer_down_ms, 50);
+	assert_int_equal(c.peer_log_ms, 70);
 	config_free(&c);
 }
 
@@ -584,6 +587,10 @@ static void test_peers_reject_bad_values(void **state)
 		    "peers.members[0]");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"down_ms\": 0, " MEMBERS "}}",
 		    -EINVAL, "peers.down_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"log_interval_ms\": 0, " MEMBERS "}}",
+		    -EINVAL, "peers.log_interval_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"log_interval_ms\": 600001, " MEMBERS "}}",
+		    -EINVAL, "peers.log_interval_ms");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"listen\": \"x\", " MEMBERS "}}",
 		    -EINVAL, "peers.listen");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"udp\", " MEMBERS "}}",

@@ -275,6 +275,7 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
+	kvt_set_log(NULL, NULL, 0);
 	kvt_close(f->a);
 	kvt_close(f->b);
 	if (f->fake)
@@ -1257,6 +1258,149 @@ static void test_source_address_not_local(void **state)
 	assert_non_null(strstr(kvt_last_error(), "peers.members[0].addr"));
 }
 
+/* --- strangers in the log ---------------------------------------------- */
+
+/* What the log said about refused strangers: lines, and the connections
+ * they account for (1 for a line about one, N for a summary of N). */
+static struct {
+	pthread_mutex_t lock;
+	long lines, refused;
+} seen = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void count_refusals(int level, const char *msg, void *arg)
+{
+	unsigned long long n;
+	(void)arg;
+	if (level != KVT_LOG_WARN)
+		return;
+	pthread_mutex_lock(&seen.lock);
+	if (!strncmp(msg, "peer: refused a connection", 26)) {
+		seen.lines++;
+		seen.refused++;
+	} else if (sscanf(msg, "peer: refused %llu more", &n) == 1) {
+		seen.lines++;
+		seen.refused += (long)n;
+	}
+	pthread_mutex_unlock(&seen.lock);
+}
+
+static void seen_now(long *lines, long *refused)
+{
+	pthread_mutex_lock(&seen.lock);
+	*lines = seen.lines;
+	*refused = seen.refused;
+	pthread_mutex_unlock(&seen.lock);
+}
+
+static void watch_refusals(void)
+{
+	pthread_mutex_lock(&seen.lock);
+	seen.lines = seen.refused = 0;
+	pthread_mutex_unlock(&seen.lock);
+	kvt_set_log(count_refusals, NULL, KVT_LOG_WARN);
+}
+
+/* Waits (10 s at most) until stat tier.name of s reaches n. */
+static void wait_stat(kvt_store *s, const char *tier, const char *name, long long n)
+{
+	long long end = now_ms() + 10000, v;
+	while ((v = store_stat(s, tier, name)) < n) {
+		if (now_ms() > end)
+			fail_msg("%s.%s stayed at %lld, expected %lld", tier, name, v, n);
+		usleep(5000);
+	}
+}
+
+/* n connections to a from 127.0.0.2, an address that is no member's. */
+static void strangers_by_address(struct fx *f, int n)
+{
+	long long base = store_stat(f->a, "peer", "connections_refused");
+	for (int i = 0; i < n; i++) {
+		int fd = raw_connect("127.0.0.2", "127.0.0.1", f->pa);
+		if (fd < 0)
+			fail_msg("connection %d from 127.0.0.2: %s", i, strerror(errno));
+		close(fd);
+		if (i % 32 == 31) /* within the listen backlog */
+			wait_stat(f->a, "peer", "connections_refused", base + i + 1);
+	}
+	wait_stat(f->a, "peer", "connections_refused", base + n);
+}
+
+/* n connections from a member's address whose HELLO names no member. */
+static void strangers_by_name(struct fx *f, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+		assert_true(fd >= 0);
+		send_frame(fd, T_HELLO, 2, 0, "zz", 2);
+		expect_refused(fd, "HELLO naming a non-member");
+		close(fd);
+	}
+}
+
+/*
+ * Every stranger is counted, but the log gets one line for the first and
+ * then at most a summary line per peers.log_interval_ms (10 s by default),
+ * so 350 strangers write two lines or so, not 350.
+ */
+static void test_strangers_do_not_flood_the_log(void **state)
+{
+	struct fx *f = *state;
+	long lines, refused;
+	if (!have_address("127.0.0.2"))
+		skip();
+	f->a = node("a", f->pa, f->pb);
+	watch_refusals();
+	long long t0 = now_ms();
+	strangers_by_address(f, 300);
+	strangers_by_name(f, 50); /* each waits for its close: all told by now */
+	seen_now(&lines, &refused);
+	long long periods = (now_ms() - t0) / 10000;
+	if (lines > 2 + periods)
+		fail_msg("350 strangers in %lld ms wrote %ld log lines", now_ms() - t0, lines);
+	assert_true(lines >= 1 && refused <= 350);
+	assert_int_equal(store_stat(f->a, "peer", "connections_from_strangers"), 350);
+	assert_int_equal(store_stat(f->a, "peer", "connections_accepted"), 50);
+	/* what is still untold is told at close */
+	kvt_close(f->a);
+	f->a = NULL;
+	seen_now(&lines, &refused);
+	assert_int_equal(refused, 350);
+}
+
+/* The summary comes when its period ends, without a close; after a quiet
+ * period the next stranger is logged at once. */
+static void test_stranger_summary_each_interval(void **state)
+{
+	struct fx *f = *state;
+	long lines, refused;
+	if (!have_address("127.0.0.2"))
+		skip();
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb,
+		       ", \"log_interval_ms\": 200");
+	watch_refusals();
+	strangers_by_address(f, 20);
+	long long end = now_ms() + 5000;
+	for (seen_now(&lines, &refused); refused < 20; seen_now(&lines, &refused)) {
+		if (now_ms() > end)
+			fail_msg("after 5 s the log accounts for %ld of 20 strangers", refused);
+		usleep(10000);
+	}
+	assert_int_equal(refused, 20);
+	assert_true(lines >= 2); /* the first, then a summary */
+	usleep(450000); /* a quiet period: the next one is told at once */
+	long before = lines;
+	strangers_by_address(f, 1);
+	end = now_ms() + 5000;
+	for (seen_now(&lines, &refused); refused < 21; seen_now(&lines, &refused)) {
+		if (now_ms() > end)
+			fail_msg("a stranger after a quiet period was not logged");
+		usleep(10000);
+	}
+	assert_int_equal(lines, before + 1);
+	assert_int_equal(store_stat(f->a, "peer", "connections_from_strangers"), 21);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -1282,6 +1426,8 @@ int main(void)
 		T(test_non_member_address),
 		T(test_source_is_own_member_address),
 		T(test_source_address_not_local),
+		T(test_strangers_do_not_flood_the_log),
+		T(test_stranger_summary_each_interval),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
