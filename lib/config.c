@@ -39,6 +39,7 @@
 #define PEER_NAME_MAX     64u
 #define PEER_ADDR_MAX     255u
 #define PEER_MS_MAX       600000u
+#define PEER_CONNS_MAX    1024u   /* a server's connections, all members */
 
 /* Longest piece of user text quoted in an error message. */
 #define QUOTE_MAX 64
@@ -75,6 +76,8 @@ static void set_defaults(struct kvt_config *c)
 	c->peer_request_ms = 2000;
 	c->peer_down_ms = 2000;
 	c->peer_log_ms = 10000;
+	c->peer_idle_ms = 60000;
+	c->peer_max_conns = 64;
 }
 
 void config_free(struct kvt_config *cfg)
@@ -603,8 +606,14 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 			r = get_ms("peers.down_ms", v, &c->peer_down_ms);
 		} else if (!strcmp(k, "log_interval_ms")) {
 			r = get_ms("peers.log_interval_ms", v, &c->peer_log_ms);
+		} else if (!strcmp(k, "idle_timeout_ms")) {
+			r = get_ms("peers.idle_timeout_ms", v, &c->peer_idle_ms);
+		} else if (!strcmp(k, "max_conns_per_member")) {
+			long long i = 0;
+			r = get_int("peers.max_conns_per_member", v, 1, PEER_CONNS_MAX, &i);
+			c->peer_max_conns = (unsigned)i;
 		} else {
-			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms, log_interval_ms)",
+			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms, idle_timeout_ms, max_conns_per_member, log_interval_ms)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -44,6 +44,9 @@ struct kvt_config {
 	uint32_t peer_connect_ms; /* "peers.connect_timeout_ms", default 500 */
 	uint32_t peer_request_ms; /* "peers.request_timeout_ms", default 2000 */
 	uint32_t peer_down_ms;    /* "peers.down_ms", default 2000 */
+	uint32_t peer_idle_ms;    /* "peers.idle_timeout_ms", default 60000: the
+				     server closes a connection idle so long */
+	unsigned peer_max_conns;  /* "peers.max_conns_per_member", default 64 */
 	uint32_t peer_log_ms;     /* "peers.log_interval_ms", default 10000: at
 				     most one line a period about refused
 				     strangers */

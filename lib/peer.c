@@ -36,7 +36,8 @@
 #define ITEM 32u                   /* PUT item and GET_R item headers */
 #define NAME_MAX_WIRE 255u
 #define ERRMSG_MAX 1024u
-#define CONNS_MAX 1024u            /* server connections at once: 4 per member */
+#define CONNS_MAX 1024u            /* server connections at once, all members */
+#define NOBODY UINT32_MAX          /* a slot's member before HELLO */
 
 enum { T_HELLO = 1, T_LOOKUP = 2, T_GET = 3, T_PUT = 4, T_RELEASE = 5,
        T_REPLY = 0x80, T_ERROR = 0xff };
@@ -53,9 +54,12 @@ struct member {
 	struct sockaddr_storage sa;
 	socklen_t salen;
 	uint64_t seed;            /* XXH3-64 of the name */
+	unsigned host;            /* the first other member at this host */
+	unsigned at_host;         /* other members at this host (of host's) */
 	/* client side */
 	pthread_mutex_t lock;     /* one request at a time on fd */
 	int fd;
+	int unanswered;           /* fd reused, nothing read back yet */
 	_Atomic uint64_t down_until;
 	_Atomic uint64_t requests, failures, timeouts;
 };
@@ -69,7 +73,8 @@ struct peer_tier {
 	socklen_t srclen;
 	struct peer_local local;
 	uint64_t max_block;
-	uint32_t connect_ms, request_ms, down_ms, log_ms;
+	uint32_t connect_ms, request_ms, down_ms, log_ms, idle_ms;
+	unsigned max_conns;       /* per member */
 	/* server */
 	int lfd;
 	int wake[2];              /* readable once closing */
@@ -78,7 +83,14 @@ struct peer_tier {
 	pthread_mutex_t clock;    /* conns below */
 	pthread_cond_t ccv;
 	unsigned nconns;
-	int conn_fds[CONNS_MAX];
+	struct slot {
+		int fd;           /* -1: free */
+		unsigned member;  /* after HELLO, else NOBODY */
+		unsigned host;    /* member.host of the source address */
+		int idle;         /* waiting for a request */
+		int closing;      /* shut down to make room: not counted */
+		uint64_t since;   /* accepted, or idle since (ns) */
+	} slots[CONNS_MAX];
 	/* refused strangers: each counted, the first logged, then at most one
 	 * summary line per log_ms */
 	pthread_mutex_t slock;
@@ -89,6 +101,7 @@ struct peer_tier {
 	/* counters */
 	_Atomic uint64_t served_lookups, served_gets, served_puts, served_bytes;
 	_Atomic uint64_t refused_conns, bad_messages, conns_accepted;
+	_Atomic uint64_t conns_reaped, conns_evicted;
 	_Atomic uint64_t hits, misses, bytes_in, bytes_out, checksum_failures;
 };
 
@@ -653,6 +666,57 @@ static int serve(struct conn *c, const struct hdr *h)
 	}
 }
 
+/*
+ * Keeps one member, or the connections from one host that have not said
+ * HELLO yet (member NOBODY), within limit, not counting slot self: when
+ * limit are open, the one idle the longest (for pending ones: accepted
+ * first) is shut down, and its thread frees its slot. Returns -1 when all
+ * are busy with requests. Called with clock held.
+ */
+static int make_room(struct peer_tier *p, unsigned member, unsigned host,
+		     unsigned limit, int self)
+{
+	unsigned count = 0;
+	int victim = -1;
+
+	for (int i = 0; i < (int)CONNS_MAX; i++) {
+		struct slot *s = &p->slots[i];
+		if (s->fd < 0 || s->closing || i == self || s->member != member ||
+		    (member == NOBODY && s->host != host))
+			continue;
+		count++;
+		if ((member == NOBODY || s->idle) &&
+		    (victim < 0 || s->since < p->slots[victim].since))
+			victim = i;
+	}
+	if (count < limit)
+		return 0;
+	if (victim < 0)
+		return -1;
+	p->slots[victim].closing = 1;
+	shutdown(p->slots[victim].fd, SHUT_RDWR);
+	ctr_add(&p->conns_evicted, 1);
+	return 0;
+}
+
+/* Marks a slot idle (waiting for a request) or busy. Returns -1 when the
+ * slot was shut down to make room meanwhile. */
+static int set_idle(struct peer_tier *p, int slot, int idle)
+{
+	struct slot *s = &p->slots[slot];
+	int r = 0;
+
+	pthread_mutex_lock(&p->clock);
+	if (s->closing) {
+		r = -1;
+	} else {
+		s->idle = idle;
+		s->since = kvt_now_ns();
+	}
+	pthread_mutex_unlock(&p->clock);
+	return r;
+}
+
 /* HELLO: the first frame, naming a member of the connection's address. */
 static int hello(struct conn *c, const struct sockaddr_storage *from)
 {
@@ -677,6 +741,21 @@ static int hello(struct conn *c, const struct sockaddr_storage *from)
 		if (i != p->self && !strcmp((char *)b, p->m[i].name) &&
 		    same_host(from, &p->m[i].sa)) {
 			c->member = i;
+			pthread_mutex_lock(&p->clock);
+			int full = p->slots[c->slot].closing ? 1 :
+				   make_room(p, i, 0, p->max_conns, c->slot);
+			if (!full)
+				p->slots[c->slot].member = i;
+			pthread_mutex_unlock(&p->clock);
+			if (full > 0)
+				return -ECONNRESET; /* made room for a newer one */
+			if (full) {
+				ctr_add(&p->refused_conns, 1);
+				send_error(c, "member %s has %u connections open, all busy "
+					   "(peers.max_conns_per_member)", p->m[i].name,
+					   p->max_conns);
+				return -EPERM;
+			}
 			size_t nl = strlen(p->m[p->self].name);
 			hdr_pack(b, T_HELLO | T_REPLY, (uint32_t)nl, 0, nl);
 			memcpy(b + HDR, p->m[p->self].name, nl);
@@ -711,8 +790,23 @@ static void *conn_main(void *arg)
 	while (!e) {
 		struct hdr h;
 
-		/* between requests: wait as long as it takes (or until closing) */
-		e = xfer(c.fd, b, HDR, 0, 0, p->wake[0]);
+		/* between requests: wait up to idle_ms for the first byte (or
+		 * until closing), then the rest of the header in time */
+		if (set_idle(p, c.slot, 1)) {
+			e = -ECONNRESET;
+			break;
+		}
+		e = xfer(c.fd, b, 1, 0, kvt_now_ns() + (uint64_t)p->idle_ms * 1000000ull,
+			 p->wake[0]);
+		if (e == -ETIMEDOUT) {
+			ctr_add(&p->conns_reaped, 1);
+			e = 0;
+			break; /* idle: closed, the member dials again when needed */
+		}
+		if (!e && set_idle(p, c.slot, 0))
+			e = -ECONNRESET; /* shut down to make room just now */
+		if (!e)
+			e = xfer(c.fd, b + 1, HDR - 1, 0, req_deadline(p), p->wake[0]);
 		if (e)
 			break;
 		hdr_unpack(b, &h);
@@ -737,7 +831,7 @@ static void *conn_main(void *arg)
 	free(c.buf);
 	free(a);
 	pthread_mutex_lock(&p->clock);
-	p->conn_fds[c.slot] = -1;
+	p->slots[c.slot] = (struct slot){ .fd = -1, .member = NOBODY };
 	close(c.fd);
 	p->nconns--;
 	pthread_cond_broadcast(&p->ccv);
@@ -771,14 +865,18 @@ static void *listener_main(void *arg)
 				usleep(10000); /* out of descriptors: do not spin */
 			continue;
 		}
-		int member = 0;
-		for (unsigned i = 0; i < p->n; i++)
+		unsigned host = NOBODY;
+		for (unsigned i = 0; i < p->n && host == NOBODY; i++)
 			if (i != p->self && same_host(&from, &p->m[i].sa))
-				member = 1;
+				host = p->m[i].host;
+		int member = host != NOBODY;
 		pthread_mutex_lock(&p->clock);
 		int slot = -1;
+		/* before HELLO too, a host has its members' share at most */
+		if (member)
+			make_room(p, NOBODY, host, p->max_conns * p->m[host].at_host, -1);
 		for (unsigned i = 0; member && i < CONNS_MAX; i++)
-			if (p->conn_fds[i] < 0) {
+			if (p->slots[i].fd < 0) {
 				slot = (int)i;
 				break;
 			}
@@ -791,12 +889,13 @@ static void *listener_main(void *arg)
 			set_sock_opts(fd);
 			pthread_attr_init(&at);
 			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-			p->conn_fds[slot] = fd;
+			p->slots[slot] = (struct slot){ .fd = fd, .member = NOBODY,
+							.host = host, .since = kvt_now_ns() };
 			p->nconns++;
 			ok = pthread_create(&t, &at, conn_main, a) == 0;
 			pthread_attr_destroy(&at);
 			if (!ok) {
-				p->conn_fds[slot] = -1;
+				p->slots[slot] = (struct slot){ .fd = -1, .member = NOBODY };
 				p->nconns--;
 				free(a);
 			}
@@ -934,6 +1033,9 @@ static int begin(struct peer_tier *p, unsigned m)
 			x->fd = -1;
 		}
 	}
+	/* a reused connection can still be closed by the member (idle, or
+	 * to make room) just as this request leaves: see closed_under() */
+	x->unanswered = x->fd >= 0;
 	if (x->fd < 0) {
 		int e = dial(p, m);
 		if (e) {
@@ -944,6 +1046,28 @@ static int begin(struct peer_tier *p, unsigned m)
 		}
 	}
 	return 0;
+}
+
+/*
+ * After a round trip that failed with e: 1 when the member closed the
+ * reused connection before it answered anything. A server closes a
+ * connection idle for peers.idle_timeout_ms, or one that makes room for a
+ * newer one of the same member, and that can cross a request on its way;
+ * it then has served nothing of it. The connection is dropped, the lock
+ * released, and the caller starts the round trip again, which dials anew,
+ * instead of marking the member down. A fresh connection is never retried.
+ */
+static int closed_under(struct peer_tier *p, unsigned m, int e)
+{
+	struct member *x = &p->m[m];
+
+	if (e != -ECONNRESET || !x->unanswered)
+		return 0;
+	close(x->fd);
+	x->fd = -1;
+	x->unanswered = 0;
+	pthread_mutex_unlock(&x->lock);
+	return 1;
 }
 
 /* Ends a round trip; e < 0 drops the connection and marks m down. */
@@ -970,9 +1094,20 @@ static int end(struct peer_tier *p, unsigned m, int e)
 static int reply_hdr(struct peer_tier *p, unsigned m, unsigned t, uint32_t count,
 		     uint64_t dl, struct hdr *h)
 {
+	struct member *x = &p->m[m];
 	uint8_t b[HDR];
-	int e = xfer(p->m[m].fd, b, HDR, 0, dl, -1);
+	size_t got = 0;
+	int e = 0;
 
+	if (x->unanswered) {
+		/* the first byte apart: a close before it is closed_under() */
+		e = xfer(x->fd, b, 1, 0, dl, -1);
+		if (e)
+			return e;
+		x->unanswered = 0;
+		got = 1;
+	}
+	e = xfer(x->fd, b + got, HDR - got, 0, dl, -1);
 	if (e)
 		return e;
 	hdr_unpack(b, h);
@@ -1019,6 +1154,7 @@ int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 		return 0;
 	if (n > PEER_KEYS_MAX)
 		n = PEER_KEYS_MAX; /* the rest read as absent */
+again:
 	e = begin(p, m);
 	if (e)
 		return e;
@@ -1034,6 +1170,8 @@ int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 		present[i] = present[i] == 1;
 	if (e)
 		memset(present, 0, n);
+	if (closed_under(p, m, e))
+		goto again;
 	return end(p, m, e);
 }
 
@@ -1041,7 +1179,7 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 {
 	int e = 0;
 
-	for (size_t done = 0; done < n && !e; done += PEER_KEYS_MAX) {
+	for (size_t done = 0; done < n && !e;) {
 		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX;
 		struct hdr h;
 
@@ -1054,7 +1192,12 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 			e = reply_hdr(p, m, T_RELEASE, (uint32_t)k, dl, &h);
 		if (!e && h.body_len)
 			e = -EPROTO;
+		if (closed_under(p, m, e)) {
+			e = 0;
+			continue;
+		}
 		e = end(p, m, e);
+		done += k;
 	}
 	return e;
 }
@@ -1136,6 +1279,10 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 			else
 				ctr_add(&p->misses, 1);
 		}
+		if (closed_under(p, m, e)) {
+			e = 0; /* nothing of this frame was answered: ask again */
+			continue;
+		}
 		if (e) {
 			e = end(p, m, e);
 			break;
@@ -1201,6 +1348,10 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		for (size_t i = 0; i < k && !e; i++)
 			results[done + i] = (int32_t)get32(res + 4 * i);
 		free(res);
+		if (closed_under(p, m, e)) {
+			e = 0;
+			continue;
+		}
 		if (e) {
 			e = end(p, m, e);
 			break;
@@ -1290,13 +1441,15 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	pthread_mutex_init(&p->slock, NULL);
 	pthread_cond_init(&p->ccv, NULL);
 	for (unsigned i = 0; i < CONNS_MAX; i++)
-		p->conn_fds[i] = -1;
+		p->slots[i] = (struct slot){ .fd = -1, .member = NOBODY };
 	p->local = *local;
 	p->max_block = max_block;
 	p->connect_ms = cfg->peer_connect_ms;
 	p->request_ms = cfg->peer_request_ms;
 	p->down_ms = cfg->peer_down_ms;
 	p->log_ms = cfg->peer_log_ms;
+	p->idle_ms = cfg->peer_idle_ms;
+	p->max_conns = cfg->peer_max_conns;
 	p->self = cfg->peer_self;
 	p->m = calloc(cfg->npeers, sizeof(*p->m));
 	if (!p->m) {
@@ -1326,6 +1479,18 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 			tier_free(p);
 			return e;
 		}
+	}
+	/* members that share a host share its connections before HELLO */
+	for (unsigned i = 0; i < p->n; i++) {
+		unsigned h = i;
+		for (unsigned j = 0; j < i; j++)
+			if (j != p->self && same_host(&p->m[i].sa, &p->m[j].sa)) {
+				h = j;
+				break;
+			}
+		p->m[i].host = h;
+		if (i != p->self)
+			p->m[h].at_host++;
 	}
 
 	struct sockaddr_storage la;
@@ -1371,8 +1536,8 @@ void peer_close(struct peer_tier *p)
 	}
 	pthread_mutex_lock(&p->clock);
 	for (unsigned i = 0; i < CONNS_MAX; i++)
-		if (p->conn_fds[i] >= 0)
-			shutdown(p->conn_fds[i], SHUT_RDWR);
+		if (p->slots[i].fd >= 0)
+			shutdown(p->slots[i].fd, SHUT_RDWR);
 	while (p->nconns)
 		pthread_cond_wait(&p->ccv, &p->clock);
 	pthread_mutex_unlock(&p->clock);
@@ -1413,6 +1578,8 @@ void peer_stats(struct peer_tier *p, json_t *obj)
 	C("connections_accepted", conns_accepted);
 	C("connections_refused", refused_conns);
 	C("connections_from_strangers", strangers);
+	C("connections_reaped", conns_reaped);
+	C("connections_evicted", conns_evicted);
 	C("bad_messages", bad_messages);
 #undef C
 }

@@ -39,6 +39,10 @@
  * by the receiver before the bytes are stored or returned. A server accepts
  * connections only from the addresses of configured members, and only a
  * HELLO naming a member of that address; it listens only on peers.listen.
+ * The server keeps at most peers.max_conns_per_member connections of a
+ * member (a newer one closes the one idle the longest) and closes one idle
+ * for peers.idle_timeout_ms; a client whose reused connection was closed
+ * before any answer dials again and asks again, once.
  * Refused strangers are counted, and logged as the first and then one
  * summary line per peers.log_interval_ms.
  * A client binds each connection to this node's own address (the host of

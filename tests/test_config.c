@@ -541,17 +541,21 @@ static void test_peers_parse_with_defaults(void **state)
 	assert_int_equal(c.peer_request_ms, 2000);
 	assert_int_equal(c.peer_down_ms, 2000);
 	assert_int_equal(c.peer_log_ms, 10000);
+	assert_int_equal(c.peer_idle_ms, 60000);
+	assert_int_equal(c.peer_max_conns, 64);
 	config_free(&c);
 	assert_int_equal(c.npeers, 0);
 	expect_ok("{\"peers\": {\"self\": \"a\", \"listen\": \"0.0.0.0:7001\", "
 		  "\"transport\": \"tcp\", \"connect_timeout_ms\": 100, "
 		  "\"request_timeout_ms\": 300, \"down_ms\": 50, \"log_interval_ms\": 70, "
-		  MEMBERS "}}", &c);
+		  "\"idle_timeout_ms\": 900, \"max_conns_per_member\": 3, " MEMBERS "}}", &c);
 	assert_string_equal(c.peer_listen, "0.0.0.0:7001");
 	assert_int_equal(c.peer_connect_ms, 100);
 	assert_int_equal(c.peer_request_ms, 300);
 	assert_int_equal(c.peer_down_ms, 50);
 	assert_int_equal(c.peer_log_ms, 70);
+	assert_int_equal(c.peer_idle_ms, 900);
+	assert_int_equal(c.peer_max_conns, 3);
 	config_free(&c);
 }
 
@@ -591,6 +595,14 @@ static void test_peers_reject_bad_values(void **state)
 		    -EINVAL, "peers.log_interval_ms");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"log_interval_ms\": 600001, " MEMBERS "}}",
 		    -EINVAL, "peers.log_interval_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"idle_timeout_ms\": 0, " MEMBERS "}}",
+		    -EINVAL, "peers.idle_timeout_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"idle_timeout_ms\": \"1s\", " MEMBERS "}}",
+		    -EINVAL, "peers.idle_timeout_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"max_conns_per_member\": 0, " MEMBERS "}}",
+		    -EINVAL, "peers.max_conns_per_member");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"max_conns_per_member\": 1025, " MEMBERS "}}",
+		    -EINVAL, "peers.max_conns_per_member");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"listen\": \"x\", " MEMBERS "}}",
 		    -EINVAL, "peers.listen");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"udp\", " MEMBERS "}}",

@@ -349,7 +349,11 @@ static size_t size_of(size_t i)
 
 /* --- a fake member b ---------------------------------------------------- */
 
-enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED };
+/* FAKE_DROP_SECOND answers the first request of each connection and closes
+ * the connection on the second without answering it, as a server that
+ * closes an idle connection just as a request arrives. */
+enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED,
+		 FAKE_DROP_SECOND };
 
 #define FAKE_CONNS 8
 
@@ -412,9 +416,11 @@ out:
 static void fake_serve(struct fake *f, int fd)
 {
 	uint8_t h[HDR];
-	int r = 0;
+	int r = 0, requests = 0;
 	while (!r && recv_wait(fd, h, HDR, 10000, &f->stop) == 0 && get32(h) == MAGIC) {
 		unsigned type = get16(h + 6);
+		if (type != T_HELLO && ++requests == 2 && f->mode == FAKE_DROP_SECOND)
+			return;
 		uint32_t count = get32(h + 8);
 		uint64_t len = get64(h + 16);
 
@@ -1401,6 +1407,190 @@ static void test_stranger_summary_each_interval(void **state)
 	assert_int_equal(store_stat(f->a, "peer", "connections_from_strangers"), 21);
 }
 
+/* --- connections per member and idle ones ------------------------------ */
+
+/* Sends HELLO as name; returns 0 when a (named "a") answers HELLO_R, -1
+ * when it refuses (ERROR or a close). */
+static int try_hello(int fd, const char *name)
+{
+	uint8_t h[HDR];
+	char who;
+	if (send_frame(fd, T_HELLO, (uint32_t)strlen(name), 0, name, strlen(name)) ||
+	    recv_wait(fd, h, HDR, 2000, NULL) || get16(h + 6) != (T_HELLO | RESP) ||
+	    get64(h + 16) != 1 || recv_wait(fd, &who, 1, 2000, NULL) || who != 'a')
+		return -1;
+	return 0;
+}
+
+/* 1 when the server has closed fd (EOF or reset is readable). */
+static int closed_by_server(int fd)
+{
+	char c;
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	return poll(&pf, 1, 0) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/*
+ * A process at b's address opens 1,100 connections to a, each with b's
+ * HELLO, and holds them idle. a keeps at most peers.max_conns_per_member
+ * (64) of them, closing the one idle the longest for each newer one, so a
+ * restarted b still gets in; without the cap the squatter held every slot
+ * and b's gets read as misses.
+ */
+static void test_member_cannot_take_every_slot(void **state)
+{
+	struct fx *f = *state;
+	enum { SQUAT = 1100 };
+	int *fds = malloc(SQUAT * sizeof(int)), held = 0;
+	kvt_key ka;
+	assert_non_null(fds);
+	open_pair(f);
+	owned_keys(0, 65000, &ka, 1);
+	store_put_block(f->a, ka, 6000);
+	kvt_close(f->b); /* b restarts meanwhile: it must connect anew */
+	f->b = NULL;
+	for (int i = 0; i < SQUAT; i++) {
+		fds[i] = raw_connect(NULL, "127.0.0.1", f->pa);
+		if (fds[i] >= 0 && try_hello(fds[i], "b")) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+		held += fds[i] >= 0;
+	}
+	f->b = node("b", f->pa, f->pb);
+	int rc = store_get_block(f->b, ka, 6000);
+	if (rc)
+		fail_msg("b was locked out by %d idle connections under its name: %s: %s",
+			 held, kvt_strerror(rc), kvt_last_error());
+	/* the squatter's connections beyond the cap were closed */
+	wait_stat(f->a, "peer", "connections_evicted", SQUAT - 64);
+	long long end = now_ms() + 5000;
+	int open;
+	do {
+		open = 0;
+		for (int i = 0; i < SQUAT; i++)
+			open += fds[i] >= 0 && !closed_by_server(fds[i]);
+		if (open > 64)
+			usleep(20000);
+	} while (open > 64 && now_ms() < end);
+	if (open > 64)
+		fail_msg("%d of the squatter's connections are still open at a", open);
+	for (int i = 0; i < SQUAT; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+}
+
+/*
+ * With every connection of a member busy (a request begun), a further one
+ * is refused with an ERROR naming the cap; connections that have not said
+ * HELLO are held to the same share per host, the oldest closed first.
+ */
+static void test_member_cap_when_all_busy(void **state)
+{
+	struct fx *f = *state;
+	int busy[2], pend[3];
+	uint8_t h[HDR];
+	char msg[256] = "";
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb,
+		       ", \"max_conns_per_member\": 2");
+	for (int i = 0; i < 2; i++) {
+		assert_true((busy[i] = raw_connect(NULL, "127.0.0.1", f->pa)) >= 0);
+		raw_hello(busy[i], "b");
+		mkhdr(h, T_LOOKUP, 1, 0, KEY_SZ);
+		send_all(busy[i], h, 1); /* a request begun */
+	}
+	for (int i = 0; i < 3; i++)
+		assert_true((pend[i] = raw_connect(NULL, "127.0.0.1", f->pa)) >= 0);
+	wait_stat(f->a, "peer", "connections_evicted", 1); /* pend[0], the oldest */
+	assert_int_equal(store_stat(f->a, "peer", "connections_evicted"), 1);
+	assert_int_equal(recv_wait(pend[0], h, 1, 2000, NULL), 1);
+	send_frame(pend[2], T_HELLO, 1, 0, "b", 1);
+	recv_hdr(pend[2], h, T_ERROR, "HELLO past the cap");
+	uint64_t n = get64(h + 16);
+	assert_true(n > 0 && n < sizeof(msg));
+	assert_int_equal(recv_wait(pend[2], msg, (size_t)n, 2000, NULL), 0);
+	if (!strstr(msg, "max_conns_per_member"))
+		fail_msg("the ERROR does not name the cap: \"%s\"", msg);
+	assert_int_equal(store_stat(f->a, "peer", "connections_refused"), 1);
+	/* the busy ones run out of time; then b gets in again */
+	for (int i = 0; i < 2; i++) {
+		expect_refused(busy[i], "a request never finished");
+		close(busy[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		close(pend[i]);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(fd >= 0);
+	raw_hello(fd, "b");
+	close(fd);
+}
+
+/*
+ * a closes a connection idle for peers.idle_timeout_ms; b, whose
+ * connection a closed, dials again at its next request without failing.
+ */
+static void test_idle_connections_are_reaped(void **state)
+{
+	struct fx *f = *state;
+	kvt_key ka[2];
+	char st[8192];
+	uint8_t h[HDR];
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb,
+		       ", \"idle_timeout_ms\": 300");
+	f->b = node("b", f->pa, f->pb);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(fd >= 0);
+	raw_hello(fd, "b");
+	if (recv_wait(fd, h, 1, 5000, NULL) != 1)
+		fail_msg("an idle connection was still open after 5 s");
+	close(fd);
+	assert_int_equal(store_stat(f->a, "peer", "connections_reaped"), 1);
+
+	owned_keys(0, 66000, ka, 2);
+	store_put_block(f->a, ka[0], 7000);
+	store_put_block(f->a, ka[1], 7000);
+	assert_int_equal(store_get_block(f->b, ka[0], 7000), 0);
+	wait_stat(f->a, "peer", "connections_reaped", 2); /* b's, idle */
+	assert_int_equal(store_get_block(f->b, ka[1], 7000), 0);
+	assert_true(kvt_stats_json(f->b, st, sizeof(st)) > 0);
+	if (!strstr(st, "\"failures\":0"))
+		fail_msg("b marked a down after a closed its idle connection: %s", st);
+}
+
+/*
+ * A server may close a connection just as a request is on its way (idle,
+ * or to make room): nothing of it was answered, so the client dials again
+ * and asks again instead of failing and marking the member down.
+ */
+static void test_close_crossing_a_request_is_redialled(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[3];
+	char st[8192];
+	void *buf = malloc(FAKE_LEN);
+	size_t len, found;
+	assert_non_null(buf);
+	f->fake = fake_start(f->pb, FAKE_DROP_SECOND);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 67000, kb, 3);
+	for (int i = 0; i < 2; i++) {
+		int rc = kvt_get(f->a, kb[i], buf, FAKE_LEN, &len);
+		if (rc)
+			fail_msg("get %d: %s (%s)", i, kvt_strerror(rc), kvt_last_error());
+		assert_true(check_block(kb[i], buf, FAKE_LEN));
+	}
+	assert_int_equal(atomic_load(&f->fake->conns), 2);
+	/* a lookup crosses the close too (the fake answers every key) */
+	assert_int_equal(kvt_lookup(f->a, kb, 3, 0, &found), 0);
+	assert_int_equal(found, 3);
+	assert_int_equal(atomic_load(&f->fake->conns), 3);
+	free(buf);
+	assert_true(kvt_stats_json(f->a, st, sizeof(st)) > 0);
+	if (!strstr(st, "\"failures\":0"))
+		fail_msg("a marked b down: %s", st);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -1428,6 +1618,10 @@ int main(void)
 		T(test_source_address_not_local),
 		T(test_strangers_do_not_flood_the_log),
 		T(test_stranger_summary_each_interval),
+		T(test_member_cannot_take_every_slot),
+		T(test_member_cap_when_all_busy),
+		T(test_idle_connections_are_reaped),
+		T(test_close_crossing_a_request_is_redialled),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
