@@ -91,7 +91,7 @@ static const char usage_replay[] =
 	"                          the single call's per-token time (0.25)\n"
 	"  --disaggregated         decode on replicas of its own: every call at\n"
 	"                          --decode-rate, never waiting for a prefill (exp1,\n"
-	"                          exp2: the controlled study's 2 prefill x 2 decode)\n"
+	"                          exp2, mooncake: prefill and decode served apart)\n"
 	"bytes:\n"
 	"  --model NAME            qwen3-coder-30b-a3b (96 KiB/token), llama-3.1-8b\n"
 	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
@@ -314,6 +314,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->ram_tokens = 3000000;
 		o->disk_tokens = 100000000;
 		o->speed = 90;
+		o->disaggregated = 1; /* Mooncake serves prefill and decode apart */
 		return set_policies(c, "ram-only,default");
 	}
 	return -EINVAL;
