@@ -321,6 +321,152 @@ KVT_API int kvt_batch_result(kvt_batch *b);
  */
 KVT_API void kvt_batch_free(kvt_batch *b);
 
+/* --- zero-copy slots: the GPU data path ------------------------------------ */
+
+/*
+ * One block lent out of the RAM arena, for an engine that moves bytes
+ * between the GPU and the store itself (cudaMemcpyAsync, or a kernel reading
+ * or writing the mapped host address) instead of copying through its own
+ * buffers. The caller fills key (and len, to reserve); the library fills
+ * the rest. Keep the slot as it was returned: commit, abort and unpin read
+ * ref. See kvt_put_reserve(3) and kvt_get_pin(3).
+ */
+typedef struct kvt_slot {
+	kvt_key key;
+	void *addr;      /* out: the block's bytes in the arena; NULL if none */
+	size_t len;      /* reserve: bytes to reserve (in); pin: block bytes (out) */
+	uint64_t ref;    /* out: the library's handle of the slot; 0 if none */
+	int result;      /* out: 0, KVT_SLOT_STORED, -EINPROGRESS or -errno */
+	uint32_t flags;  /* reserved: set to 0 */
+} kvt_slot;
+
+/* kvt_slot.result of kvt_put_reserve(): the key is stored already, so
+ * there is nothing to copy; no space was reserved. */
+#define KVT_SLOT_STORED 1
+
+/* One piece of the RAM arena, as kvt_arena_regions() reports it. */
+typedef struct kvt_region {
+	void *base;      /* 4 KiB aligned */
+	size_t len;      /* at most 1 GiB */
+} kvt_region;
+
+/* Loads started by kvt_get_pin() and still to be reaped. Opaque. */
+typedef struct kvt_pin_batch kvt_pin_batch;
+
+/*
+ * Reserves arena space for n blocks about to be saved, so the caller can
+ * write each block's bytes straight into slots[i].addr (slots[i].len bytes)
+ * and then publish it with kvt_put_commit(), or give the space back with
+ * kvt_put_abort(). Never waits for disk I/O: when a slot's bytes do not fit
+ * without spilling blocks to disk first, that slot fails with -EAGAIN and
+ * the evictor is woken (try again later, or put the block with
+ * kvt_put_batch()). Per slot, result is 0 (addr and ref set),
+ * KVT_SLOT_STORED (the key is stored already: skip its copy), -EAGAIN (no
+ * space now, or ram.pin_cap of the RAM tier is held in slots), -EINVAL (len
+ * 0 or above ram.max_block, or flags not 0). A reservation not committed or
+ * aborted within ram.pin_ms lapses and its space is reused. Returns the
+ * number of slots reserved; -EINVAL for a NULL store, slots NULL with n
+ * non-zero, or flags non-zero.
+ */
+KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
+			    unsigned flags);
+
+/*
+ * Publishes reserved slots once the caller's copy into them has completed:
+ * each block becomes visible to lookups and loads, is counted as a put, is
+ * checksummed when written to disk, and may be evicted and spilled like any
+ * other. The block is slots[i].len bytes as reserved. Never waits for disk
+ * or peer I/O: even with disk.write_policy "write_through" the block reaches
+ * the disk only when it is evicted, and it is not stored at the member that
+ * owns its key. Slots whose result is not 0 are skipped. Per
+ * slot, result becomes 0 (published, or the key was stored meanwhile),
+ * -ESTALE (not a live reservation of this store: aborted, committed, or
+ * lapsed after ram.pin_ms) or -ENOMEM; ref and addr are cleared. Returns
+ * the number of slots published; -EINVAL for a NULL store, or slots NULL
+ * with n non-zero.
+ */
+KVT_API int kvt_put_commit(kvt_store *s, kvt_slot *slots, size_t n);
+
+/*
+ * Gives back reserved slots without publishing them. Slots whose result is
+ * not 0 are skipped; a slot that is not a live reservation gets -ESTALE.
+ * ref and addr are cleared. Returns the number of slots given back, or
+ * -EINVAL as kvt_put_commit().
+ */
+KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
+
+/*
+ * Pins n blocks where they lie so the caller can copy from slots[i].addr
+ * (slots[i].len bytes) in place, until kvt_unpin(). A block in RAM is ready
+ * at return (result 0). A block only on disk gets a fresh arena slot and is
+ * read into it, checked against its checksum, asynchronously (result
+ * -EINPROGRESS): each such load completes on its own and is reported by
+ * kvt_pin_reap() on *out, which is set on success (free it with
+ * kvt_pin_free()); until then only the slot's ref may be read. Such a block
+ * is private to its slot (not promoted into the RAM tier). Other results:
+ * -ENOENT (stored nowhere on this node; blocks that only a peer holds are
+ * not loaded this way), -EAGAIN (ram.pin_cap of the RAM tier is held in
+ * slots), -EINVAL. A pinned block is never evicted, moved or reused, even
+ * when kvt_remove() removes its key meanwhile (the bytes stay until the
+ * unpin). A pin not released within ram.pin_ms of its call is taken to be
+ * forgotten and lapses, like a lease. flags must be 0. Returns the number of
+ * slots pinned or loading; -EINVAL for a NULL store or out, slots NULL with
+ * n non-zero, or flags non-zero; -ENOMEM.
+ */
+KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
+			unsigned flags, kvt_pin_batch **out);
+
+/*
+ * Reports loads of a pin batch that finished since the last call: writes up
+ * to max slot indexes to idx (each slot is reported once, with its result,
+ * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC) and
+ * returns how many. Waits up to timeout_ms milliseconds (0: not at all;
+ * negative: forever) for one to finish. Returns 0 once every load of the
+ * batch has been reported, -ETIMEDOUT when the time ran out first, -EINVAL
+ * for a NULL batch, or idx NULL with max non-zero.
+ */
+KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max,
+			 int timeout_ms);
+
+/*
+ * Returns an eventfd (non-blocking, close-on-exec) whose counter grows by
+ * one as each load of the batch finishes, for epoll or poll loops: wait on
+ * it, read it, then call kvt_pin_reap() with timeout 0. Owned by the batch;
+ * -EINVAL for NULL or a negative errno if it could not be created.
+ */
+KVT_API int kvt_pin_fd(kvt_pin_batch *b);
+
+/*
+ * Frees a pin batch, first waiting for its loads still in flight (they
+ * write the caller's slots). It unpins nothing. NULL is a no-op.
+ */
+KVT_API void kvt_pin_free(kvt_pin_batch *b);
+
+/*
+ * Releases pinned slots: each block becomes evictable again (a removed one
+ * is freed; a block loaded from disk gives its slot back). Reads only each
+ * slot's ref and writes nothing to the slots. Never waits for I/O and takes
+ * only short internal locks, so it may be called from a CUDA host callback
+ * (cudaLaunchHostFunc) once the copies out of the slots have completed. A
+ * slot still loading may be unpinned (to cancel): it is given back when its
+ * read lands, and kvt_pin_reap() reports it with -ECANCELED. Slots with ref
+ * 0 are skipped; one that is not a live pin of this store (unpinned before,
+ * a failed load, or lapsed after ram.pin_ms) is ignored. Returns the number
+ * of pins released; -EINVAL for a NULL store, or slots NULL with n non-zero.
+ */
+KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n);
+
+/*
+ * Reports the RAM arena, where every slot lies, as consecutive regions of
+ * at most 1 GiB, each 4 KiB aligned, so an engine can register each once
+ * (cudaHostRegister, in the background if it likes); the library registers
+ * the same regions with io_uring as fixed buffers. A block may straddle two
+ * regions. Writes up to max regions and returns the number the arena has
+ * (call with max 0 to size the array); -EINVAL for a NULL store, or regions
+ * NULL with max non-zero.
+ */
+KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,8 @@ static void set_defaults(struct kvt_config *c)
 	c->ram_capacity = GiB;
 	c->lease_ms = 5000;
 	c->lease_cap = 0.5;
+	c->pin_ms = 10000;
+	c->pin_cap = 0.5;
 	c->high_watermark = 0.95;
 	c->low_watermark = 0.85;
 	c->hugepages = KVT_OFF;
@@ -338,6 +340,15 @@ static int parse_ram(const json_t *ram, struct kvt_config *c, struct given *g)
 			if (!r && !(c->lease_cap > 0 && c->lease_cap <= 1))
 				r = kvt_fail(-EINVAL, "ram.lease_cap: %g is not a fraction in (0, 1]",
 					     c->lease_cap);
+		} else if (!strcmp(k, "pin_ms")) {
+			r = get_int("ram.pin_ms", v, 1, LEASE_MS_MAX, &i);
+			if (!r)
+				c->pin_ms = (uint32_t)i;
+		} else if (!strcmp(k, "pin_cap")) {
+			r = get_number("ram.pin_cap", v, &c->pin_cap);
+			if (!r && !(c->pin_cap > 0 && c->pin_cap <= 1))
+				r = kvt_fail(-EINVAL, "ram.pin_cap: %g is not a fraction in (0, 1]",
+					     c->pin_cap);
 		} else if (!strcmp(k, "high_watermark")) {
 			r = get_number("ram.high_watermark", v, &c->high_watermark);
 			if (!r && !(c->high_watermark > 0 && c->high_watermark <= 1))
@@ -362,7 +373,7 @@ static int parse_ram(const json_t *ram, struct kvt_config *c, struct given *g)
 		} else if (!strcmp(k, "refuse_when_leased")) {
 			r = get_bool("ram.refuse_when_leased", v, &c->refuse_when_leased);
 		} else {
-			r = kvt_fail(-EINVAL, "ram.%.*s: unknown key (known: capacity, lease_ms, lease_cap, high_watermark, low_watermark, hugepages, mlock, numa_node, max_block, refuse_when_leased)",
+			r = kvt_fail(-EINVAL, "ram.%.*s: unknown key (known: capacity, lease_ms, lease_cap, pin_ms, pin_cap, high_watermark, low_watermark, hugepages, mlock, numa_node, max_block, refuse_when_leased)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -16,6 +16,8 @@ struct kvt_config {
 	uint64_t ram_capacity;    /* bytes; "ram.capacity", default 1 GiB */
 	uint32_t lease_ms;        /* "ram.lease_ms", default 5000 */
 	double lease_cap;         /* "ram.lease_cap": fraction of capacity, default 0.5 */
+	uint32_t pin_ms;          /* "ram.pin_ms": slots lapse after, default 10000 */
+	double pin_cap;           /* "ram.pin_cap": fraction of capacity, default 0.5 */
 	double high_watermark;    /* "ram.high_watermark", default 0.95 */
 	double low_watermark;     /* "ram.low_watermark", default 0.85 */
 	enum kvt_tri hugepages;   /* "ram.hugepages": false|true|"try", default false */

@@ -336,64 +336,72 @@ static void touch(struct ram_tier *r, struct shard *sh, uint32_t id)
 	}
 }
 
-int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+/*
+ * An extent of len bytes for a block, its bytes counted as used. When it
+ * does not fit, evicts the least recent blocks one at a time (exact LRU
+ * order; the evictor thread, running ahead between the watermarks, spills
+ * in batches), unless may_spill is 0 and evicting would write to disk.
+ * Returns the extent's offset or -ENOSPC.
+ */
+static int64_t alloc_extent(struct ram_tier *r, size_t len, int may_spill)
 {
-	struct shard *sh = shard_of(r, key);
-	uint32_t id;
 	int64_t off;
-
-	pthread_mutex_lock(&sh->lock);
-	id = shard_find(sh, key);
-	if (id != IDX_NONE) {
-		touch(r, sh, id);
-		pthread_mutex_unlock(&sh->lock);
-		ctr_add(&r->dup_puts, 1);
-		return 1;
-	}
-	pthread_mutex_unlock(&sh->lock);
-
-	if (len > r->capacity) {
-		ctr_add(&r->refused_puts, 1);
-		return -ENOSPC;
-	}
 	int again = 0;
+
+	if (len > r->capacity)
+		return -ENOSPC;
 	while ((off = arena_alloc(r->arena, len)) < 0) {
 		if (off != -ENOSPC)
-			return (int)off;
-		/* Make room one block at a time (exact LRU order); the evictor
-		 * thread, running ahead between the watermarks, spills in batches. */
+			return off;
+		if (!may_spill && r->spill)
+			return -ENOSPC;
 		int rc = evict_batch(r, 1, 0);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
-		if (rc < 0) {
-			ctr_add(&r->refused_puts, 1);
+		if (rc < 0)
 			return -ENOSPC;
-		}
 	}
-	uint64_t bytes = arena_extent_bytes(r->arena, (uint64_t)off);
-	atomic_fetch_add_explicit(&r->used, bytes, memory_order_relaxed);
-	memcpy(r->base + off, data, len);
+	atomic_fetch_add_explicit(&r->used, arena_extent_bytes(r->arena, (uint64_t)off),
+				  memory_order_relaxed);
+	return off;
+}
+
+/* Gives back an extent from alloc_extent that holds no block. */
+static void free_extent(struct ram_tier *r, uint64_t off)
+{
+	uint64_t bytes = arena_extent_bytes(r->arena, off);
+
+	arena_free(r->arena, off);
+	atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+}
+
+/*
+ * Publishes the extent at off, holding len bytes of key, as a block.
+ * Returns 0; 1 when the key is stored already (same bytes: the extent is
+ * freed and the stored block's recency refreshed); -ENOMEM when the index
+ * cannot grow (the extent is freed).
+ */
+static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
+{
+	struct shard *sh = shard_of(r, key);
 
 	pthread_mutex_lock(&sh->lock);
-	id = shard_find(sh, key);
+	uint32_t id = shard_find(sh, key);
 	if (id != IDX_NONE) {
-		/* Another thread stored the same key meanwhile: same bytes. */
 		touch(r, sh, id);
 		pthread_mutex_unlock(&sh->lock);
-		arena_free(r->arena, (uint64_t)off);
-		atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+		free_extent(r, off);
 		ctr_add(&r->dup_puts, 1);
 		return 1;
 	}
 	id = shard_insert(sh, key);
 	if (id == IDX_NONE) {
 		pthread_mutex_unlock(&sh->lock);
-		arena_free(r->arena, (uint64_t)off);
-		atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
+		free_extent(r, off);
 		return kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
 	}
 	struct ram_ent *e = &sh->ents[id];
-	e->off = (uint64_t)off;
+	e->off = off;
 	e->len = (uint32_t)len;
 	e->stamp = next_tick(r);
 	e->state = IENT_LRU;
@@ -404,8 +412,49 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 	return 0;
 }
 
-int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
-	      void *arg, size_t *len)
+int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+{
+	struct shard *sh = shard_of(r, key);
+	uint32_t id;
+
+	pthread_mutex_lock(&sh->lock);
+	id = shard_find(sh, key);
+	if (id != IDX_NONE) {
+		touch(r, sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		ctr_add(&r->dup_puts, 1);
+		return 1;
+	}
+	pthread_mutex_unlock(&sh->lock);
+
+	int64_t off = alloc_extent(r, len, 1);
+	if (off < 0) {
+		if (off == -ENOSPC)
+			ctr_add(&r->refused_puts, 1);
+		return (int)off;
+	}
+	memcpy(r->base + off, data, len);
+	/* Another thread may have stored the same key meanwhile: same bytes. */
+	return insert_extent(r, key, (uint64_t)off, len);
+}
+
+int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill)
+{
+	return alloc_extent(r, len, may_spill);
+}
+
+void ram_slot_free(struct ram_tier *r, uint64_t off)
+{
+	free_extent(r, off);
+}
+
+int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
+{
+	return insert_extent(r, key, off, len);
+}
+
+int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+	    uint64_t *off, size_t *len)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -431,20 +480,37 @@ int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
 	}
 	e->pins++;
 	touch(r, sh, id);
-	uint64_t off = e->off;
-	uint32_t n = e->len;
+	*off = e->off;
+	*ref = (uint64_t)(sh - r->shards) << 32 | id;
 	pthread_mutex_unlock(&sh->lock);
-
 	ctr_add(&r->pinned, 1);
-	int rc = fn(arg, r->base + off, n);
-	atomic_fetch_sub_explicit(&r->pinned, 1, memory_order_relaxed);
+	ctr_add(&r->hits, 1);
+	return 0;
+}
 
+void ram_unpin(struct ram_tier *r, uint64_t ref)
+{
+	struct shard *sh = &r->shards[ref >> 32];
+	uint32_t id = (uint32_t)ref;
+
+	atomic_fetch_sub_explicit(&r->pinned, 1, memory_order_relaxed);
 	pthread_mutex_lock(&sh->lock);
-	e = &sh->ents[id];
+	struct ram_ent *e = &sh->ents[id];
 	if (--e->pins == 0 && e->state == IENT_DEAD)
 		release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
-	ctr_add(&r->hits, 1);
+}
+
+int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
+	      void *arg, size_t *len)
+{
+	uint64_t ref, off;
+	int rc = ram_pin(r, key, cap, &ref, &off, len);
+
+	if (rc)
+		return rc;
+	rc = fn(arg, r->base + off, *len);
+	ram_unpin(r, ref);
 	return rc;
 }
 

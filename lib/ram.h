@@ -62,6 +62,29 @@ int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
 	      void *arg, size_t *len);
 
 /*
+ * Slots: extents handed out before (or instead of) holding a block, for the
+ * store's zero-copy calls. ram_slot_alloc returns the offset of an extent of
+ * len bytes (counted as used), evicting the least recent blocks to make room
+ * but, unless may_spill, only when that writes nothing to disk; -ENOSPC when
+ * it does not fit. ram_slot_free gives it back. ram_slot_publish makes the
+ * extent the block of key: 0, or 1 when key was stored already (the extent
+ * is freed), or -ENOMEM (the extent is freed).
+ */
+int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill);
+void ram_slot_free(struct ram_tier *r, uint64_t off);
+int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len);
+
+/*
+ * Pins the block of key (at most cap bytes) as ram_visit does, but until
+ * ram_unpin(ref): sets *off (its offset from ram_arena_base()), *len and
+ * *ref, counts a hit and returns 0; -ENOENT; -ENOBUFS with *len set. A
+ * removed block stays readable until its last pin goes.
+ */
+int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+	    uint64_t *off, size_t *len);
+void ram_unpin(struct ram_tier *r, uint64_t ref);
+
+/*
  * Presence of one key, for lookups. With lease, also leases it until
  * deadline_ns (counted against the lease cap). Returns 1 present (and leased
  * if asked), 0 absent, -ENOSPC present but the lease cap is reached.

@@ -18,6 +18,7 @@
 #include "internal.h"
 #include "peer.h"
 #include "ram.h"
+#include "slot.h"
 #include "stats.h"
 
 struct kvt_batch {
@@ -38,6 +39,7 @@ struct kvt_store {
 	struct ram_tier *ram;
 	struct disk_tier *disk;
 	struct peer_tier *peer;   /* NULL: no peers configured */
+	struct slot_table *slots; /* zero-copy slots (slot.c) */
 
 	/* async workers */
 	pthread_mutex_t qlock;
@@ -155,6 +157,16 @@ static void kick_evictor(kvt_store *s)
 	s->ekick = 1;
 	pthread_cond_signal(&s->econd);
 	pthread_mutex_unlock(&s->elock);
+}
+
+static void kick_evictor_cb(void *arg)
+{
+	kick_evictor(arg);
+}
+
+struct slot_table *store_slots(kvt_store *s)
+{
+	return s->slots;
 }
 
 static void *evictor_main(void *arg)
@@ -569,6 +581,9 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		if (rc)
 			goto fail;
 	}
+	rc = slot_open(&s->cfg, s->ram, s->disk, kick_evictor_cb, s, &s->slots);
+	if (rc)
+		goto fail;
 	if (s->cfg.npeers) {
 		struct peer_local local = { .arg = s, .lookup = serve_lookup,
 			.get = serve_get, .visit = serve_visit, .put = serve_put,
@@ -625,6 +640,7 @@ static void store_teardown(kvt_store *s)
 	free(s->workers);
 	peer_close(s->peer);
 	s->peer = NULL;
+	slot_close(s->slots); /* its loaders read from the tiers */
 	if (s->evictor_started) {
 		pthread_mutex_lock(&s->elock);
 		s->estop = 1;
@@ -861,6 +877,9 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 		disk_stats(s->disk, d);
 		json_object_set_new(root, "disk", d);
 	}
+	json_t *sl = json_object();
+	slot_stats(s->slots, sl);
+	json_object_set_new(root, "slots", sl);
 	if (s->peer) {
 		json_t *p = json_object();
 		peer_stats(s->peer, p);

@@ -1,0 +1,40 @@
+/*
+ * slot.h - zero-copy slots: arena space lent to the engine to write a block
+ * into before it is published (kvt_put_reserve), and blocks pinned where
+ * they lie to be read in place (kvt_get_pin), each behind a handle that
+ * lapses after ram.pin_ms; disk hits read into fresh slots by loader threads
+ * and reported through pin batches. Reaches the tiers through ram.h and
+ * disk.h only; the store owns one slot table.
+ */
+#ifndef KVT_SLOT_H
+#define KVT_SLOT_H
+
+#include <jansson.h>
+
+#include "config.h"
+#include "disk.h"
+#include "ram.h"
+
+struct slot_table;
+
+/*
+ * Creates the slot table of a store whose tiers are ram and disk (NULL: no
+ * disk tier). kick(arg) is called when a reservation found no room, to wake
+ * the evictor. Loader threads start at the first pin that needs one.
+ * Returns 0 or -ENOMEM.
+ */
+int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
+	      struct disk_tier *disk, void (*kick)(void *arg), void *arg,
+	      struct slot_table **out);
+
+/* Finishes queued loads, stops the loaders and gives back every slot still
+ * held; before the tiers close. NULL: no-op. */
+void slot_close(struct slot_table *t);
+
+/* Adds the slot counters to obj. */
+void slot_stats(struct slot_table *t, json_t *obj);
+
+/* The slot table of an open store (store.c). */
+struct slot_table *store_slots(kvt_store *s);
+
+#endif

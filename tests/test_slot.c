@@ -1,0 +1,588 @@
+/*
+ * test_slot.c - zero-copy slots: reserve, write in place, commit or abort;
+ * a reservation refused with -EAGAIN rather than waiting for a spill or past
+ * ram.pin_cap; a commit after the store filled up; pins of RAM blocks read
+ * in place; disk hits loaded into fresh slots and reaped one by one (and
+ * through the eventfd); a forgotten pin and a forgotten reservation lapsing;
+ * a pin on a block that kvt_remove removes, also from another thread while
+ * the store churns; the arena's regions; bad arguments.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvtier.h"
+#include "util.h"
+
+#define MiB (1024u * 1024u)
+
+static char *dir;
+
+static int setup(void **state)
+{
+	(void)state;
+	dir = make_temp_dir("slot");
+	return dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	rm_rf(dir);
+	free(dir);
+	return 0;
+}
+
+/* A RAM-only store of ram_mib MiB; extra is more "ram" keys. */
+static kvt_store *open_ram(unsigned ram_mib, const char *extra)
+{
+	char cfg[512];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"%uMiB\", \"high_watermark\": 1.0,"
+		 " \"low_watermark\": 0.99, \"mlock\": false%s}}", ram_mib, extra);
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+/* A store with a disk tier in file (kept across opens). */
+static kvt_store *open_disk(const char *file, unsigned ram_mib, const char *extra)
+{
+	char cfg[1024];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"%uMiB\", \"high_watermark\": 1.0,"
+		 " \"low_watermark\": 0.99, \"mlock\": false%s},"
+		 " \"disk\": {\"path\": \"%s/%s\", \"capacity\": \"64MiB\","
+		 " \"region_size\": \"4MiB\", \"queue_depth\": 16,"
+		 " \"write_policy\": \"write_through\"}}",
+		 ram_mib, extra, dir, file);
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+static kvt_slot slot_of(kvt_key k, size_t len)
+{
+	return (kvt_slot){ .key = k, .len = len };
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static void test_reserve_write_commit_then_get(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(16, "");
+	kvt_slot sl[4];
+
+	for (int i = 0; i < 4; i++)
+		sl[i] = slot_of(test_key((uint64_t)i), 100000 + (size_t)i);
+	assert_int_equal(kvt_put_reserve(s, sl, 4, 0), 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(sl[i].result, 0);
+		assert_non_null(sl[i].addr);
+		assert_int_equal((uintptr_t)sl[i].addr % 4096, 0);
+		assert_int_not_equal(sl[i].ref, 0);
+		fill_block(sl[i].key, sl[i].addr, sl[i].len);
+	}
+	/* Not visible before the commit. */
+	size_t found = 1;
+	kvt_key k0 = test_key(0);
+	assert_int_equal(kvt_lookup(s, &k0, 1, 0, &found), 0);
+	assert_int_equal(found, 0);
+	assert_int_equal(store_stat(s, "slots", "held"), 4);
+
+	assert_int_equal(kvt_put_commit(s, sl, 4), 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(sl[i].result, 0);
+		assert_null(sl[i].addr);
+		assert_int_equal(sl[i].ref, 0);
+		assert_int_equal(store_get_block(s, test_key((uint64_t)i), 100000 + (size_t)i), 0);
+	}
+	assert_int_equal(store_stat(s, "slots", "held"), 0);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+
+	/* Stored keys come back marked, with nothing reserved. */
+	kvt_slot again[2] = { slot_of(test_key(1), 100001), slot_of(test_key(9), 4096) };
+	assert_int_equal(kvt_put_reserve(s, again, 2, 0), 1);
+	assert_int_equal(again[0].result, KVT_SLOT_STORED);
+	assert_null(again[0].addr);
+	assert_int_equal(again[0].ref, 0);
+	assert_int_equal(again[1].result, 0);
+	/* A second commit of the same slots is refused per slot. */
+	kvt_slot copy = again[1];
+	fill_block(again[1].key, again[1].addr, 4096);
+	assert_int_equal(kvt_put_commit(s, &again[1], 1), 1);
+	assert_int_equal(kvt_put_commit(s, &copy, 1), 0);
+	assert_int_equal(copy.result, -ESTALE);
+	assert_int_equal(store_stat(s, "slots", "stale"), 1);
+	assert_int_equal(store_stat(s, "slots", "commits"), 5);
+	kvt_close(s);
+}
+
+static void test_abort_gives_the_space_back(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(4, "");
+	kvt_slot sl[3];
+
+	for (int round = 0; round < 10; round++) {
+		for (int i = 0; i < 3; i++)
+			sl[i] = slot_of(test_key((uint64_t)i), MiB);
+		assert_int_equal(kvt_put_reserve(s, sl, 3, 0), 2); /* pin_cap: half of 4 MiB */
+		assert_int_equal(sl[2].result, -EAGAIN);
+		assert_int_equal(kvt_put_abort(s, sl, 3), 2);
+		assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+		assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
+	}
+	size_t len;
+	assert_int_equal(kvt_get(s, test_key(0), NULL, 0, &len), -ENOENT);
+	/* An aborted slot cannot be committed. */
+	sl[0] = slot_of(test_key(0), 4096);
+	assert_int_equal(kvt_put_reserve(s, sl, 1, 0), 1);
+	kvt_slot copy = sl[0];
+	assert_int_equal(kvt_put_abort(s, sl, 1), 1);
+	assert_int_equal(kvt_put_commit(s, &copy, 1), 0);
+	assert_int_equal(copy.result, -ESTALE);
+	assert_int_equal(store_stat(s, "slots", "aborts"), 21);
+	kvt_close(s);
+}
+
+static void test_reserve_never_waits_for_a_spill(void **state)
+{
+	(void)state;
+	/* RAM (4 MiB) full of blocks that eviction would have to write to disk. */
+	kvt_store *s = open_disk("eagain.dat", 4, ", \"pin_cap\": 1.0");
+	for (uint64_t i = 0; i < 4; i++)
+		store_put_block(s, test_key(i), MiB);
+	long long spills = store_stat(s, "ram", "spills");
+	kvt_slot sl = slot_of(test_key(100), MiB);
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 0);
+	assert_int_equal(sl.result, -EAGAIN);
+	assert_null(sl.addr);
+	assert_int_equal(sl.ref, 0);
+	assert_non_null(strstr(kvt_last_error(), "without spilling"));
+	assert_int_equal(store_stat(s, "ram", "spills"), spills);
+	assert_int_equal(store_stat(s, "slots", "reserve_refusals"), 1);
+	/* A plain put may spill; then there is room for the slot. */
+	store_put_block(s, test_key(101), MiB);
+	kvt_close(s);
+
+	/* Without a disk, evicting writes nothing: the reservation evicts. */
+	s = open_ram(4, ", \"pin_cap\": 1.0");
+	for (uint64_t i = 0; i < 4; i++)
+		store_put_block(s, test_key(i), MiB);
+	sl = slot_of(test_key(100), MiB);
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 1);
+	assert_int_equal(store_stat(s, "ram", "evictions"), 1);
+	assert_int_equal(kvt_put_abort(s, &sl, 1), 1);
+	kvt_close(s);
+}
+
+static void test_commit_after_the_store_fills(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(8, "");
+	kvt_slot sl[2] = { slot_of(test_key(1000), MiB), slot_of(test_key(1001), MiB) };
+
+	assert_int_equal(kvt_put_reserve(s, sl, 2, 0), 2);
+	fill_block(sl[0].key, sl[0].addr, MiB);
+	fill_block(sl[1].key, sl[1].addr, MiB);
+	/* Fill the store several times over while the copies "run". */
+	for (uint64_t i = 0; i < 32; i++)
+		store_put_block(s, test_key(i), MiB);
+	assert_true(store_stat(s, "ram", "evictions") >= 26);
+	/* The reserved bytes were never handed to another block. */
+	assert_true(check_block(sl[0].key, sl[0].addr, MiB));
+	assert_true(check_block(sl[1].key, sl[1].addr, MiB));
+	assert_int_equal(kvt_put_commit(s, sl, 2), 2);
+	assert_int_equal(store_get_block(s, test_key(1000), MiB), 0);
+	assert_int_equal(store_get_block(s, test_key(1001), MiB), 0);
+	/* Full of blocks again: the committed ones evict like any other. */
+	for (uint64_t i = 32; i < 48; i++)
+		store_put_block(s, test_key(i), MiB);
+	size_t len;
+	assert_int_equal(kvt_get(s, test_key(1000), NULL, 0, &len), -ENOENT);
+	kvt_close(s);
+}
+
+static void test_pin_ram_blocks_in_place(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(16, "");
+	kvt_slot sl[3] = { slot_of(test_key(1), 0), slot_of(test_key(2), 0),
+			   slot_of(test_key(3), 0) };
+	kvt_pin_batch *b = NULL;
+	size_t idx[4];
+
+	store_put_block(s, test_key(1), 5000);
+	store_put_block(s, test_key(2), MiB);
+	assert_int_equal(kvt_get_pin(s, sl, 3, 0, &b), 2);
+	assert_non_null(b);
+	assert_int_equal(sl[0].result, 0);
+	assert_int_equal(sl[0].len, 5000);
+	assert_true(check_block(sl[0].key, sl[0].addr, 5000));
+	assert_int_equal(sl[1].result, 0);
+	assert_int_equal(sl[1].len, MiB);
+	assert_true(check_block(sl[1].key, sl[1].addr, MiB));
+	assert_int_equal(sl[2].result, -ENOENT);
+	assert_int_equal(sl[2].ref, 0);
+	/* Nothing loads: the batch has nothing to report. */
+	assert_int_equal(kvt_pin_reap(b, idx, 4, 0), 0);
+	assert_int_equal(kvt_pin_reap(b, idx, 4, -1), 0);
+	kvt_pin_free(b);
+	assert_int_equal(store_stat(s, "ram", "pinned"), 2);
+	assert_int_equal(kvt_unpin(s, sl, 3), 2);
+	assert_int_equal(store_stat(s, "ram", "pinned"), 0);
+	/* A second unpin finds nothing live. */
+	assert_int_equal(kvt_unpin(s, sl, 3), 0);
+	assert_int_equal(store_stat(s, "slots", "stale"), 2);
+	kvt_close(s);
+}
+
+/* Puts n blocks of len, closes and reopens so that they are on disk only. */
+static kvt_store *blocks_on_disk_only(const char *file, uint64_t n, size_t len,
+				      const char *extra)
+{
+	kvt_store *s = open_disk(file, 32, extra);
+	kvt_op *ops = calloc(n, sizeof(*ops));
+	char *buf = malloc(n * len);
+	for (uint64_t i = 0; i < n; i++) {
+		ops[i] = (kvt_op){ test_key(i), buf + i * len, len, 0 };
+		fill_block(ops[i].key, ops[i].buf, len);
+	}
+	assert_int_equal(kvt_put_batch(s, ops, n), 0);
+	kvt_close(s);
+	free(ops);
+	free(buf);
+	/* Reopened: the RAM tier is empty, the disk kept its blocks. */
+	s = open_disk(file, 32, extra);
+	assert_int_equal(store_stat(s, "ram", "objects"), 0);
+	return s;
+}
+
+static void test_pin_loads_disk_hits_one_by_one(void **state)
+{
+	(void)state;
+	const uint64_t n = 24;
+	const size_t len = 300000;
+	kvt_store *s = blocks_on_disk_only("load.dat", n, len, "");
+	kvt_slot sl[25];
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 0; i <= n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, sl, n + 1, 0, &b), (int)n);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(sl[i].result, -EINPROGRESS);
+		assert_int_not_equal(sl[i].ref, 0);
+	}
+	assert_int_equal(sl[n].result, -ENOENT);
+
+	int fd = kvt_pin_fd(b);
+	assert_true(fd >= 0);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	assert_int_equal(poll(&p, 1, 10000), 1);
+
+	uint8_t seen[24] = { 0 };
+	size_t got = 0, idx[5];
+	int r;
+	while ((r = kvt_pin_reap(b, idx, 5, 10000)) > 0) {
+		assert_true(r <= 5);
+		for (int k = 0; k < r; k++) {
+			kvt_slot *x = &sl[idx[k]];
+			assert_true(idx[k] < n);
+			assert_false(seen[idx[k]]);
+			seen[idx[k]] = 1;
+			assert_int_equal(x->result, 0);
+			assert_int_equal(x->len, len);
+			assert_true(check_block(x->key, x->addr, len));
+			got++;
+		}
+	}
+	assert_int_equal(r, 0);
+	assert_int_equal(got, n);
+	kvt_pin_free(b);
+	assert_int_equal(store_stat(s, "slots", "loads"), (long long)n);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), (long long)(n * len));
+	assert_int_equal(kvt_unpin(s, sl, n + 1), (int)n);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
+	kvt_close(s);
+}
+
+static void test_unpin_while_loading_cancels(void **state)
+{
+	(void)state;
+	const uint64_t n = 16;
+	kvt_store *s = blocks_on_disk_only("cancel.dat", n, MiB, "");
+	kvt_slot sl[16];
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	/* Released at once, before (or while) the reads land: never blocks. */
+	assert_int_equal(kvt_unpin(s, sl, n), (int)n);
+	size_t idx[16], got = 0;
+	int r;
+	while ((r = kvt_pin_reap(b, idx, 16, 10000)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	assert_int_equal(got, n);
+	kvt_pin_free(b);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
+	kvt_close(s);
+}
+
+static void test_forgotten_pin_and_reservation_lapse(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(4, ", \"pin_ms\": 50, \"pin_cap\": 1.0");
+	kvt_slot pin = slot_of(test_key(1), 0), res = slot_of(test_key(2), MiB);
+	kvt_pin_batch *b = NULL;
+
+	store_put_block(s, test_key(1), MiB);
+	assert_int_equal(kvt_get_pin(s, &pin, 1, 0, &b), 1);
+	kvt_pin_free(b);
+	assert_int_equal(kvt_put_reserve(s, &res, 1, 0), 1);
+	assert_int_equal(store_stat(s, "ram", "pinned"), 1);
+	/* Forgotten: nobody calls the store, and still the slots lapse. */
+	sleep_ms(400);
+	assert_int_equal(store_stat(s, "slots", "lapses"), 2);
+	assert_int_equal(store_stat(s, "slots", "held"), 0);
+	assert_int_equal(store_stat(s, "ram", "pinned"), 0);
+	/* The reservation's space is free again, the pinned block evictable. */
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), MiB);
+	for (uint64_t i = 10; i < 14; i++)
+		store_put_block(s, test_key(i), MiB);
+	size_t len;
+	assert_int_equal(kvt_get(s, test_key(1), NULL, 0, &len), -ENOENT);
+	/* Late calls with the lapsed handles do nothing. */
+	assert_int_equal(kvt_unpin(s, &pin, 1), 0);
+	assert_int_equal(kvt_put_commit(s, &res, 1), 0);
+	assert_int_equal(res.result, -ESTALE);
+	kvt_close(s);
+}
+
+static void test_pin_survives_remove(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(4, "");
+	kvt_slot sl = slot_of(test_key(7), 0);
+	kvt_pin_batch *b = NULL;
+
+	store_put_block(s, test_key(7), MiB);
+	assert_int_equal(kvt_get_pin(s, &sl, 1, 0, &b), 1);
+	kvt_pin_free(b);
+	assert_int_equal(kvt_remove(s, test_key(7)), 0);
+	size_t len;
+	assert_int_equal(kvt_get(s, test_key(7), NULL, 0, &len), -ENOENT);
+	/* The store churns; the pinned bytes stay where they are. */
+	for (uint64_t i = 100; i < 110; i++)
+		store_put_block(s, test_key(i), MiB);
+	assert_true(check_block(test_key(7), sl.addr, MiB));
+	assert_int_equal(kvt_unpin(s, &sl, 1), 1);
+	assert_int_equal(kvt_get(s, test_key(7), NULL, 0, &len), -ENOENT);
+	/* Its space is reusable now: the RAM holds only live blocks. */
+	assert_true(store_stat(s, "ram", "bytes_used") <= 4 * MiB);
+	kvt_close(s);
+}
+
+struct churn {
+	kvt_store *s;
+	int stop;
+	unsigned errors;
+};
+
+static void *remover(void *arg)
+{
+	struct churn *c = arg;
+	for (int round = 0; !__atomic_load_n(&c->stop, __ATOMIC_RELAXED); round++) {
+		for (uint64_t i = 0; i < 8; i++) {
+			kvt_remove(c->s, test_key(i));
+			store_put_block(c->s, test_key(i), 64 * 1024);
+		}
+	}
+	return NULL;
+}
+
+static void test_pins_race_removals(void **state)
+{
+	(void)state;
+	struct churn c = { .s = open_ram(4, "") };
+	pthread_t th;
+
+	for (uint64_t i = 0; i < 8; i++)
+		store_put_block(c.s, test_key(i), 64 * 1024);
+	assert_int_equal(pthread_create(&th, NULL, remover, &c), 0);
+	unsigned pinned = 0;
+	for (int round = 0; round < 400; round++) {
+		kvt_slot sl[8];
+		kvt_pin_batch *b = NULL;
+		for (uint64_t i = 0; i < 8; i++)
+			sl[i] = slot_of(test_key(i), 0);
+		assert_true(kvt_get_pin(c.s, sl, 8, 0, &b) >= 0);
+		kvt_pin_free(b);
+		for (int i = 0; i < 8; i++) {
+			if (sl[i].result != 0) {
+				assert_int_equal(sl[i].result, -ENOENT);
+				continue;
+			}
+			pinned++;
+			if (!check_block(sl[i].key, sl[i].addr, 64 * 1024))
+				c.errors++;
+		}
+		kvt_unpin(c.s, sl, 8);
+	}
+	__atomic_store_n(&c.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	assert_int_equal(c.errors, 0);
+	assert_true(pinned > 0);
+	assert_int_equal(store_stat(c.s, "ram", "pinned"), 0);
+	kvt_close(c.s);
+}
+
+static void test_arena_regions(void **state)
+{
+	(void)state;
+	kvt_store *s = NULL;
+	assert_int_equal(kvt_open("{\"ram\": {\"capacity\": \"2600MiB\", \"mlock\": false}}", &s), 0);
+	void *base;
+	size_t len;
+	assert_int_equal(kvt_arena(s, &base, &len), 0);
+	assert_int_equal(kvt_arena_regions(s, NULL, 0), 3);
+	kvt_region r[4];
+	memset(r, 0, sizeof(r));
+	assert_int_equal(kvt_arena_regions(s, r, 2), 3); /* only two written */
+	assert_null(r[2].base);
+	assert_int_equal(kvt_arena_regions(s, r, 4), 3);
+	char *p = base;
+	size_t total = 0;
+	for (int i = 0; i < 3; i++) {
+		assert_ptr_equal(r[i].base, p);
+		assert_int_equal((uintptr_t)r[i].base % 4096, 0);
+		assert_true(r[i].len <= (1ull << 30));
+		p += r[i].len;
+		total += r[i].len;
+	}
+	assert_int_equal(total, len);
+	assert_int_equal(r[0].len, 1ull << 30);
+	assert_int_equal(kvt_arena_regions(NULL, r, 4), -EINVAL);
+	assert_int_equal(kvt_arena_regions(s, NULL, 4), -EINVAL);
+	kvt_close(s);
+}
+
+static void test_bad_arguments(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(4, "");
+	kvt_slot sl = slot_of(test_key(1), 4096);
+	kvt_pin_batch *b = NULL;
+	size_t idx[1];
+
+	assert_int_equal(kvt_put_reserve(NULL, &sl, 1, 0), -EINVAL);
+	assert_int_equal(kvt_put_reserve(s, NULL, 1, 0), -EINVAL);
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0x80), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "flags"));
+	assert_int_equal(kvt_put_reserve(s, NULL, 0, 0), 0);
+	sl.len = 0;
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 0);
+	assert_int_equal(sl.result, -EINVAL);
+	sl.len = 512 * MiB; /* above ram.max_block */
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 0);
+	assert_int_equal(sl.result, -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "max_block"));
+	sl = slot_of(test_key(1), 4096);
+	sl.flags = 1;
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 0);
+	assert_int_equal(sl.result, -EINVAL);
+
+	assert_int_equal(kvt_put_commit(NULL, &sl, 1), -EINVAL);
+	assert_int_equal(kvt_put_commit(s, NULL, 1), -EINVAL);
+	assert_int_equal(kvt_put_abort(NULL, &sl, 1), -EINVAL);
+	assert_int_equal(kvt_put_abort(s, NULL, 1), -EINVAL);
+	/* A handle that was never given out. */
+	sl = slot_of(test_key(1), 4096);
+	sl.ref = 0x123456789ull;
+	assert_int_equal(kvt_put_commit(s, &sl, 1), 0);
+	assert_int_equal(sl.result, -ESTALE);
+	sl.result = 0;
+	sl.ref = 0x123456789ull;
+	assert_int_equal(kvt_unpin(s, &sl, 1), 0);
+
+	assert_int_equal(kvt_get_pin(NULL, &sl, 1, 0, &b), -EINVAL);
+	assert_int_equal(kvt_get_pin(s, NULL, 1, 0, &b), -EINVAL);
+	assert_int_equal(kvt_get_pin(s, &sl, 1, 0, NULL), -EINVAL);
+	assert_int_equal(kvt_get_pin(s, &sl, 1, 2, &b), -EINVAL);
+	assert_int_equal(kvt_unpin(NULL, &sl, 1), -EINVAL);
+	assert_int_equal(kvt_unpin(s, NULL, 1), -EINVAL);
+	assert_int_equal(kvt_pin_reap(NULL, idx, 1, 0), -EINVAL);
+	assert_int_equal(kvt_pin_fd(NULL), -EINVAL);
+	kvt_pin_free(NULL);
+	assert_int_equal(kvt_get_pin(s, &sl, 1, 0, &b), 0);
+	assert_int_equal(sl.result, -ENOENT);
+	assert_int_equal(kvt_pin_reap(b, NULL, 1, 0), -EINVAL);
+	assert_int_equal(kvt_pin_reap(b, idx, 0, 0), -EINVAL);
+	kvt_pin_free(b);
+	kvt_close(s);
+}
+
+static void test_pin_cap(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(8, ", \"pin_cap\": 0.25");
+	kvt_slot sl[3] = { slot_of(test_key(1), 0), slot_of(test_key(2), 0),
+			   slot_of(test_key(3), 0) };
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 1; i <= 3; i++)
+		store_put_block(s, test_key(i), MiB);
+	assert_int_equal(kvt_get_pin(s, sl, 3, 0, &b), 2);
+	assert_int_equal(sl[2].result, -EAGAIN);
+	kvt_pin_free(b);
+	assert_int_equal(kvt_unpin(s, sl, 3), 2);
+	assert_int_equal(kvt_get_pin(s, &sl[2], 1, 0, &b), 1);
+	kvt_pin_free(b);
+	assert_int_equal(kvt_unpin(s, &sl[2], 1), 1);
+	kvt_close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reserve_write_commit_then_get),
+		cmocka_unit_test(test_abort_gives_the_space_back),
+		cmocka_unit_test(test_reserve_never_waits_for_a_spill),
+		cmocka_unit_test(test_commit_after_the_store_fills),
+		cmocka_unit_test(test_pin_ram_blocks_in_place),
+		cmocka_unit_test(test_pin_loads_disk_hits_one_by_one),
+		cmocka_unit_test(test_unpin_while_loading_cancels),
+		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
+		cmocka_unit_test(test_pin_survives_remove),
+		cmocka_unit_test(test_pins_race_removals),
+		cmocka_unit_test(test_arena_regions),
+		cmocka_unit_test(test_bad_arguments),
+		cmocka_unit_test(test_pin_cap),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
