@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -35,6 +36,7 @@
 
 #define LOAD_GROUP 8u         /* disk loads per submission */
 #define LOADERS_MAX 8u        /* loader threads */
+#define LOAD_WAIT_MS 500      /* a load waits this long for arena space */
 #define REGION_MAX (1ull << 30)
 #define NIL UINT32_MAX
 
@@ -455,6 +457,23 @@ static void report(struct slot_table *t, const struct slot_job *j,
 	/* b may be freed from here on. */
 }
 
+/*
+ * A fresh extent for a load. When every block in RAM is pinned, the
+ * engine's unpins (queued behind its copies) free space soon: wait for them
+ * up to LOAD_WAIT_MS before failing the load with -ENOSPC.
+ */
+static int64_t load_extent(struct slot_table *t, size_t len)
+{
+	int64_t o;
+
+	for (int ms = 0; (o = ram_slot_alloc(t->ram, len, 1)) == -ENOSPC &&
+			 ms < LOAD_WAIT_MS; ms++) {
+		struct timespec ts = { 0, 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	return o;
+}
+
 /* Reads a job's blocks from disk into fresh extents and reports them. */
 static void run_job(struct slot_table *t, struct slot_job *j)
 {
@@ -473,7 +492,7 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		pthread_mutex_unlock(&t->lock);
 
 		/* May evict and spill: a loader can wait, unlike a reservation. */
-		int64_t o = skip ? -ECANCELED : ram_slot_alloc(t->ram, len[k], 1);
+		int64_t o = skip ? -ECANCELED : load_extent(t, len[k]);
 		res[k] = o < 0 ? (int)o : 0;
 		off[k] = o < 0 ? 0 : (uint64_t)o;
 		if (o >= 0) {
