@@ -57,8 +57,21 @@ LD      ?= ld
 OBJCOPY ?= objcopy
 KVBENCH := $(BUILD)/kvbench
 
+# The CUDA examples (examples/cuda/) are built when nvcc is found (on PATH or
+# in /usr/local/cuda/bin) and no sanitizer is asked for; the library itself
+# never links CUDA. NVCC_ARCH picks the GPU generation (default: Hopper).
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+NVCC_ARCH ?= -arch=sm_90
+CUDA_SRC  := $(sort $(wildcard examples/cuda/*.cu))
+CUDA_BIN  := $(if $(NVCC),$(if $(SAN),,$(CUDA_SRC:examples/cuda/%.cu=$(BUILD)/examples/cuda/%) $(BUILD)/kvbench-gpu))
+# What the CUDA programs link besides libkvtier.a; to carry them to a machine
+# without these libraries, name the static archives instead (see README).
+CUDA_LIBS ?= $(LIBS)
+CUDA_FLAGS = -O2 -std=c++17 $(NVCC_ARCH) -Iinclude -Iexamples/cuda -Werror all-warnings \
+	     -Xcompiler -Wall,-Wextra,-Werror
+
 .PHONY: all check check-asan check-tsan check-all check-install check-rdma install uninstall clean deps demo test
-all: $(SHLIB) $(BUILD)/libkvtier.so $(STLIB) $(KVBENCH) $(EX_BIN) $(BUILD)/kvtier.pc
+all: $(SHLIB) $(BUILD)/libkvtier.so $(STLIB) $(KVBENCH) $(EX_BIN) $(CUDA_BIN) $(BUILD)/kvtier.pc
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -100,6 +113,13 @@ $(KVBENCH): $(BUILD)/bench/kvbench.o $(BENCHLIB) $(COMMONLIB) $(INTLIB)
 $(BUILD)/examples/%: examples/%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -o $@ $< $(STLIB) $(SANLD) $(LIBS)
+
+$(BUILD)/examples/cuda/%: examples/cuda/%.cu $(wildcard examples/cuda/*.cuh) include/kvtier.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CUDA_FLAGS) -o $@ $< $(STLIB) $(CUDA_LIBS)
+
+$(BUILD)/kvbench-gpu: bench/gpu/kvbench_gpu.cu $(wildcard examples/cuda/*.cuh) include/kvtier.h $(STLIB)
+	$(NVCC) $(CUDA_FLAGS) -o $@ $< $(STLIB) $(CUDA_LIBS) -ldl
 
 # Unit tests link the internal archive, so they can reach internal functions
 # through lib/*.h, and common/ (what they share with kvbench); helpers shared

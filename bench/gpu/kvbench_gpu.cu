@@ -1,0 +1,693 @@
+/*
+ * kvbench_gpu.cu - the GPU data path measured beside the machine's limits,
+ * in one run, written as JSON (built when nvcc is present; needs a GPU).
+ *
+ *   correctness  random KV of several layers, GPU -> store -> GPU through
+ *                the zero-copy slots, RAM tier and forced through the disk
+ *                tier, both layouts; compared element by element
+ *   ram_restore  RAM tier -> GPU (bytes landed in the paged layout per
+ *                second) beside pinned host-to-device copies of one block
+ *   save         GPU -> store beside pinned device-to-host copies
+ *   disk_restore for each --dir: disk tier -> GPU, beside a raw O_DIRECT
+ *                io_uring read of the tier's own file at the same block size
+ *                and queue depth, pinned H2D, and a host-bounce baseline
+ *                (kvt_get_batch into pageable buffers, then the copy)
+ *   cufile       when libcufile loads (dlopen; never linked): raw reads of
+ *                the tier file straight into GPU memory, and whether
+ *                nvidia-fs was present (without it cuFile runs in its
+ *                compatibility mode, through host memory)
+ * Limits and figures are interleaved (limit, figure, limit, ...) and each
+ * reported as the median with every sample.
+ *
+ *   kvbench-gpu [--json FILE] [--dir DIR]... [--gib N] [--reps N]
+ *               [--layers N] [--heads N] [--head-size N] [--block-size N]
+ *               [--cufile PATH]
+ * Exit status 0 when every restored element matched, 1 otherwise, 2 for a
+ * bad option, 77 without a GPU.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <liburing.h>
+
+#include "kvconn.cuh"
+
+#define QD 32     /* the disk tier's loads in flight: 4 loaders x 8 */
+#define MAXDIR 4
+#define MAXREP 16
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* A figure: samples in GB/s. */
+struct fig {
+	int n;
+	double v[MAXREP];
+};
+
+static double median(const struct fig *f)
+{
+	double t[MAXREP];
+	if (!f->n)
+		return 0;
+	memcpy(t, f->v, sizeof(double) * (size_t)f->n);
+	qsort(t, (size_t)f->n, sizeof(double), cmp_d);
+	return f->n % 2 ? t[f->n / 2] : (t[f->n / 2 - 1] + t[f->n / 2]) / 2;
+}
+
+static json_t *fig_json(const struct fig *f, const char *what)
+{
+	json_t *o = json_object(), *a = json_array();
+	for (int i = 0; i < f->n; i++)
+		json_array_append_new(a, json_real(f->v[i]));
+	json_object_set_new(o, "what", json_string(what));
+	json_object_set_new(o, "median_GBps", json_real(median(f)));
+	json_object_set_new(o, "samples_GBps", a);
+	return o;
+}
+
+static void add(struct fig *f, double bytes, double secs)
+{
+	if (f->n < MAXREP)
+		f->v[f->n++] = bytes / secs / 1e9;
+}
+
+/* --- limits ------------------------------------------------------------------ */
+
+/* Copies total bytes in chunk-sized cudaMemcpyAsync calls over the streams
+ * between host memory (pinned or not) and the GPU; returns seconds. */
+static double copy_time(char *host, char *dev, size_t chunk, size_t total, int h2d,
+			cudaStream_t *st)
+{
+	double t0 = now_s();
+	size_t i = 0;
+	for (size_t off = 0; off + chunk <= total; off += chunk, i++)
+		CK(cudaMemcpyAsync(h2d ? dev + off : host + off, h2d ? host + off : dev + off,
+				   chunk, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+				   st[i % CONN_STREAMS]));
+	for (int k = 0; k < CONN_STREAMS; k++)
+		CK(cudaStreamSynchronize(st[k]));
+	return now_s() - t0;
+}
+
+static uint64_t xorshift(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* Raw random O_DIRECT reads of bs bytes at QD over the file's first span
+ * bytes (io_uring): the device limit. Returns bytes/s, or a negative errno. */
+static double raw_read(const char *path, size_t bs, size_t span, size_t total)
+{
+	int fd = open(path, O_RDONLY | O_DIRECT);
+	if (fd < 0)
+		return -errno;
+	struct io_uring ring;
+	if (io_uring_queue_init(QD, &ring, 0) < 0) {
+		close(fd);
+		return -ENOSYS;
+	}
+	char *buf;
+	if (posix_memalign((void **)&buf, 4096, bs * QD))
+		exit(1);
+	memset(buf, 0, bs * QD);
+	uint64_t pages = span / 4096 - bs / 4096, x = 88172645463325252ull;
+	size_t issued = 0, done = 0, n = total / bs, inflight = 0;
+	int err = 0;
+	double t0 = now_s();
+	while (done < n && !err) {
+		while (inflight < QD && issued < n) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			io_uring_prep_read(sqe, fd, buf + (issued % QD) * bs, (unsigned)bs,
+					   (off_t)((xorshift(&x) % pages) * 4096));
+			issued++;
+			inflight++;
+		}
+		io_uring_submit(&ring);
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&ring, &cqe) < 0) {
+			err = -EIO;
+			break;
+		}
+		if (cqe->res < 0)
+			err = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+		done++;
+	}
+	double dt = now_s() - t0;
+	io_uring_queue_exit(&ring);
+	close(fd);
+	free(buf);
+	return err ? err : (double)done * bs / dt;
+}
+
+/* --- cuFile, loaded at run time ------------------------------------------------- */
+
+/* The few cuFile types used, as its public header declares them. */
+typedef struct {
+	int err;
+	int cu_err;
+} cf_error;
+typedef struct {
+	int type; /* 1: CU_FILE_HANDLE_TYPE_OPAQUE_FD */
+	union {
+		int fd;
+		void *handle;
+	} handle;
+	const void *fs_ops;
+} cf_descr;
+
+struct cufile {
+	void *lib;
+	cf_error (*driver_open)(void);
+	cf_error (*handle_register)(void **fh, cf_descr *d);
+	void (*handle_deregister)(void *fh);
+	cf_error (*buf_register)(const void *p, size_t len, int flags);
+	cf_error (*buf_deregister)(const void *p);
+	ssize_t (*read)(void *fh, void *dev, size_t size, off_t foff, off_t doff);
+};
+
+struct cf_job {
+	struct cufile *cf;
+	void *fh;
+	char *dev;
+	size_t bs, span, n;
+	uint64_t seed;
+	ssize_t err;
+};
+
+static void *cf_reader(void *arg)
+{
+	struct cf_job *j = (struct cf_job *)arg;
+	uint64_t pages = j->span / 4096 - j->bs / 4096, x = j->seed | 1;
+	for (size_t i = 0; i < j->n; i++) {
+		ssize_t r = j->cf->read(j->fh, j->dev, j->bs,
+					(off_t)((xorshift(&x) % pages) * 4096), 0);
+		if (r != (ssize_t)j->bs) {
+			j->err = r < 0 ? r : -EIO;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static json_t *cf_fail(json_t *o, json_t *why)
+{
+	json_object_set_new(o, "ran", json_false());
+	json_object_set_new(o, "error", why);
+	return o;
+}
+
+/* Raw reads of the tier file into GPU memory through cuFile, QD threads. */
+static json_t *cufile_try(const char *libpath, const char *path, size_t bs, size_t span,
+			  size_t total, int reps)
+{
+	json_t *o = json_object();
+	struct cufile cf;
+	struct stat st;
+	int nvfs = stat("/sys/module/nvidia_fs", &st) == 0;
+
+	memset(&cf, 0, sizeof(cf));
+	json_object_set_new(o, "nvidia_fs_loaded", json_boolean(nvfs));
+	cf.lib = dlopen(libpath ? libpath : "libcufile.so.0", RTLD_NOW);
+	if (!cf.lib && !libpath)
+		cf.lib = dlopen("libcufile.so", RTLD_NOW);
+	if (!cf.lib)
+		return cf_fail(o, json_string(dlerror()));
+	*(void **)&cf.driver_open = dlsym(cf.lib, "cuFileDriverOpen");
+	*(void **)&cf.handle_register = dlsym(cf.lib, "cuFileHandleRegister");
+	*(void **)&cf.handle_deregister = dlsym(cf.lib, "cuFileHandleDeregister");
+	*(void **)&cf.buf_register = dlsym(cf.lib, "cuFileBufRegister");
+	*(void **)&cf.buf_deregister = dlsym(cf.lib, "cuFileBufDeregister");
+	*(void **)&cf.read = dlsym(cf.lib, "cuFileRead");
+	if (!cf.driver_open || !cf.handle_register || !cf.handle_deregister || !cf.read ||
+	    !cf.buf_register || !cf.buf_deregister)
+		return cf_fail(o, json_string("libcufile lacks a needed symbol"));
+	cf_error e = cf.driver_open();
+	if (e.err)
+		return cf_fail(o, json_sprintf("cuFileDriverOpen: error %d (cuda %d)", e.err, e.cu_err));
+	int fd = open(path, O_RDONLY | O_DIRECT);
+	if (fd < 0)
+		return cf_fail(o, json_sprintf("open %s: %s", path, strerror(errno)));
+	cf_descr d;
+	memset(&d, 0, sizeof(d));
+	d.type = 1;
+	d.handle.fd = fd;
+	void *fh = NULL;
+	e = cf.handle_register(&fh, &d);
+	if (e.err) {
+		close(fd);
+		return cf_fail(o, json_sprintf("cuFileHandleRegister: error %d", e.err));
+	}
+	char *dev;
+	CK(cudaMalloc((void **)&dev, bs * QD));
+	for (int i = 0; i < QD; i++)
+		cf.buf_register(dev + (size_t)i * bs, bs, 0);
+	struct fig f = { 0, { 0 } };
+	ssize_t err = 0;
+	for (int r = 0; r < reps && !err; r++) {
+		pthread_t th[QD];
+		struct cf_job j[QD];
+		size_t per = total / bs / QD;
+		double t0 = now_s();
+		for (int i = 0; i < QD; i++) {
+			j[i] = (struct cf_job){ &cf, fh, dev + (size_t)i * bs, bs, span, per,
+						(uint64_t)(r * QD + i + 1) * 0x9e3779b97f4a7c15ull, 0 };
+			pthread_create(&th[i], NULL, cf_reader, &j[i]);
+		}
+		for (int i = 0; i < QD; i++) {
+			pthread_join(th[i], NULL);
+			if (j[i].err)
+				err = j[i].err;
+		}
+		add(&f, (double)per * QD * bs, now_s() - t0);
+	}
+	for (int i = 0; i < QD; i++)
+		cf.buf_deregister(dev + (size_t)i * bs);
+	json_object_set_new(o, "ran", json_boolean(!err));
+	if (err)
+		json_object_set_new(o, "error", json_sprintf("cuFileRead: %zd", err));
+	json_object_set_new(o, "raw_read_to_gpu",
+			    fig_json(&f, "cuFileRead of the tier file into GPU memory, bs = one block, QD threads"));
+	/* Without the nvidia-fs kernel module cuFile can only move data through
+	 * host memory (its compatibility mode). */
+	json_object_set_new(o, "compat_mode", json_boolean(!nvfs));
+	cf.handle_deregister(fh);
+	close(fd);
+	CK(cudaFree(dev));
+	return o;
+}
+
+/* --- the store side ------------------------------------------------------------ */
+
+struct setup {
+	struct kv_shape sh;
+	size_t bb;       /* block bytes */
+	int nblocks;     /* blocks in the data set */
+	int reps;
+	uint32_t *tokens;
+	size_t ntok;
+	int *ids;        /* cache block ids of the data set, a permutation */
+};
+
+static kvt_store *open_store(const char *cfg)
+{
+	kvt_store *s;
+	KVT_CK(kvt_open(cfg, &s));
+	return s;
+}
+
+static void fill_cache(struct kv_cache *c, uint32_t seed)
+{
+	size_t n = kv_cache_bytes(c) / (size_t)c->shape.layers;
+	char *h = (char *)malloc(n);
+	for (int l = 0; l < c->shape.layers; l++) {
+		uint64_t x = seed * 0x9e3779b97f4a7c15ull + (uint64_t)l + 1;
+		for (size_t i = 0; i + 8 <= n; i += 8) {
+			uint64_t v = xorshift(&x);
+			memcpy(h + i, &v, 8);
+		}
+		char *dst = c->kind == KV_FLASH ? c->layer[l] : c->cross + (size_t)l * n;
+		CK(cudaMemcpy(dst, h, n, cudaMemcpyHostToDevice));
+	}
+	free(h);
+}
+
+static void zero_cache(struct kv_cache *c)
+{
+	for (int l = 0; c->kind == KV_FLASH && l < c->shape.layers; l++)
+		CK(cudaMemset(c->layer[l], 0, kv_cache_bytes(c) / (size_t)c->shape.layers));
+	if (c->kind == KV_CROSS)
+		CK(cudaMemset(c->cross, 0, kv_cache_bytes(c)));
+}
+
+/* Elements (16-bit) that differ between block ids[i] of cache a and of
+ * cache b, over every layer, K and V; each chunk is fetched by its address
+ * in its own layout, independently of the kernels. */
+static size_t differ(struct kv_cache *a, struct kv_cache *b, const int *ids, int n)
+{
+	size_t chunk = kv_chunk_bytes(&a->shape), bad = 0;
+	uint16_t *x = (uint16_t *)malloc(chunk), *y = (uint16_t *)malloc(chunk);
+	for (int i = 0; i < n; i++)
+		for (int l = 0; l < a->shape.layers; l++)
+			for (int kv = 0; kv < 2; kv++) {
+				CK(cudaMemcpy(x, kv_chunk(a->layer, a->cross, a->kind, a->shape, ids[i], l, kv),
+					      chunk, cudaMemcpyDeviceToHost));
+				CK(cudaMemcpy(y, kv_chunk(b->layer, b->cross, b->kind, b->shape, ids[i], l, kv),
+					      chunk, cudaMemcpyDeviceToHost));
+				for (size_t k = 0; k < chunk / 2; k++)
+					bad += x[k] != y[k];
+			}
+	free(x);
+	free(y);
+	return bad;
+}
+
+static void remove_all(kvt_store *s, kvt_key root, const struct setup *u)
+{
+	kvt_key *k = (kvt_key *)malloc((size_t)u->nblocks * sizeof(kvt_key));
+	kvt_hash_chain(root, u->tokens, u->ntok, (uint32_t)u->sh.block_size, k, (size_t)u->nblocks);
+	for (int i = 0; i < u->nblocks; i++)
+		kvt_remove(s, k[i]);
+	free(k);
+}
+
+/* Saves the data set from c's cache; every block must be saved. Seconds. */
+static double save_all(struct conn *c, const struct setup *u)
+{
+	double t0 = now_s();
+	conn_save(c, u->tokens, u->ntok, u->ids);
+	conn_sync(c);
+	double dt = now_s() - t0;
+	if (c->saved != (size_t)u->nblocks) {
+		fprintf(stderr, "save: %zu of %d blocks saved (%zu already stored, %zu refused)\n",
+			c->saved, u->nblocks, c->skipped_stored, c->unsaved);
+		exit(1);
+	}
+	return dt;
+}
+
+/* Restores the data set into c's cache; every block must come back. */
+static double restore_all(struct conn *c, const struct setup *u)
+{
+	double t0 = now_s();
+	size_t got = conn_restore(c, u->tokens, u->ntok, u->ids);
+	conn_sync(c);
+	double dt = now_s() - t0;
+	if (got != (size_t)u->nblocks) {
+		fprintf(stderr, "restore: %zu of %d blocks\n", got, u->nblocks);
+		exit(1);
+	}
+	return dt;
+}
+
+/* Host bounce: kvt_get_batch into malloc'd memory, cudaMemcpy, scatter. */
+static double bounce_all(kvt_store *s, kvt_key root, struct conn *c, const struct setup *u)
+{
+	kvt_key *keys = (kvt_key *)malloc((size_t)u->nblocks * sizeof(kvt_key));
+	char *bounce = (char *)malloc(CONN_GROUP * u->bb);
+	kvt_op ops[CONN_GROUP];
+	double t0 = now_s();
+
+	kvt_hash_chain(root, u->tokens, u->ntok, (uint32_t)u->sh.block_size, keys, (size_t)u->nblocks);
+	for (int i = 0; i < u->nblocks; i += CONN_GROUP) {
+		int n = u->nblocks - i < CONN_GROUP ? u->nblocks - i : CONN_GROUP;
+		struct kv_ids ids;
+		for (int k = 0; k < n; k++) {
+			ops[k] = (kvt_op){ keys[i + k], bounce + (size_t)k * u->bb, u->bb, 0 };
+			ids.id[k] = u->ids[i + k];
+		}
+		KVT_CK(kvt_get_batch(s, ops, (size_t)n));
+		CK(cudaMemcpy(c->staging[0], bounce, (size_t)n * u->bb, cudaMemcpyHostToDevice));
+		kv_launch(c->cache, &ids, n, c->staging[0], 0, c->st[0]);
+		CK(cudaStreamSynchronize(c->st[0]));
+	}
+	double dt = now_s() - t0;
+	free(bounce);
+	free(keys);
+	return dt;
+}
+
+static int parse(int argc, char **argv, struct setup *u, const char **json_path,
+		 const char **cufile, const char **dirs, int *ndir, double *gib)
+{
+	for (int i = 1; i < argc; i += 2) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!v) {
+			fprintf(stderr, "kvbench-gpu: %s needs a value\n", a);
+			return 2;
+		}
+		if (!strcmp(a, "--json")) *json_path = v;
+		else if (!strcmp(a, "--dir") && *ndir < MAXDIR) dirs[(*ndir)++] = v;
+		else if (!strcmp(a, "--gib")) *gib = atof(v);
+		else if (!strcmp(a, "--reps")) u->reps = atoi(v);
+		else if (!strcmp(a, "--layers")) u->sh.layers = atoi(v);
+		else if (!strcmp(a, "--heads")) u->sh.num_kv_heads = atoi(v);
+		else if (!strcmp(a, "--head-size")) u->sh.head_size = atoi(v);
+		else if (!strcmp(a, "--block-size")) u->sh.block_size = atoi(v);
+		else if (!strcmp(a, "--cufile")) *cufile = v;
+		else {
+			fprintf(stderr, "kvbench-gpu: unknown option %s\n", a);
+			return 2;
+		}
+	}
+	if (u->reps < 1 || u->reps > MAXREP || *gib <= 0 || u->sh.layers < 1 ||
+	    u->sh.num_kv_heads < 1 || u->sh.head_size < 1 || u->sh.block_size < 1) {
+		fprintf(stderr, "kvbench-gpu: --reps 1..%d; --gib, --layers, --heads, "
+			"--head-size, --block-size above 0\n", MAXREP);
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct setup u;
+	const char *json_path = NULL, *cufile = NULL, *dirs[MAXDIR];
+	int ndir = 0;
+	double gib = 4;
+
+	memset(&u, 0, sizeof(u));
+	u.sh = (struct kv_shape){ 48, 0, 16, 4, 128, 2 }; /* Qwen3-Coder-30B-A3B: 1.5 MiB blocks */
+	u.reps = 5;
+	int rc = parse(argc, argv, &u, &json_path, &cufile, dirs, &ndir, &gib);
+	if (rc)
+		return rc;
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || !ndev) {
+		fprintf(stderr, "kvbench-gpu: no CUDA device\n");
+		return 77;
+	}
+	u.bb = kv_block_bytes(&u.sh);
+	u.nblocks = (int)(gib * (double)(1u << 30) / (double)u.bb);
+	if (u.nblocks < 8)
+		u.nblocks = 8;
+	u.sh.num_blocks = u.nblocks;
+	u.ntok = (size_t)u.nblocks * u.sh.block_size;
+	u.tokens = (uint32_t *)malloc(u.ntok * sizeof(uint32_t));
+	for (size_t i = 0; i < u.ntok; i++)
+		u.tokens[i] = (uint32_t)((i * 2654435761u) % 151936u);
+	u.ids = (int *)malloc((size_t)u.nblocks * sizeof(int));
+	for (int i = 0; i < u.nblocks; i++)
+		u.ids[i] = i;
+	uint64_t x = 0x243f6a8885a308d3ull;
+	for (int i = u.nblocks - 1; i > 0; i--) { /* a shuffled block table */
+		int j = (int)(xorshift(&x) % (uint64_t)(i + 1)), t = u.ids[i];
+		u.ids[i] = u.ids[j];
+		u.ids[j] = t;
+	}
+	size_t set = (size_t)u.nblocks * u.bb;
+
+	cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+	json_t *root = json_object(), *res = json_object(), *corr = json_object();
+	char host[256] = "", date[64], cmd[1024] = "";
+	gethostname(host, sizeof(host) - 1);
+	time_t now = time(NULL);
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	for (int i = 0; i < argc; i++)
+		snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), "%s%s", i ? " " : "", argv[i]);
+	json_object_set_new(root, "date", json_string(date));
+	json_object_set_new(root, "command", json_string(cmd));
+	json_object_set_new(root, "gpu", json_string(prop.name));
+	json_object_set_new(root, "host", json_string(host));
+	json_object_set_new(root, "block_bytes", json_integer((json_int_t)u.bb));
+	json_object_set_new(root, "blocks", json_integer(u.nblocks));
+	json_object_set_new(root, "shape", json_pack("{s:i,s:i,s:i,s:i,s:s}", "layers", u.sh.layers,
+						     "block_size", u.sh.block_size, "num_kv_heads",
+						     u.sh.num_kv_heads, "head_size", u.sh.head_size,
+						     "dtype", "bf16"));
+	json_object_set_new(root, "reps", json_integer(u.reps));
+
+	/* GPU caches of both layouts, and the limit buffers. */
+	struct kv_cache fa, cr, fa2;
+	kv_cache_alloc(&fa, KV_FLASH, &u.sh);
+	kv_cache_alloc(&cr, KV_CROSS, &u.sh);
+	kv_cache_alloc(&fa2, KV_FLASH, &u.sh);
+	fill_cache(&fa, 1);
+	fill_cache(&cr, 2);
+	cudaStream_t lst[CONN_STREAMS];
+	for (int i = 0; i < CONN_STREAMS; i++)
+		CK(cudaStreamCreateWithFlags(&lst[i], cudaStreamNonBlocking));
+	size_t lim_total = set < (1ull << 30) ? set : (1ull << 30);
+	char *pinned, *pageable = (char *)malloc(lim_total), *dbuf;
+	CK(cudaHostAlloc((void **)&pinned, lim_total, cudaHostAllocDefault));
+	memset(pinned, 1, lim_total);
+	memset(pageable, 1, lim_total);
+	CK(cudaMalloc((void **)&dbuf, lim_total));
+	copy_time(pinned, dbuf, u.bb, lim_total, 1, lst); /* warm up */
+
+	/* --- RAM tier --- */
+	char cfg[1024];
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %zu, \"max_block\": %zu, \"pin_cap\": 1.0,"
+		 " \"high_watermark\": 1.0, \"low_watermark\": 0.99}}", set + set / 4 + (64u << 20), u.bb);
+	kvt_store *s = open_store(cfg);
+	void *arena = conn_register(s);
+	kvt_key rk = conn_root("bench/qwen3-coder-30b-a3b", &u.sh, 0, 1);
+	struct conn cfa, ccr, cfa2;
+	conn_open(&cfa, s, rk, &fa);
+	conn_open(&ccr, s, rk, &cr);
+	conn_open(&cfa2, s, rk, &fa2);
+
+	struct fig h2d = { 0, { 0 } }, d2h = { 0, { 0 } }, pg = { 0, { 0 } };
+	struct fig rst_fa = { 0, { 0 } }, rst_cr = { 0, { 0 } }, sv_fa = { 0, { 0 } }, sv_cr = { 0, { 0 } };
+
+	/* correctness through RAM: flash -> store -> cross, and -> flash again */
+	save_all(&cfa, &u);
+	zero_cache(&cr);
+	restore_all(&ccr, &u);
+	zero_cache(&fa2);
+	restore_all(&cfa2, &u);
+	size_t bad = differ(&fa, &cr, u.ids, u.nblocks), b2 = differ(&fa, &fa2, u.ids, u.nblocks);
+	json_object_set_new(corr, "ram_flash_to_cross_elements_differing", json_integer((json_int_t)bad));
+	json_object_set_new(corr, "ram_flash_to_flash_elements_differing", json_integer((json_int_t)b2));
+	bad += b2;
+
+	for (int r = 0; r < u.reps; r++) {
+		add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
+		add(&rst_fa, (double)set, restore_all(&cfa2, &u));
+		add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
+		add(&rst_cr, (double)set, restore_all(&ccr, &u));
+	}
+	add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
+	for (int r = 0; r < u.reps; r++) {
+		add(&pg, (double)lim_total, copy_time(pageable, dbuf, u.bb, lim_total, 1, lst));
+		add(&d2h, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 0, lst));
+		remove_all(s, rk, &u);
+		add(&sv_fa, (double)set, save_all(&cfa, &u));
+		add(&d2h, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 0, lst));
+		remove_all(s, rk, &u);
+		add(&sv_cr, (double)set, save_all(&ccr, &u));
+	}
+	add(&d2h, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 0, lst));
+	json_t *rj = json_object(), *sj = json_object();
+	json_object_set_new(rj, "pinned_h2d", fig_json(&h2d, "cudaMemcpyAsync pinned -> GPU, one block per copy, 4 streams"));
+	json_object_set_new(rj, "pageable_h2d", fig_json(&pg, "cudaMemcpyAsync malloc'd memory -> GPU, one block per copy"));
+	json_object_set_new(rj, "restore_flash", fig_json(&rst_fa, "lookup+pin -> H2D -> scatter into the FlashAttention layout -> unpin"));
+	json_object_set_new(rj, "restore_cross", fig_json(&rst_cr, "lookup+pin -> H2D into the cross-layer layout -> unpin"));
+	json_object_set_new(rj, "restore_flash_over_pinned_h2d", json_real(median(&rst_fa) / median(&h2d)));
+	json_object_set_new(rj, "restore_cross_over_pinned_h2d", json_real(median(&rst_cr) / median(&h2d)));
+	json_object_set_new(res, "ram_restore", rj);
+	json_object_set_new(sj, "pinned_d2h", fig_json(&d2h, "cudaMemcpyAsync GPU -> pinned, one block per copy, 4 streams"));
+	json_object_set_new(sj, "save_flash", fig_json(&sv_fa, "reserve -> gather -> D2H into slots -> commit (host callback)"));
+	json_object_set_new(sj, "save_cross", fig_json(&sv_cr, "reserve -> D2H into slots -> commit (host callback)"));
+	json_object_set_new(sj, "save_flash_over_pinned_d2h", json_real(median(&sv_fa) / median(&d2h)));
+	json_object_set_new(sj, "save_cross_over_pinned_d2h", json_real(median(&sv_cr) / median(&d2h)));
+	json_object_set_new(res, "save", sj);
+	conn_close(&cfa);
+	conn_close(&ccr);
+	conn_close(&cfa2);
+	conn_unregister(arena);
+	kvt_close(s);
+
+	/* --- the disk tier, per directory --- */
+	json_t *disks = json_array();
+	for (int d = 0; d < ndir; d++) {
+		char path[512];
+		snprintf(path, sizeof(path), "%s/kvbench-gpu.tier", dirs[d]);
+		unlink(path);
+		/* RAM a quarter of the data set, so the save spills as it goes; no
+		 * promotion, so every round reads the disk again. */
+		snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %zu, \"max_block\": %zu, \"pin_cap\": 1.0},"
+			 " \"disk\": {\"path\": \"%s\", \"capacity\": %zu, \"queue_depth\": %d,"
+			 " \"promote\": false}}", set / 4 + (256u << 20), u.bb, path,
+			 set + set / 2 + (1u << 30), QD);
+		s = open_store(cfg);
+		arena = conn_register(s);
+		conn_open(&cfa, s, rk, &fa);
+		save_all(&cfa, &u);
+		conn_close(&cfa);
+		conn_unregister(arena);
+		kvt_close(s); /* the RAM copies go; the disk keeps every block */
+		s = open_store(cfg);
+		arena = conn_register(s);
+		conn_open(&cfa2, s, rk, &fa2);
+		conn_open(&ccr, s, rk, &cr);
+		json_t *dj = json_object();
+		json_object_set_new(dj, "dir", json_string(dirs[d]));
+		zero_cache(&cr);
+		restore_all(&ccr, &u);
+		zero_cache(&fa2);
+		restore_all(&cfa2, &u);
+		size_t d1 = differ(&fa, &cr, u.ids, u.nblocks), d2 = differ(&fa, &fa2, u.ids, u.nblocks);
+		bad += d1 + d2;
+		json_object_set_new(dj, "flash_to_cross_elements_differing", json_integer((json_int_t)d1));
+		json_object_set_new(dj, "flash_to_flash_elements_differing", json_integer((json_int_t)d2));
+		struct stat stt;
+		stat(path, &stt);
+		size_t span = (size_t)stt.st_size < set ? (size_t)stt.st_size : set;
+		struct fig raw = { 0, { 0 } }, rst = { 0, { 0 } }, bnc = { 0, { 0 } }, lim = { 0, { 0 } };
+		double rr = 0;
+		for (int r = 0; r < u.reps; r++) {
+			rr = raw_read(path, u.bb, span, set);
+			if (rr < 0)
+				break;
+			raw.v[raw.n++] = rr / 1e9;
+			add(&lim, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
+			add(&rst, (double)set, restore_all(&cfa2, &u));
+			add(&bnc, (double)set, bounce_all(s, rk, &cfa2, &u));
+		}
+		if (rr >= 0 && (rr = raw_read(path, u.bb, span, set)) >= 0)
+			raw.v[raw.n++] = rr / 1e9; /* limit, figure, ..., limit */
+		if (rr < 0)
+			json_object_set_new(dj, "error", json_sprintf("raw read of %s: %s", path, strerror((int)-rr)));
+		double limit = median(&raw) < median(&lim) ? median(&raw) : median(&lim);
+		json_object_set_new(dj, "raw_read", fig_json(&raw, "io_uring O_DIRECT random reads of the tier file, bs = one block, QD 32"));
+		json_object_set_new(dj, "pinned_h2d", fig_json(&lim, "cudaMemcpyAsync pinned -> GPU, one block per copy"));
+		json_object_set_new(dj, "restore_flash", fig_json(&rst, "lookup+pin (disk loads into fresh slots) -> H2D -> scatter -> unpin"));
+		json_object_set_new(dj, "host_bounce_flash", fig_json(&bnc, "kvt_get_batch into malloc'd buffers -> cudaMemcpy -> scatter"));
+		json_object_set_new(dj, "restore_over_limit", json_real(limit > 0 ? median(&rst) / limit : 0));
+		json_object_set_new(dj, "host_bounce_over_limit", json_real(limit > 0 ? median(&bnc) / limit : 0));
+		json_object_set_new(dj, "cufile", cufile_try(cufile, path, u.bb, span,
+							     set < (2ull << 30) ? set : (2ull << 30), u.reps));
+		json_array_append_new(disks, dj);
+		conn_close(&cfa2);
+		conn_close(&ccr);
+		conn_unregister(arena);
+		kvt_close(s);
+		unlink(path);
+	}
+	json_object_set_new(res, "disk_restore", disks);
+	json_object_set_new(root, "correctness", corr);
+	json_object_set_new(root, "results", res);
+
+	char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+	FILE *f = json_path ? fopen(json_path, "w") : stdout;
+	if (!f || !text) {
+		fprintf(stderr, "kvbench-gpu: cannot write %s\n", json_path ? json_path : "stdout");
+		return 1;
+	}
+	fprintf(f, "%s\n", text);
+	if (f != stdout)
+		fclose(f);
+	free(text);
+	json_decref(root);
+	kv_cache_free(&fa);
+	kv_cache_free(&cr);
+	kv_cache_free(&fa2);
+	return bad == 0 ? 0 : 1;
+}
