@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "bench.h"
+#include "util.h"
 
 /* --- percentiles ------------------------------------------------------------- */
 
@@ -641,6 +642,7 @@ static void disk_writes_json_results(void **state)
 	json_t *doc, *r;
 
 	(void)state;
+	TEST_NEED_DISK();
 	tmpfile_path(path, sizeof(path), "disk.json");
 	assert_int_equal(bench_tmpdir_create(dir, sizeof(dir)), 0);
 	/* the raw loop as the limit: CI machines need not have fio */

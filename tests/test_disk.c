@@ -923,6 +923,7 @@ static void threads_put_and_get_concurrently(void **st)
 
 int main(void)
 {
+	test_skip_without_disk();
 	fops = uring_dev_ops;
 	fops.queue_open = f_queue_open;
 	fops.queue_close = f_queue_close;

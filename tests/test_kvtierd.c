@@ -376,6 +376,7 @@ static void test_serves_blocks_and_checkpoints(void **state)
 	kvt_op ops[NBLK];
 	int out[2], pa, pd, st;
 	(void)state;
+	TEST_NEED_DISK();
 
 	pa = free_port();
 	do

@@ -239,6 +239,7 @@ static void test_threads_across_tiers(void **state)
 
 int main(void)
 {
+	test_skip_without_disk();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_eviction_spills_and_gets_come_back),
 		cmocka_unit_test(test_write_around_when_ram_is_all_leased),

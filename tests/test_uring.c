@@ -176,6 +176,7 @@ static void dev_run_fails_transfer_without_progress(void **st)
 static void uring_round_trip_plain_and_fixed(void **st)
 {
 	(void)st;
+	TEST_NEED_DISK();
 	char *dir = make_temp_dir("uring");
 	char path[4200];
 	void *arena = NULL, *q = NULL;
@@ -227,6 +228,7 @@ static void uring_round_trip_plain_and_fixed(void **st)
 static void dev_open_reports_why_it_refuses(void **st)
 {
 	(void)st;
+	TEST_NEED_DISK();
 	char *dir = make_temp_dir("uring");
 	char path[4200];
 

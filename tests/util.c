@@ -1,4 +1,6 @@
 /* util.c - see util.h. */
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <liburing.h>
 
 #include "common.h"
 #include "util.h"
@@ -39,12 +42,22 @@ kvt_key test_key(uint64_t i)
 	return k;
 }
 
+/* The directory tests make their temporary directories in. */
+static const char *temp_base(void)
+{
+	const char *env = getenv("KVT_TEST_DIR");
+
+	if (env && *env)
+		return env;
+	return access("/var/tmp", W_OK | X_OK) == 0 ? "/var/tmp" : "/tmp";
+}
+
 char *make_temp_dir(const char *tag)
 {
-	char *p = malloc(256);
+	char *p = malloc(4096);
 	if (!p)
 		return NULL;
-	snprintf(p, 256, "/tmp/kvt-%s-XXXXXX", tag);
+	snprintf(p, 4096, "%s/kvt-%s-XXXXXX", temp_base(), tag);
 	if (!mkdtemp(p)) {
 		free(p);
 		return NULL;
@@ -143,4 +156,52 @@ int test_free_port(void)
 	assert_true(nheld < sizeof(held) / sizeof(held[0]));
 	assert_int_equal(common_ports_reserve(&held[nheld], 1), 0);
 	return held[nheld++].port[0];
+}
+
+const char *test_disk_unavailable(void)
+{
+	static char why[512];
+	static int probed;
+	struct io_uring ring;
+	char path[300];
+	int rc, fd;
+
+	if (probed)
+		return why[0] ? why : NULL;
+	probed = 1;
+	rc = io_uring_queue_init(4, &ring, 0);
+	if (rc < 0) {
+		snprintf(why, sizeof(why), "io_uring is unavailable here: %s",
+			 strerror(-rc));
+		return why;
+	}
+	io_uring_queue_exit(&ring);
+	char *dir = make_temp_dir("probe");
+	if (!dir) {
+		snprintf(why, sizeof(why), "cannot make a directory in %s: %s",
+			 temp_base(), strerror(errno));
+		return why;
+	}
+	snprintf(path, sizeof(path), "%s/direct", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		snprintf(why, sizeof(why),
+			 "the file system of %s has no O_DIRECT (%s); set KVT_TEST_DIR "
+			 "to a directory on a disk", temp_base(), strerror(errno));
+	else
+		close(fd);
+	rm_rf(dir);
+	free(dir);
+	return why[0] ? why : NULL;
+}
+
+void test_skip_without_disk(void)
+{
+	const char *why = test_disk_unavailable();
+
+	if (!why)
+		return;
+	fflush(stdout);
+	fprintf(stderr, "skipped: %s\n", why);
+	exit(TEST_EXIT_SKIP);
 }

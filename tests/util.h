@@ -47,8 +47,36 @@ void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
  */
 int test_free_port(void);
 
-/* mkdtemp under /tmp; returns a malloc'd path. rm_rf removes it. */
+/* mkdtemp under $KVT_TEST_DIR, else /var/tmp (a disk on most systems, where
+ * /tmp may be tmpfs), else /tmp; returns a malloc'd path. rm_rf removes it. */
 char *make_temp_dir(const char *tag);
 void rm_rf(const char *path);
+
+/* Exit status of a test program that cannot run on this machine (liburing's
+ * T_EXIT_SKIP); tests/run.sh counts it as skipped and shows the last line. */
+#define TEST_EXIT_SKIP 77
+
+/*
+ * Why the disk tier cannot run here, or NULL when it can: io_uring refused
+ * (a kernel without it, kernel.io_uring_disabled, a seccomp filter), or the
+ * file system of make_temp_dir()'s directory without O_DIRECT (tmpfs).
+ * Probed once per process.
+ */
+const char *test_disk_unavailable(void);
+
+/* For a test program that needs the disk throughout: exits TEST_EXIT_SKIP
+ * with "skipped: <reason>" as its last line when test_disk_unavailable(). */
+void test_skip_without_disk(void);
+
+/* For one test case that needs the disk, in a program that does not
+ * throughout: skips the case (cmocka) with the reason; run.sh counts it. */
+#define TEST_NEED_DISK()                                                  \
+	do {                                                              \
+		const char *why_ = test_disk_unavailable();               \
+		if (why_) {                                               \
+			print_message("skipped: %s\n", why_);             \
+			skip();                                           \
+		}                                                         \
+	} while (0)
 
 #endif
