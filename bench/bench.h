@@ -86,22 +86,29 @@ void bench_common_init(struct bench_common *co);
 /*
  * Handles one getopt_long() result c (with optarg arg) for the common
  * options. Returns 1 when c was a common option with a valid value, 0 when c
- * is not a common option (the caller handles it), -1 after printing an error
- * and the subcommand's usage to stderr (the caller returns
- * BENCH_EXIT_USAGE): a bad value, an unknown option ('?') or a missing
- * argument (':'; start the optstring with ':'). argv is getopt's argv, used
- * to name an unknown option. 'h' is left to the caller, which prints its
- * usage to stdout and returns 0.
+ * is not a common option (the caller handles it), -1 after printing a
+ * one-line error to stderr (the caller returns BENCH_EXIT_USAGE): a bad
+ * value, an unknown option ('?') or a missing argument (':'; start the
+ * optstring with ':'). argv is getopt's argv, used to name an unknown
+ * option. 'h' is left to the caller, which prints its usage to stdout and
+ * returns 0.
+ *
+ * --json FILE is checked here, before any work: a directory, a missing
+ * directory or one that cannot be written is an error. --json - sends the
+ * JSON document to standard output and, from then on, everything else that
+ * the command prints there (tables, progress) to standard error
+ * (bench_json_stdout_only()), so that standard output parses as JSON.
  */
-int bench_common_option(const char *cmd, const char *usage, int c,
-			const char *arg, char **argv, struct bench_common *co);
+int bench_common_option(const char *cmd, int c, const char *arg, char **argv,
+			struct bench_common *co);
 
 /*
- * Prints "kvbench CMD: <message>" and then usage to stderr and returns
- * BENCH_EXIT_USAGE, for: return bench_usage_error(...).
+ * Prints "kvbench CMD: <message>" and "Try 'kvbench CMD --help'." to stderr
+ * (CMD "" for kvbench itself) and returns BENCH_EXIT_USAGE, for:
+ * return bench_usage_error(...).
  */
-int bench_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int bench_usage_error(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /*
  * Parses an unsigned decimal integer in [min, max]. Returns 0, -EINVAL (not
@@ -121,18 +128,25 @@ int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
 /* --- sizes -------------------------------------------------------------------- */
 
 /*
- * Parses a size: a decimal number with an optional fraction and an optional
- * unit, with or without a space: B; K, KB, KiB; M, MB, MiB; G, GB, GiB; T,
- * TB, TiB (all powers of 1024, case-insensitive, as in the library's
- * config). "1.5MiB" is 1572864. A fractional result is rounded down to whole
- * bytes. Returns 0, or -EINVAL for NULL, an empty string, a sign, a missing
- * number, an unknown unit, trailing text or a value above UINT64_MAX
- * (-ERANGE for the latter).
+ * Parses a size in the library's own grammar, with the library's parser (the
+ * one behind sizes in kvtier-config(5)): bytes, or a number with an optional
+ * fraction and a unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (powers of
+ * 1024, case-insensitive, with or without a space); a fraction needs a unit.
+ * Returns 0 or -EINVAL, with the reason in kvt_last_error().
  */
 int bench_parse_size(const char *s, uint64_t *out);
 
+/*
+ * The value of size option opt ("--size") for command cmd, in [min, max].
+ * Returns 0, or BENCH_EXIT_USAGE after a one-line error naming the option
+ * and the reason (bench_usage_error()).
+ */
+int bench_size_arg(const char *cmd, const char *opt, const char *arg,
+		   uint64_t min, uint64_t max, uint64_t *out);
+
 /* A comma-separated list of sizes ("64KiB,1MiB"), each > 0. Returns 0,
- * -EINVAL or -ERANGE as bench_parse_size, or -E2BIG beyond max_n items. */
+ * -EINVAL as bench_parse_size (the reason in kvt_last_error()), -ERANGE for
+ * a zero, or -E2BIG beyond max_n items. */
 int bench_parse_size_list(const char *s, uint64_t *out, size_t max_n,
 			  size_t *n);
 
@@ -188,6 +202,8 @@ int bench_samples_add(struct bench_samples *s, double x);
 /* Appends all of src to dst. Returns 0 or -ENOMEM. */
 int bench_samples_append(struct bench_samples *dst,
 			 const struct bench_samples *src);
+/* Room for want samples in all. Returns 0 or -ENOMEM. */
+int bench_samples_reserve(struct bench_samples *s, size_t want);
 void bench_samples_clear(struct bench_samples *s); /* n = 0, keeps memory */
 void bench_samples_free(struct bench_samples *s);
 
@@ -298,15 +314,25 @@ void bench_table_free(struct bench_table *t);
 /* --- JSON results ------------------------------------------------------------- */
 
 /*
+ * The version of the results document's schema: the "schema_version" of
+ * every document, raised when a field changes meaning or goes (fields may be
+ * added without a change). kvbench(1) documents each version's fields.
+ */
+#define BENCH_JSON_SCHEMA 1
+
+/*
  * A results document, the same shape for every subcommand:
- *   { "tool": "kvbench", "command": CMD, "library_version": "...",
- *     "started": "ISO 8601 UTC", "machine": { "cpus", "cpu_model", "kernel",
- *     "mem_bytes" }, "config": { ... }, "limits": [ ... ],
- *     "results": [ ... ], "errors": [ "..." ] }
+ *   { "schema_version": BENCH_JSON_SCHEMA, "tool": "kvbench",
+ *     "command": CMD, "library_version": "...", "started": "ISO 8601 UTC",
+ *     "machine": { "cpus", "cpu_model", "kernel", "mem_bytes" },
+ *     "config": { ... }, "limits": [ ... ], "results": [ ... ],
+ *     "errors": [ "..." ], "interrupted": null or "SIGINT" ... }
  * "config" holds the options of the run, "limits" the machine limits measured
  * in the run (each an object with at least "name" and "value"), "results"
  * one object per measured figure, "errors" anything that went wrong (a
- * verification failure, a missing tier). Returns NULL on allocation failure.
+ * verification failure, a missing tier), "interrupted" the stop signal that
+ * cut the run short (its results are then partial). Returns NULL on
+ * allocation failure.
  */
 json_t *bench_json_new(const char *cmd);
 
@@ -333,11 +359,19 @@ json_t *bench_json_real(double x);
 
 /*
  * Writes doc to path (indented, with a final newline) through a temporary
- * file renamed into place, so a reader never sees half a document. path "-"
- * writes to stdout. Returns 0, or a negative errno after printing a message
- * naming the path to stderr.
+ * file renamed into place, so a reader never sees half a document; sets
+ * "interrupted" first when the run was stopped. path "-" writes to standard
+ * output (the one set aside by bench_json_stdout_only()). Returns 0, or a
+ * negative errno after printing a message naming the path to stderr.
  */
-int bench_json_write(const json_t *doc, const char *path);
+int bench_json_write(json_t *doc, const char *path);
+
+/*
+ * For --json -: keeps standard output for the JSON document alone and points
+ * file descriptor 1 (printf, children) at standard error from now on. Safe
+ * to call twice.
+ */
+void bench_json_stdout_only(void);
 
 /* --- the store's statistics ---------------------------------------------------- */
 
@@ -352,6 +386,47 @@ json_t *bench_store_stats(kvt_store *s);
  * count.
  */
 int bench_stats_number(const json_t *stats, const char *path, double *out);
+
+/* --- the system: stop requests, children, paths (system.c) ------------------------ */
+
+/*
+ * Says that the calling command finishes on its own when asked to stop: the
+ * first SIGINT, SIGTERM or SIGHUP is then only noted (and stops a child
+ * program at once); the command checks bench_stop_signal() between steps,
+ * reports what it measured and ends with bench_finish(). A second signal,
+ * or one before this call, ends kvbench (removing its temporary
+ * directories).
+ */
+void bench_catch_stop(void);
+
+/* The stop signal received since bench_catch_stop(), or 0. */
+int bench_stop_signal(void);
+
+/*
+ * What a command returns at its end: rc when it was not stopped; else,
+ * after the line "kvbench CMD: interrupted by SIGxxx; the results are those
+ * measured before it" on stderr, 128 + the signal (as a shell reports it).
+ */
+int bench_finish(const char *cmd, int rc);
+
+/*
+ * Runs /bin/sh -c cmd as system() does, but in a process group of its own
+ * that a stop signal to kvbench stops too (SIGTERM), and that is stopped
+ * should kvbench die. Returns the wait status, or -1.
+ */
+int bench_system(const char *cmd);
+
+/*
+ * Checks, before any work, that a result can be written to path the way
+ * bench_json_write() and the other writers do (a temporary file beside it,
+ * renamed): not a directory, in a directory that exists and can be written.
+ * Returns 0, or a negative errno with the reason in why.
+ */
+int bench_output_check(const char *path, char *why, size_t cap);
+
+/* Checks that path is a directory kvbench can create files in. Returns 0,
+ * or a negative errno with the reason in why. */
+int bench_dir_check(const char *path, char *why, size_t cap);
 
 /* --- temporary directories ---------------------------------------------------- */
 

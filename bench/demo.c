@@ -49,6 +49,17 @@ enum { OPT_RAM = BENCH_OPT_FIRST_FREE, OPT_DISK, OPT_DIR };
 #define BATCH 32            /* blocks per put/get batch */
 #define VOCAB 151936
 
+#define NP (PROMPT_TOKENS / BLOCK_TOKENS) /* keys per prompt */
+#define ND (DOC_TOKENS / BLOCK_TOKENS)    /* keys of the document */
+
+/* The command line. */
+struct demo_opts {
+	struct bench_common co;
+	const char *cmd;      /* "demo", or "" when run as plain "kvbench" */
+	uint64_t ram, disk;   /* tier capacities; disk 0: none */
+	const char *user_dir; /* --dir, or NULL: a fresh temporary directory */
+};
+
 struct demo {
 	kvt_store *s;
 	int have_disk;
@@ -56,6 +67,14 @@ struct demo {
 	void *buf[BATCH];
 	json_t *doc;
 	struct bench_table *phases;
+	char dir[PATH_MAX], disk_path[PATH_MAX];
+	int made_dir;
+	/* the prompts, the document and their keys */
+	uint32_t *prompt[NPROMPTS], *doc_tokens;
+	kvt_key pk[NPROMPTS][NP], *dk;
+	int prefix_ok, split_ok;
+	int rc;    /* BENCH_EXIT_FAIL once something went wrong */
+	int fatal; /* no point going on, nor reporting */
 	/* verification totals */
 	uint64_t verified_blocks, verified_bytes, wrong_blocks, failed_ops;
 };
@@ -244,8 +263,7 @@ static int open_json(json_t *cfg, kvt_store **s, char *why, size_t whycap)
 	}
 	rc = kvt_open(text, s);
 	if (rc)
-		snprintf(why, whycap, "kvt_open(%s): %s (%s)", text, kvt_strerror(rc),
-			 kvt_last_error());
+		snprintf(why, whycap, "kvt_open(%s): %s", text, kvt_last_error());
 	free(text);
 	return rc;
 }
@@ -340,7 +358,8 @@ static void print_summary(struct demo *d)
 					    "stats", st));
 }
 
-int bench_demo_main(int argc, char **argv)
+/* Parses the command line into o. Returns -1 to run, else the exit status. */
+static int demo_parse(int argc, char **argv, struct demo_opts *o)
 {
 	static const struct option longopts[] = {
 		{ "ram", required_argument, NULL, OPT_RAM },
@@ -349,25 +368,15 @@ int bench_demo_main(int argc, char **argv)
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	static const char *const hdr[] = { "phase", "blocks", "MiB", "seconds",
-					   "GB/s", "RAM hits", "disk hits", "misses" };
-	struct bench_common co;
-	struct demo d = { 0 };
-	uint64_t ram = 256ull << 20, disk = 1ull << 30;
-	const char *user_dir = NULL;
-	char dir[PATH_MAX] = "", disk_path[PATH_MAX] = "", why[512];
-	uint32_t *prompt[NPROMPTS] = { 0 }, *doc_tokens = NULL;
-	kvt_key pk[NPROMPTS][PROMPT_TOKENS / BLOCK_TOKENS], *dk = NULL, split[64];
-	size_t np = PROMPT_TOKENS / BLOCK_TOKENS, nd = DOC_TOKENS / BLOCK_TOKENS;
-	size_t i, j, found, total;
-	struct hits h;
-	int c, r, rc = BENCH_EXIT_OK, made_dir = 0;
-	uint64_t ns;
+	char why[256];
+	int c, r;
 
-	bench_common_init(&co);
+	*o = (struct demo_opts){ .cmd = argv[0] && !*argv[0] ? "" : CMD,
+				 .ram = 256ull << 20, .disk = 1ull << 30 };
+	bench_common_init(&o->co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		r = bench_common_option(CMD, usage, c, optarg, argv, &co);
+		r = bench_common_option(o->cmd, c, optarg, argv, &o->co);
 		if (r < 0)
 			return BENCH_EXIT_USAGE;
 		if (r > 0)
@@ -377,257 +386,323 @@ int bench_demo_main(int argc, char **argv)
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_RAM:
-			if (bench_parse_size(optarg, &ram) || ram < (64ull << 20))
-				return bench_usage_error(CMD, usage,
-							 "bad --ram '%s': a size of at least 64MiB",
-							 optarg);
+			if (bench_size_arg(o->cmd, "--ram", optarg, 64ull << 20, UINT64_MAX,
+					   &o->ram))
+				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_DISK:
-			if (bench_parse_size(optarg, &disk))
-				return bench_usage_error(CMD, usage,
-							 "bad --disk '%s': a size such as 1GiB, or 0",
-							 optarg);
+			if (bench_size_arg(o->cmd, "--disk", optarg, 0, UINT64_MAX, &o->disk))
+				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_DIR:
-			if (!*optarg || strlen(optarg) > PATH_MAX - 32)
-				return bench_usage_error(CMD, usage, "bad --dir '%s'", optarg);
-			user_dir = optarg;
+			if (strlen(optarg) > PATH_MAX - 32)
+				return bench_usage_error(o->cmd, "--dir %s: name too long",
+							 optarg);
+			if (bench_dir_check(optarg, why, sizeof(why)))
+				return bench_usage_error(o->cmd, "--dir %s: %s", optarg, why);
+			o->user_dir = optarg;
 			break;
 		default:
-			return bench_usage_error(CMD, usage, "unexpected option");
+			return bench_usage_error(o->cmd, "unexpected option");
 		}
 	}
 	if (optind < argc)
-		return bench_usage_error(CMD, usage, "unexpected argument '%s'",
-					 argv[optind]);
+		return bench_usage_error(o->cmd, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
 
-	d.doc = bench_json_new(CMD);
-	d.phases = bench_table_new(8, hdr);
+/* Buffers, the JSON document and the table. Returns 0 or -ENOMEM. */
+static int demo_alloc(struct demo *d)
+{
+	static const char *const hdr[] = { "phase", "blocks", "MiB", "seconds",
+					   "GB/s", "RAM hits", "disk hits", "misses" };
+	size_t i;
+
+	d->doc = bench_json_new(CMD);
+	d->phases = bench_table_new(8, hdr);
 	for (i = 0; i < BATCH; i++)
-		if (!(d.buf[i] = bench_buffer_alloc(BLOCK_BYTES)))
-			break;
+		if (!(d->buf[i] = bench_buffer_alloc(BLOCK_BYTES)))
+			return -ENOMEM;
 	for (i = 0; i < NPROMPTS; i++)
-		prompt[i] = malloc(PROMPT_TOKENS * sizeof(uint32_t));
-	doc_tokens = malloc(DOC_TOKENS * sizeof(uint32_t));
-	dk = malloc(nd * sizeof(*dk));
-	if (!d.doc || !d.phases || !d.buf[BATCH - 1] || !prompt[NPROMPTS - 1] ||
-	    !doc_tokens || !dk) {
-		fprintf(stderr, "kvbench demo: out of memory\n");
-		rc = BENCH_EXIT_FAIL;
-		goto out;
-	}
+		if (!(d->prompt[i] = malloc(PROMPT_TOKENS * sizeof(uint32_t))))
+			return -ENOMEM;
+	d->doc_tokens = malloc(DOC_TOKENS * sizeof(uint32_t));
+	d->dk = malloc(ND * sizeof(*d->dk));
+	return d->doc && d->phases && d->doc_tokens && d->dk ? 0 : -ENOMEM;
+}
+
+/*
+ * Opens the store (in --dir, or a fresh temporary directory) and prints what
+ * it is. Without --dir a disk tier that cannot be had leaves RAM only; with
+ * --dir it is an error. Returns 0 or BENCH_EXIT_FAIL.
+ */
+static int demo_open(struct demo *d, const struct demo_opts *o)
+{
+	uint64_t disk = o->disk;
+	char why[512];
 
 	if (disk) {
-		if (user_dir) {
-			snprintf(dir, sizeof(dir), "%s", user_dir);
-		} else if (bench_tmpdir_create(dir, sizeof(dir)) == 0) {
-			made_dir = 1;
-		} else {
+		if (o->user_dir)
+			snprintf(d->dir, sizeof(d->dir), "%s", o->user_dir);
+		else if (bench_tmpdir_create(d->dir, sizeof(d->dir)) == 0)
+			d->made_dir = 1;
+		else
 			disk = 0; /* message printed; go on with RAM only */
-		}
 	}
-	if (open_store(&d, ram, disk, dir, disk_path, sizeof(disk_path), why,
-		       sizeof(why))) {
-		rc = BENCH_EXIT_FAIL;
-		goto out;
+	if (open_store(d, o->ram, disk, d->dir, d->disk_path, sizeof(d->disk_path), why,
+		       sizeof(why)))
+		return BENCH_EXIT_FAIL;
+	if (disk && !d->have_disk && o->user_dir) {
+		fprintf(stderr, "kvbench demo: no disk tier in --dir %s: %s\n", o->user_dir,
+			why);
+		return BENCH_EXIT_FAIL;
 	}
-
-	bench_json_config(d.doc, "ram_capacity", json_integer((json_int_t)ram));
-	bench_json_config(d.doc, "disk_capacity",
-			  json_integer(d.have_disk ? (json_int_t)disk : 0));
-	bench_json_config(d.doc, "disk_path",
-			  d.have_disk ? json_string(disk_path) : json_null());
-	bench_json_config(d.doc, "block_bytes", json_integer((json_int_t)BLOCK_BYTES));
-	bench_json_config(d.doc, "block_tokens", json_integer(BLOCK_TOKENS));
+	bench_json_config(d->doc, "ram_capacity", json_integer((json_int_t)o->ram));
+	bench_json_config(d->doc, "disk_capacity",
+			  json_integer(d->have_disk ? (json_int_t)disk : 0));
+	bench_json_config(d->doc, "disk_path",
+			  d->have_disk ? json_string(d->disk_path) : json_null());
+	bench_json_config(d->doc, "block_bytes", json_integer((json_int_t)BLOCK_BYTES));
+	bench_json_config(d->doc, "block_tokens", json_integer(BLOCK_TOKENS));
 
 	printf("kvbench demo: libkvtier %s, %u CPUs\n", kvt_version(), bench_ncpus());
-	printf("  store   RAM tier %llu MiB", (unsigned long long)(ram >> 20));
-	if (d.have_disk)
+	printf("  store   RAM tier %llu MiB", (unsigned long long)(o->ram >> 20));
+	if (d->have_disk)
 		printf("; disk tier %llu MiB in %s\n", (unsigned long long)(disk >> 20),
-		       disk_path);
+		       d->disk_path);
 	else if (disk)
 		printf("; no disk tier: %s\n          (continuing with RAM only)\n", why);
 	else
 		printf("; no disk tier (--disk 0)\n");
-	if (disk && !d.have_disk)
-		bench_json_error(d.doc, "disk tier unavailable, RAM only: %s", why);
+	if (disk && !d->have_disk)
+		bench_json_error(d->doc, "disk tier unavailable, RAM only: %s", why);
 	printf("  model   Qwen3-Coder-30B-A3B KV: %d layers x %d KV heads x %d x bf16,\n"
 	       "          %d tokens per block = %zu KiB per block\n\n",
 	       LAYERS, KV_HEADS, HEAD_DIM, BLOCK_TOKENS, BLOCK_BYTES >> 10);
+	return 0;
+}
 
-	/* 1. Hashing: prompts sharing a system prompt. */
+/* 1. Hashing: prompts sharing a system prompt. */
+static void phase_hash(struct demo *d)
+{
 	kvt_namespace nsp = { .model = "Qwen/Qwen3-Coder-30B-A3B-Instruct@main",
 			     .tokenizer = "Qwen/Qwen3-Coder-30B-A3B-Instruct@main",
 			     .kv_format = "bf16/NHD", .tp_rank = 0, .tp_size = 1,
 			     .pp_rank = 0, .pp_size = 1, .block_tokens = BLOCK_TOKENS };
-	kvt_key root = kvt_ns_root(&nsp);
-	int prefix_ok = 1, split_ok;
+	kvt_key root = kvt_ns_root(&nsp), split[64];
+	size_t i, a, b;
 
+	d->prefix_ok = 1;
 	for (i = 0; i < NPROMPTS; i++) {
-		bench_tokens(prompt[i], SYSTEM_TOKENS, VOCAB, 1); /* shared */
-		bench_tokens(prompt[i] + SYSTEM_TOKENS, USER_TOKENS, VOCAB, 100 + i);
-		if (kvt_hash_chain(root, prompt[i], PROMPT_TOKENS, BLOCK_TOKENS, pk[i],
-				   np) != np) {
+		bench_tokens(d->prompt[i], SYSTEM_TOKENS, VOCAB, 1); /* shared */
+		bench_tokens(d->prompt[i] + SYSTEM_TOKENS, USER_TOKENS, VOCAB, 100 + i);
+		if (kvt_hash_chain(root, d->prompt[i], PROMPT_TOKENS, BLOCK_TOKENS, d->pk[i],
+				   NP) != NP) {
 			fprintf(stderr, "kvbench demo: kvt_hash_chain: %s\n", kvt_last_error());
-			rc = BENCH_EXIT_FAIL;
-			goto out;
+			d->rc = BENCH_EXIT_FAIL;
+			d->fatal = 1;
+			return;
 		}
-		if (i > 0 && (!keys_equal(pk[0], pk[i], SYSTEM_TOKENS / BLOCK_TOKENS) ||
-			      keys_equal(&pk[0][SYSTEM_TOKENS / BLOCK_TOKENS],
-					 &pk[i][SYSTEM_TOKENS / BLOCK_TOKENS], 1)))
-			prefix_ok = 0;
+		if (i > 0 && (!keys_equal(d->pk[0], d->pk[i], SYSTEM_TOKENS / BLOCK_TOKENS) ||
+			      keys_equal(&d->pk[0][SYSTEM_TOKENS / BLOCK_TOKENS],
+					 &d->pk[i][SYSTEM_TOKENS / BLOCK_TOKENS], 1)))
+			d->prefix_ok = 0;
 	}
 	/* Continuing a chain from its last key equals hashing it at once. */
-	{
-		size_t a = kvt_hash_chain(root, prompt[0], SYSTEM_TOKENS, BLOCK_TOKENS,
-					  split, 64);
-		size_t b = kvt_hash_chain(split[a - 1], prompt[0] + SYSTEM_TOKENS,
-					  USER_TOKENS, BLOCK_TOKENS, split + a, 64 - a);
-		split_ok = a + b == np && keys_equal(split, pk[0], np);
-	}
+	a = kvt_hash_chain(root, d->prompt[0], SYSTEM_TOKENS, BLOCK_TOKENS, split, 64);
+	b = kvt_hash_chain(split[a - 1], d->prompt[0] + SYSTEM_TOKENS, USER_TOKENS,
+			   BLOCK_TOKENS, split + a, 64 - a);
+	d->split_ok = a + b == NP && keys_equal(split, d->pk[0], NP);
 	printf("1. hashing (kvt_ns_root, kvt_hash_chain): %d prompts of %d tokens =\n"
-	       "   a shared %d-token system prompt + %d tokens each -> %zu keys each\n"
+	       "   a shared %d-token system prompt + %d tokens each -> %d keys each\n"
 	       "   (the last %d tokens form no full block and are not hashed)\n",
-	       NPROMPTS, PROMPT_TOKENS, SYSTEM_TOKENS, USER_TOKENS, np,
+	       NPROMPTS, PROMPT_TOKENS, SYSTEM_TOKENS, USER_TOKENS, NP,
 	       PROMPT_TOKENS % BLOCK_TOKENS);
 	printf("   keys 0-%d equal in every prompt, key %d differs: %s\n",
 	       SYSTEM_TOKENS / BLOCK_TOKENS - 1, SYSTEM_TOKENS / BLOCK_TOKENS,
-	       prefix_ok ? "ok" : "FAILED");
+	       d->prefix_ok ? "ok" : "FAILED");
 	printf("   a chain continued from its last key equals the chain hashed at once: %s\n\n",
-	       split_ok ? "ok" : "FAILED");
-	if (!prefix_ok || !split_ok) {
-		bench_json_error(d.doc, "hash chain checks failed");
-		rc = BENCH_EXIT_FAIL;
+	       d->split_ok ? "ok" : "FAILED");
+	if (!d->prefix_ok || !d->split_ok) {
+		bench_json_error(d->doc, "hash chain checks failed");
+		d->rc = BENCH_EXIT_FAIL;
 	}
+}
 
-	/* 2. First turn: look up, compute what is missing, put it. */
+/* 2. First turn: look up, compute what is missing, put it. */
+static void phase_first_turn(struct demo *d)
+{
+	uint64_t ns = 0;
+	size_t i, found, total = 0;
+
 	printf("2. first turn: kvt_lookup(KVT_LEASE) finds the stored prefix, the engine\n"
 	       "   computes the rest and stores it with kvt_put_batch\n");
-	read_hits(d.s, &h);
-	ns = 0;
-	total = 0;
 	for (i = 0; i < NPROMPTS; i++) {
-		found = lookup_lease(&d, pk[i], np);
-		ns += put_blocks(&d, pk[i] + found, np - found);
-		total += np - found;
-		release(&d, pk[i], found);
-		printf("   prompt %zu: %zu blocks, %zu found stored, %zu computed and put\n",
-		       i, np, found, np - found);
+		found = lookup_lease(d, d->pk[i], NP);
+		ns += put_blocks(d, d->pk[i] + found, NP - found);
+		total += NP - found;
+		release(d, d->pk[i], found);
+		printf("   prompt %zu: %d blocks, %zu found stored, %zu computed and put\n",
+		       i, NP, found, NP - found);
 	}
-	phase_done(&d, "put (first turn)", total, ns, NULL);
+	phase_done(d, "put (first turn)", total, ns, NULL);
+}
 
-	/* 3. Second turn: the whole prompts are stored; load and verify. */
+/* Loads every prompt (as far as it is stored) and verifies it. */
+static void get_prompts(struct demo *d, const char *phase)
+{
+	struct hits h;
+	uint64_t ns = 0;
+	size_t i, found, total = 0;
+
+	read_hits(d->s, &h);
+	for (i = 0; i < NPROMPTS; i++) {
+		uint64_t before = d->verified_blocks;
+
+		found = lookup_lease(d, d->pk[i], NP);
+		ns += get_blocks(d, d->pk[i], found);
+		total += found;
+		release(d, d->pk[i], found);
+		printf("   prompt %zu: %zu of %d blocks found, %llu verified\n", i, found,
+		       NP, (unsigned long long)(d->verified_blocks - before));
+	}
+	phase_done(d, phase, total, ns, &h);
+}
+
+/* 3. Second turn: the whole prompts are stored; load and verify. */
+static void phase_second_turn(struct demo *d)
+{
 	printf("\n3. second turn: every prompt is found whole and loaded with kvt_get_batch;\n"
 	       "   each block's bytes are checked against what was put\n");
-	read_hits(d.s, &h);
-	ns = 0;
-	total = 0;
-	for (i = 0; i < NPROMPTS; i++) {
-		uint64_t before = d.verified_blocks;
+	get_prompts(d, "get (second turn)");
+}
 
-		found = lookup_lease(&d, pk[i], np);
-		ns += get_blocks(&d, pk[i], found);
-		total += found;
-		release(&d, pk[i], found);
-		printf("   prompt %zu: %zu of %zu blocks found, %llu verified\n", i, found,
-		       np, (unsigned long long)(d.verified_blocks - before));
-	}
-	phase_done(&d, "get (second turn)", total, ns, &h);
+/* 4. Overflow: a long document, more than RAM holds. */
+static void phase_overflow(struct demo *d)
+{
+	uint64_t ns;
 
-	/* 4. Overflow: a long document, more than RAM holds. */
-	bench_tokens(doc_tokens, DOC_TOKENS, VOCAB, 7);
-	kvt_hash_chain(pk[0][np - 1], doc_tokens, DOC_TOKENS, BLOCK_TOKENS, dk, nd);
-	printf("\n4. overflow: prompt 0 continues with a %d-token document, %zu blocks =\n"
+	bench_tokens(d->doc_tokens, DOC_TOKENS, VOCAB, 7);
+	kvt_hash_chain(d->pk[0][NP - 1], d->doc_tokens, DOC_TOKENS, BLOCK_TOKENS, d->dk, ND);
+	printf("\n4. overflow: prompt 0 continues with a %d-token document, %d blocks =\n"
 	       "   %zu MiB, more than the RAM tier holds; the oldest blocks %s\n",
-	       DOC_TOKENS, nd, nd * BLOCK_BYTES >> 20,
-	       d.have_disk ? "spill to disk" : "are evicted (no disk tier)");
-	read_hits(d.s, &h);
-	ns = put_blocks(&d, dk, nd);
-	phase_done(&d, d.have_disk ? "put (overflow, spilling)" : "put (overflow, evicting)",
-		   nd, ns, NULL);
+	       DOC_TOKENS, ND, ND * BLOCK_BYTES >> 20,
+	       d->have_disk ? "spill to disk" : "are evicted (no disk tier)");
+	ns = put_blocks(d, d->dk, ND);
+	phase_done(d, d->have_disk ? "put (overflow, spilling)" : "put (overflow, evicting)",
+		   ND, ns, NULL);
+}
 
-	/* 5. Read back the early prompts, now mostly on disk. */
+/*
+ * 5. Read back the early prompts, now mostly on disk; then how much of the
+ * document is available, and a bounded plan of leases, window by window,
+ * as an engine that loads while it runs.
+ */
+static void phase_read_back(struct demo *d)
+{
+	size_t i, j, avail = 0, loaded = 0;
+	uint64_t before, ns = 0;
+	struct hits h;
+
 	printf("\n5. read back after the overflow: the prompts%s\n",
-	       d.have_disk ? " (now on disk), then the document in windows of 32" :
-			     ", then the document, as far as RAM still holds them");
-	read_hits(d.s, &h);
-	ns = 0;
-	total = 0;
-	for (i = 0; i < NPROMPTS; i++) {
-		uint64_t before = d.verified_blocks;
+	       d->have_disk ? " (now on disk), then the document in windows of 32" :
+			      ", then the document, as far as RAM still holds them");
+	get_prompts(d, "get prompts (after overflow)");
+	before = d->verified_blocks;
+	if (kvt_lookup(d->s, d->dk, ND, 0, &avail))
+		avail = 0;
+	read_hits(d->s, &h);
+	for (i = 0; i < avail; i += j) {
+		size_t w = avail - i < BATCH ? avail - i : BATCH;
 
-		found = lookup_lease(&d, pk[i], np);
-		ns += get_blocks(&d, pk[i], found);
-		total += found;
-		release(&d, pk[i], found);
-		printf("   prompt %zu: %zu of %zu blocks found, %llu verified\n", i, found,
-		       np, (unsigned long long)(d.verified_blocks - before));
+		j = lookup_lease(d, d->dk + i, w);
+		if (j == 0)
+			break;
+		ns += get_blocks(d, d->dk + i, j);
+		release(d, d->dk + i, j);
+		loaded += j;
 	}
-	phase_done(&d, "get prompts (after overflow)", total, ns, &h);
+	printf("   document: %zu of %d blocks available as a prefix, %zu loaded, "
+	       "%llu verified\n", avail, ND, loaded,
+	       (unsigned long long)(d->verified_blocks - before));
+	phase_done(d, "get document (after overflow)", loaded, ns, &h);
+}
 
-	/* The document: how much of it is available, then a bounded plan of
-	 * leases, window by window, as an engine that loads while it runs. */
-	{
-		size_t avail = 0, loaded = 0;
-		uint64_t before = d.verified_blocks;
-
-		if (kvt_lookup(d.s, dk, nd, 0, &avail))
-			avail = 0;
-		read_hits(d.s, &h);
-		ns = 0;
-		for (i = 0; i < avail; i += j) {
-			size_t w = avail - i < BATCH ? avail - i : BATCH;
-
-			j = lookup_lease(&d, dk + i, w);
-			if (j == 0)
-				break;
-			ns += get_blocks(&d, dk + i, j);
-			release(&d, dk + i, j);
-			loaded += j;
-		}
-		printf("   document: %zu of %zu blocks available as a prefix, %zu loaded, "
-		       "%llu verified\n", avail, nd, loaded,
-		       (unsigned long long)(d.verified_blocks - before));
-		phase_done(&d, "get document (after overflow)", loaded, ns, &h);
-	}
-
+/* The phase table, the store's statistics, the verification; the JSON. */
+static int demo_report(struct demo *d, const struct demo_opts *o)
+{
 	printf("\nphases (GB/s = block bytes / time in kvt_put_batch or kvt_get_batch;\n"
 	       "hits and misses are deltas of the store's counters):\n");
-	bench_table_print(d.phases, stdout, 2);
-	print_summary(&d);
+	bench_table_print(d->phases, stdout, 2);
+	print_summary(d);
 
 	printf("\nverified: %llu blocks, %llu MiB loaded and compared byte for byte: ",
-	       (unsigned long long)d.verified_blocks,
-	       (unsigned long long)(d.verified_bytes >> 20));
-	if (d.wrong_blocks)
-		printf("%llu WRONG\n", (unsigned long long)d.wrong_blocks);
+	       (unsigned long long)d->verified_blocks,
+	       (unsigned long long)(d->verified_bytes >> 20));
+	if (d->wrong_blocks)
+		printf("%llu WRONG\n", (unsigned long long)d->wrong_blocks);
 	else
 		printf("all correct\n");
-	if (d.failed_ops)
+	if (d->failed_ops)
 		printf("failed operations: %llu (see messages above)\n",
-		       (unsigned long long)d.failed_ops);
-	if (d.wrong_blocks || d.failed_ops)
-		rc = BENCH_EXIT_FAIL;
-	bench_json_result(d.doc, json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "name",
-					   "verification", "blocks",
-					   (json_int_t)d.verified_blocks, "bytes",
-					   (json_int_t)d.verified_bytes, "wrong_blocks",
-					   (json_int_t)d.wrong_blocks, "failed_ops",
-					   (json_int_t)d.failed_ops, "hash_checks_ok",
-					   prefix_ok && split_ok));
-	if (co.json_path && bench_json_write(d.doc, co.json_path))
-		rc = BENCH_EXIT_FAIL;
-out:
-	kvt_close(d.s);
-	if (made_dir)
-		bench_tmpdir_remove(dir);
-	bench_table_free(d.phases);
-	json_decref(d.doc);
+		       (unsigned long long)d->failed_ops);
+	if (d->wrong_blocks || d->failed_ops)
+		d->rc = BENCH_EXIT_FAIL;
+	bench_json_result(d->doc, json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "name",
+					    "verification", "blocks",
+					    (json_int_t)d->verified_blocks, "bytes",
+					    (json_int_t)d->verified_bytes, "wrong_blocks",
+					    (json_int_t)d->wrong_blocks, "failed_ops",
+					    (json_int_t)d->failed_ops, "hash_checks_ok",
+					    d->prefix_ok && d->split_ok));
+	if (o->co.json_path && bench_json_write(d->doc, o->co.json_path))
+		d->rc = BENCH_EXIT_FAIL;
+	return d->rc;
+}
+
+static void demo_free(struct demo *d)
+{
+	size_t i;
+
+	kvt_close(d->s);
+	if (d->made_dir)
+		bench_tmpdir_remove(d->dir);
+	bench_table_free(d->phases);
+	json_decref(d->doc);
 	for (i = 0; i < BATCH; i++)
-		free(d.buf[i]);
+		free(d->buf[i]);
 	for (i = 0; i < NPROMPTS; i++)
-		free(prompt[i]);
-	free(doc_tokens);
-	free(dk);
-	return rc;
+		free(d->prompt[i]);
+	free(d->doc_tokens);
+	free(d->dk);
+}
+
+int bench_demo_main(int argc, char **argv)
+{
+	static void (*const phases[])(struct demo *) = {
+		phase_hash, phase_first_turn, phase_second_turn, phase_overflow,
+		phase_read_back,
+	};
+	struct demo_opts o;
+	struct demo d = { 0 };
+	size_t i;
+	int rc = demo_parse(argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	if (demo_alloc(&d)) {
+		fprintf(stderr, "kvbench demo: out of memory\n");
+		rc = BENCH_EXIT_FAIL;
+	} else {
+		rc = demo_open(&d, &o);
+	}
+	if (!rc) {
+		bench_catch_stop(); /* a stop ends the phases, not the report */
+		for (i = 0; i < sizeof(phases) / sizeof(phases[0]) && !d.fatal &&
+			    !bench_stop_signal(); i++)
+			phases[i](&d);
+		rc = d.fatal ? d.rc : demo_report(&d, &o);
+	}
+	demo_free(&d);
+	return bench_finish(CMD, rc);
 }

@@ -455,7 +455,7 @@ int bench_disk_main(int argc, char **argv)
 	bench_common_init(&co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		int x = bench_common_option(CMD, usage, c, optarg, argv, &co);
+		int x = bench_common_option(CMD, c, optarg, argv, &co);
 		if (x < 0)
 			return BENCH_EXIT_USAGE;
 		if (x > 0)
@@ -468,28 +468,31 @@ int bench_disk_main(int argc, char **argv)
 			r.o.dir = optarg;
 			break;
 		case OPT_SIZE:
-			if (bench_parse_size(optarg, &r.o.size) || r.o.size < (64ull << 20))
-				return bench_usage_error(CMD, usage, "bad --size '%s': at least 64MiB", optarg);
+			if (bench_size_arg(CMD, "--size", optarg, 64ull << 20, UINT64_MAX,
+					   &r.o.size))
+				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_BS:
-			if (bench_parse_size(optarg, &r.o.bs) || r.o.bs < 4096 ||
-			    r.o.bs % 4096 || r.o.bs > (64ull << 20))
-				return bench_usage_error(CMD, usage, "bad --block-size '%s': a multiple "
-							 "of 4KiB up to 64MiB", optarg);
+			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20,
+					   &r.o.bs))
+				return BENCH_EXIT_USAGE;
+			if (r.o.bs % 4096)
+				return bench_usage_error(CMD, "bad --block-size '%s': a multiple "
+							 "of 4KiB", optarg);
 			break;
 		case OPT_QD:
 			if (bench_parse_uint(optarg, 1, 1024, &r.o.qd))
-				return bench_usage_error(CMD, usage, "bad --qd '%s': 1..1024", optarg);
+				return bench_usage_error(CMD, "bad --qd '%s': 1..1024", optarg);
 			break;
 		case OPT_BATCH:
 			if (bench_parse_uint(optarg, 1, 4096, &r.o.batch))
-				return bench_usage_error(CMD, usage, "bad --batch '%s': 1..4096", optarg);
+				return bench_usage_error(CMD, "bad --batch '%s': 1..4096", optarg);
 			break;
 		case OPT_NOFIO:
 			r.o.fio = 0;
 			break;
 		default:
-			return bench_usage_error(CMD, usage, "unexpected option");
+			return bench_usage_error(CMD, "unexpected option");
 		}
 	}
 	if (r.o.fio && !have_fio()) {

@@ -59,8 +59,9 @@ int main(int argc, char **argv)
 			printf("kvbench (libkvtier %s)\n", kvt_version());
 			return BENCH_EXIT_OK;
 		}
-		/* "kvbench" or "kvbench --json FILE ...": the demo. */
-		argv[0] = (char *)"demo";
+		/* "kvbench" or "kvbench --json FILE ...": the demo, whose
+		 * errors then name kvbench (argv[0] ""), not "kvbench demo". */
+		argv[0] = (char *)"";
 		return bench_demo_main(argc, argv);
 	}
 	if (!strcmp(argv[1], "help")) {
@@ -70,7 +71,5 @@ int main(int argc, char **argv)
 	for (i = 0; i < NCOMMANDS; i++)
 		if (!strcmp(argv[1], commands[i].name))
 			return commands[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "kvbench: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return BENCH_EXIT_USAGE;
+	return bench_usage_error("", "unknown command '%s'", argv[1]);
 }

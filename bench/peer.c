@@ -411,7 +411,7 @@ int bench_peer_main(int argc, char **argv)
 	bench_common_init(&co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		int x = bench_common_option(CMD, usage, c, optarg, argv, &co);
+		int x = bench_common_option(CMD, c, optarg, argv, &co);
 		if (x < 0)
 			return BENCH_EXIT_USAGE;
 		if (x > 0)
@@ -421,31 +421,30 @@ int bench_peer_main(int argc, char **argv)
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_BS:
-			if (bench_parse_size(optarg, &r.bs) || r.bs < 4096 || r.bs > (64ull << 20))
-				return bench_usage_error(CMD, usage, "bad --block-size '%s': "
-							 "4KiB to 64MiB", optarg);
+			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20, &r.bs))
+				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_BLOCKS:
 			if (bench_parse_uint(optarg, 1, 1000000, &r.nblocks))
-				return bench_usage_error(CMD, usage, "bad --blocks '%s': an integer "
+				return bench_usage_error(CMD, "bad --blocks '%s': an integer "
 							 "from 1 to 1000000", optarg);
 			break;
 		case OPT_BATCH:
 			if (bench_parse_uint(optarg, 1, 4096, &r.batch))
-				return bench_usage_error(CMD, usage, "bad --batch '%s': an integer "
+				return bench_usage_error(CMD, "bad --batch '%s': an integer "
 							 "from 1 to 4096", optarg);
 			break;
 		default:
-			return bench_usage_error(CMD, usage, "unexpected option");
+			return bench_usage_error(CMD, "unexpected option");
 		}
 	}
 	if (optind < argc)
-		return bench_usage_error(CMD, usage, "unexpected argument '%s'", argv[optind]);
+		return bench_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
 	if (r.nblocks % r.batch)
-		return bench_usage_error(CMD, usage, "--blocks %lu is not a multiple of "
+		return bench_usage_error(CMD, "--blocks %lu is not a multiple of "
 					 "--batch %lu", r.nblocks, r.batch);
 	if (r.nblocks * r.bs > MAX_TOTAL)
-		return bench_usage_error(CMD, usage, "--blocks x --block-size is %llu MiB; "
+		return bench_usage_error(CMD, "--blocks x --block-size is %llu MiB; "
 					 "at most %llu MiB",
 					 (unsigned long long)(r.nblocks * r.bs >> 20),
 					 MAX_TOTAL >> 20);

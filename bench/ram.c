@@ -812,7 +812,7 @@ int bench_ram_main(int argc, char **argv)
 	bench_common_init(&co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		r = bench_common_option(CMD, usage, c, optarg, argv, &co);
+		r = bench_common_option(CMD, c, optarg, argv, &co);
 		if (r < 0)
 			return BENCH_EXIT_USAGE;
 		if (r > 0)
@@ -822,20 +822,23 @@ int bench_ram_main(int argc, char **argv)
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_SIZES:
-			if (bench_parse_size_list(optarg, o.sizes, MAX_LIST, &o.nsizes))
-				return bench_usage_error(CMD, usage,
-							 "bad --sizes '%s': up to %d sizes such as 64KiB,1MiB",
+			r = bench_parse_size_list(optarg, o.sizes, MAX_LIST, &o.nsizes);
+			if (r == -EINVAL)
+				return bench_usage_error(CMD, "bad --sizes: %s", kvt_last_error());
+			if (r)
+				return bench_usage_error(CMD,
+							 "bad --sizes '%s': up to %d sizes above 0, such as 64KiB,1MiB",
 							 optarg, MAX_LIST);
 			for (i = 0; i < o.nsizes; i++)
 				if (o.sizes[i] > (1ull << 30))
-					return bench_usage_error(CMD, usage,
+					return bench_usage_error(CMD,
 								 "bad --sizes '%s': at most 1GiB per block",
 								 optarg);
 			break;
 		case OPT_THREADS:
 			if (bench_parse_uint_list(optarg, 1, 1024, o.threads, MAX_LIST,
 						  &o.nthreads))
-				return bench_usage_error(CMD, usage,
+				return bench_usage_error(CMD,
 							 "bad --threads '%s': up to %d counts from 1 to 1024",
 							 optarg, MAX_LIST);
 			break;
@@ -844,11 +847,10 @@ int bench_ram_main(int argc, char **argv)
 		case OPT_VOLUME: {
 			uint64_t v;
 
-			if (bench_parse_size(optarg, &v) || v == 0)
-				return bench_usage_error(CMD, usage, "bad %s '%s': a size such as 512MiB",
-							 c == OPT_WS ? "--working-set" :
-							 c == OPT_CAP ? "--capacity" : "--volume",
-							 optarg);
+			if (bench_size_arg(CMD, c == OPT_WS ? "--working-set" :
+					   c == OPT_CAP ? "--capacity" : "--volume",
+					   optarg, 1, UINT64_MAX, &v))
+				return BENCH_EXIT_USAGE;
 			if (c == OPT_WS)
 				o.working_set = v;
 			else if (c == OPT_CAP)
@@ -859,14 +861,14 @@ int bench_ram_main(int argc, char **argv)
 		}
 		case OPT_BATCH:
 			if (bench_parse_uint(optarg, 1, 4096, &o.batch))
-				return bench_usage_error(CMD, usage,
+				return bench_usage_error(CMD,
 							 "bad --batch '%s': an integer from 1 to 4096",
 							 optarg);
 			break;
 		case OPT_CHAIN:
 			if (bench_parse_uint_list(optarg, 1, 1000000, o.chains, MAX_LIST,
 						  &o.nchains))
-				return bench_usage_error(CMD, usage,
+				return bench_usage_error(CMD,
 							 "bad --chain '%s': up to %d lengths from 1 to 1000000",
 							 optarg, MAX_LIST);
 			break;
@@ -877,14 +879,14 @@ int bench_ram_main(int argc, char **argv)
 			o.copy = 0;
 			break;
 		default:
-			return bench_usage_error(CMD, usage, "unexpected option");
+			return bench_usage_error(CMD, "unexpected option");
 		}
 	}
 	if (optind < argc)
-		return bench_usage_error(CMD, usage, "unexpected argument '%s'",
+		return bench_usage_error(CMD, "unexpected argument '%s'",
 					 argv[optind]);
 	if (o.copy && o.working_set > o.capacity / 10 * 8)
-		return bench_usage_error(CMD, usage,
+		return bench_usage_error(CMD,
 					 "--working-set must be at most 80%% of --capacity, so that "
 					 "gets measure copies, not misses");
 	if (o.copy) {
@@ -895,7 +897,7 @@ int bench_ram_main(int argc, char **argv)
 				tmax = o.threads[i];
 		for (i = 0; i < o.nsizes; i++)
 			if (o.working_set / o.sizes[i] < o.batch * tmax)
-				return bench_usage_error(CMD, usage,
+				return bench_usage_error(CMD,
 							 "--working-set holds %llu blocks of %llu bytes, "
 							 "fewer than --batch x the most threads (%lu)",
 							 (unsigned long long)(o.working_set / o.sizes[i]),

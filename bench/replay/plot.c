@@ -93,7 +93,7 @@ int bench_plot_main(int argc, char **argv)
 	bench_common_init(&co);
 	bench_getopt_begin();
 	while ((ch = getopt_long(argc, argv, ":h", plot_opts, NULL)) != -1) {
-		rc = bench_common_option("plot", usage_plot, ch, optarg, argv, &co);
+		rc = bench_common_option("plot", ch, optarg, argv, &co);
 		if (rc < 0)
 			return BENCH_EXIT_USAGE;
 		if (rc > 0)
@@ -109,17 +109,17 @@ int bench_plot_main(int argc, char **argv)
 			title = optarg;
 			break;
 		default:
-			return bench_usage_error("plot", usage_plot, "unexpected option");
+			return bench_usage_error("plot", "unexpected option");
 		}
 	}
 	if (optind + 1 != argc)
-		return bench_usage_error("plot", usage_plot, "give exactly one JSON file");
+		return bench_usage_error("plot", "give exactly one JSON file");
 	in = argv[optind];
 	if (!out)
-		return bench_usage_error("plot", usage_plot, "--out is required");
+		return bench_usage_error("plot", "--out is required");
 	ext = strrchr(out, '.');
 	if (!ext || (strcmp(ext, ".png") && strcmp(ext, ".svg")))
-		return bench_usage_error("plot", usage_plot, "--out must end in .png or .svg");
+		return bench_usage_error("plot", "--out must end in .png or .svg");
 
 	doc = json_load_file(in, 0, &je);
 	if (!doc) {

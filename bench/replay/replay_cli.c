@@ -354,7 +354,7 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		if (ch == O_PRESET) {
 			if (apply_preset(c, optarg))
-				return bench_usage_error(cmd, usage_replay, "unknown --preset '%s'",
+				return bench_usage_error(cmd, "unknown --preset '%s'",
 							 optarg);
 			have_preset = 1;
 		}
@@ -375,12 +375,12 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 	}
 	bench_getopt_begin();
 	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		r = bench_common_option(cmd, usage_replay, ch, optarg, argv, &c->co);
+		r = bench_common_option(cmd, ch, optarg, argv, &c->co);
 		if (r < 0)
 			return BENCH_EXIT_USAGE;
 		if (r > 0)
 			continue;
-#define BAD(what) return bench_usage_error(cmd, usage_replay, "bad --%s '%s'", what, optarg)
+#define BAD(what) return bench_usage_error(cmd, "bad --%s '%s'", what, optarg)
 		switch (ch) {
 		case 'h':
 			fputs(usage_replay, stdout);
@@ -558,7 +558,7 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			break;
 		case O_OVER:
 			if (!sweep)
-				return bench_usage_error(cmd, usage_replay, "--over belongs to kvbench sweep");
+				return bench_usage_error(cmd, "--over belongs to kvbench sweep");
 			for (r = 0; sweep_params[r]; r++)
 				if (!strcmp(optarg, sweep_params[r]))
 					break;
@@ -568,19 +568,19 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			break;
 		case O_VALUES:
 			if (!sweep)
-				return bench_usage_error(cmd, usage_replay, "--values belongs to kvbench sweep");
+				return bench_usage_error(cmd, "--values belongs to kvbench sweep");
 			if (parse_values(c, optarg))
 				BAD("values");
 			break;
 		default:
-			return bench_usage_error(cmd, usage_replay, "unexpected option");
+			return bench_usage_error(cmd, "unexpected option");
 		}
 #undef BAD
 	}
 	if (optind < argc)
-		return bench_usage_error(cmd, usage_replay, "unexpected argument '%s'", argv[optind]);
+		return bench_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
 	if (c->o.chunk_tokens % c->o.gpu_block)
-		return bench_usage_error(cmd, usage_replay,
+		return bench_usage_error(cmd,
 					 "--chunk-tokens %u is not a multiple of --gpu-block %u",
 					 c->o.chunk_tokens, c->o.gpu_block);
 	return 0;
@@ -774,14 +774,14 @@ static int run_all(struct cli *c, int sweep)
 			else if (!strcmp(c->over, "width"))
 				parse_values(c, "1,2,6,12,18");
 			else
-				return bench_usage_error(c->cmd, usage_replay, "--over %s needs --values",
+				return bench_usage_error(c->cmd, "--over %s needs --values",
 							 c->over);
 		}
 		for (i = 0; i < c->nvalues; i++)
 			if (c->values[i] < 1 && strcmp(c->over, "disk-tokens") &&
 			    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance") &&
 			    strcmp(c->over, "decode-growth"))
-				return bench_usage_error(c->cmd, usage_replay,
+				return bench_usage_error(c->cmd,
 							 "--values: %g is not valid for --over %s",
 							 c->values[i], c->over);
 	}

@@ -1,0 +1,257 @@
+/*
+ * measure.c - what kvbench measures with (see bench.h): the clock,
+ * percentiles and summaries of samples, threads released together and
+ * pinned, and token ids to hash or store.
+ *
+ * Knows nothing about the store or any particular command.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* --- time and statistics --------------------------------------------------- */
+
+uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+void bench_sort(double *v, size_t n)
+{
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_double);
+}
+
+double bench_percentile_sorted(const double *v, size_t n, double p)
+{
+	double rank, frac;
+	size_t lo, hi;
+
+	if (n == 0 || isnan(p))
+		return NAN;
+	if (p < 0)
+		p = 0;
+	if (p > 100)
+		p = 100;
+	rank = p / 100.0 * (double)(n - 1);
+	lo = (size_t)rank;
+	if (lo >= n - 1)
+		return v[n - 1];
+	hi = lo + 1;
+	frac = rank - (double)lo;
+	return v[lo] + (v[hi] - v[lo]) * frac;
+}
+
+double bench_percentile(double *v, size_t n, double p)
+{
+	bench_sort(v, n);
+	return bench_percentile_sorted(v, n, p);
+}
+
+double bench_median(double *v, size_t n)
+{
+	return bench_percentile(v, n, 50);
+}
+
+void bench_summarize(double *v, size_t n, struct bench_summary *s)
+{
+	double sum = 0;
+	size_t i;
+
+	s->n = n;
+	if (n == 0) {
+		s->min = s->max = s->mean = s->median = s->p90 = s->p99 = NAN;
+		return;
+	}
+	bench_sort(v, n);
+	for (i = 0; i < n; i++)
+		sum += v[i];
+	s->min = v[0];
+	s->max = v[n - 1];
+	s->mean = sum / (double)n;
+	s->median = bench_percentile_sorted(v, n, 50);
+	s->p90 = bench_percentile_sorted(v, n, 90);
+	s->p99 = bench_percentile_sorted(v, n, 99);
+}
+
+int bench_samples_reserve(struct bench_samples *s, size_t want)
+{
+	size_t cap;
+	double *v;
+
+	if (want <= s->cap)
+		return 0;
+	cap = s->cap ? s->cap : 256;
+	while (cap < want)
+		cap *= 2;
+	v = realloc(s->v, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	s->v = v;
+	s->cap = cap;
+	return 0;
+}
+
+int bench_samples_add(struct bench_samples *s, double x)
+{
+	if (s->n == s->cap && bench_samples_reserve(s, s->n + 1)) {
+		s->lost++;
+		return -ENOMEM;
+	}
+	s->v[s->n++] = x;
+	return 0;
+}
+
+int bench_samples_append(struct bench_samples *dst,
+			 const struct bench_samples *src)
+{
+	if (bench_samples_reserve(dst, dst->n + src->n)) {
+		dst->lost += src->n;
+		return -ENOMEM;
+	}
+	if (src->n)
+		memcpy(dst->v + dst->n, src->v, src->n * sizeof(*src->v));
+	dst->n += src->n;
+	dst->lost += src->lost;
+	return 0;
+}
+
+void bench_samples_clear(struct bench_samples *s)
+{
+	s->n = 0;
+	s->lost = 0;
+}
+
+void bench_samples_free(struct bench_samples *s)
+{
+	free(s->v);
+	s->v = NULL;
+	s->n = s->cap = s->lost = 0;
+}
+
+/* --- threads ---------------------------------------------------------------- */
+
+unsigned bench_ncpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned)n : 1;
+}
+
+int bench_pin_cpu(unsigned cpu)
+{
+	cpu_set_t set;
+	int err;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu % bench_ncpus(), &set);
+	err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	return -err;
+}
+
+struct par_ctx {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 0: wait, 1: run, -1: abort (a thread failed to start) */
+	bench_thread_fn fn;
+	void *arg;
+	unsigned nthreads;
+	int pin;
+};
+
+struct par_thread {
+	struct par_ctx *ctx;
+	unsigned tid;
+	pthread_t th;
+};
+
+static void *par_main(void *p)
+{
+	struct par_thread *t = p;
+	struct par_ctx *c = t->ctx;
+	int state;
+
+	if (c->pin)
+		bench_pin_cpu(t->tid);
+	pthread_mutex_lock(&c->mu);
+	while (c->state == 0)
+		pthread_cond_wait(&c->cv, &c->mu);
+	state = c->state;
+	pthread_mutex_unlock(&c->mu);
+	if (state > 0)
+		c->fn(t->tid, c->nthreads, c->arg);
+	return NULL;
+}
+
+int bench_parallel(unsigned nthreads, int pin, bench_thread_fn fn, void *arg,
+		   uint64_t *wall_ns)
+{
+	struct par_ctx ctx = { .mu = PTHREAD_MUTEX_INITIALIZER,
+			       .cv = PTHREAD_COND_INITIALIZER,
+			       .fn = fn, .arg = arg, .nthreads = nthreads,
+			       .pin = pin };
+	struct par_thread *t;
+	uint64_t t0;
+	unsigned i, started;
+	int err = 0;
+
+	if (nthreads == 0 || !fn)
+		return -EINVAL;
+	t = calloc(nthreads, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	for (started = 0; started < nthreads; started++) {
+		t[started].ctx = &ctx;
+		t[started].tid = started;
+		err = pthread_create(&t[started].th, NULL, par_main, &t[started]);
+		if (err)
+			break;
+	}
+	if (err)
+		fprintf(stderr, "kvbench: cannot start thread %u of %u: %s\n",
+			started + 1, nthreads, strerror(err));
+	/* Release everyone at once: to run, or (some thread missing) to quit. */
+	pthread_mutex_lock(&ctx.mu);
+	ctx.state = err ? -1 : 1;
+	t0 = bench_now_ns();
+	pthread_cond_broadcast(&ctx.cv);
+	pthread_mutex_unlock(&ctx.mu);
+	for (i = 0; i < started; i++)
+		pthread_join(t[i].th, NULL);
+	if (!err && wall_ns)
+		*wall_ns = bench_now_ns() - t0;
+	pthread_cond_destroy(&ctx.cv);
+	pthread_mutex_destroy(&ctx.mu);
+	free(t);
+	return -err;
+}
+
+/* --- token ids ---------------------------------------------------------------- */
+
+void bench_tokens(uint32_t *tokens, size_t n, uint32_t vocab, uint64_t seed)
+{
+	size_t i;
+
+	if (vocab == 0)
+		vocab = 1;
+	for (i = 0; i < n; i++)
+		tokens[i] = (uint32_t)(common_mix64(&seed) % vocab);
+}
