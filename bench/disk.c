@@ -93,7 +93,7 @@ static int tier_open(struct run *r, struct disk_tier **d)
 
 static int have_fio(void)
 {
-	return system("fio --version >/dev/null 2>&1") == 0;
+	return bench_system("exec fio --version >/dev/null 2>&1") == 0;
 }
 
 /* Runs fio on path for secs seconds (0: one pass over the file) and returns
@@ -110,12 +110,12 @@ static double fio_run(const struct run *r, const char *path, const char *rw,
 	 * 4 KiB pages a 1 MiB transfer takes 256 segments, and a virtio disk
 	 * splits it in two) */
 	snprintf(cmd, sizeof(cmd),
-		 "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
+		 "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 exec fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
 		 "--ioengine=io_uring --direct=1 --size=%llu %s"
 		 "--output-format=json --output=%s >/dev/null 2>&1",
 		 path, rw, (unsigned long long)r->o.bs, r->o.qd,
 		 (unsigned long long)r->o.size, timed, out);
-	if (system(cmd) != 0)
+	if (bench_system(cmd) != 0) /* stopped with kvbench, too */
 		return NAN;
 	json_error_t e;
 	json_t *doc = json_load_file(out, 0, &e);
@@ -434,7 +434,27 @@ static json_t *jfig(const char *name, const struct bench_summary *s,
 	return o;
 }
 
-int bench_disk_main(int argc, char **argv)
+enum { F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
+static const char *const fname[NF] = {
+	"spill, one put at a time", "spill, put batches",
+	"spill, put batches, new file", "cold batch load" };
+static const char *const jname[NF] = {
+	"spill_put", "spill_put_batch", "spill_put_batch_new_file", "batch_load" };
+static const char *const jlim[NF] = { "write", "write", "write_new_file", "randread" };
+
+/* What the repetitions measured, and the summaries reported. */
+struct figures {
+	double *v;                        /* 3 * NF * reps */
+	double *fig[NF], *lim[NF], *shr[NF];
+	unsigned done;                    /* counted repetitions completed */
+	struct bench_samples lat;         /* batch load latencies (us) */
+	int bad;                          /* blocks missing or wrong */
+	double clean_ms, crash_ms, bpb;   /* reopen times, index bytes/block */
+	struct bench_summary sf[NF], sl[NF], ss[NF], sla;
+};
+
+/* Parses the command line. Returns -1 to run, else the exit status. */
+static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common *co)
 {
 	static const struct option longopts[] = {
 		{ "dir", required_argument, NULL, OPT_DIR },
@@ -446,16 +466,15 @@ int bench_disk_main(int argc, char **argv)
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	struct run r = { .o = { .size = 1ull << 30, .bs = 1ull << 20, .qd = 32,
-				.batch = 64, .fio = 1 } };
-	struct bench_common co;
-	char dir[3800];
-	int c, rc = BENCH_EXIT_OK;
+	char why[256];
+	int c, x;
 
-	bench_common_init(&co);
+	*o = (struct opts){ .size = 1ull << 30, .bs = 1ull << 20, .qd = 32, .batch = 64,
+			    .fio = 1 };
+	bench_common_init(co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		int x = bench_common_option(CMD, c, optarg, argv, &co);
+		x = bench_common_option(CMD, c, optarg, argv, co);
 		if (x < 0)
 			return BENCH_EXIT_USAGE;
 		if (x > 0)
@@ -465,170 +484,200 @@ int bench_disk_main(int argc, char **argv)
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_DIR:
-			r.o.dir = optarg;
+			if (strlen(optarg) > 3700)
+				return bench_usage_error(CMD, "--dir %s: name too long", optarg);
+			if (bench_dir_check(optarg, why, sizeof(why)))
+				return bench_usage_error(CMD, "--dir %s: %s", optarg, why);
+			o->dir = optarg;
 			break;
 		case OPT_SIZE:
 			if (bench_size_arg(CMD, "--size", optarg, 64ull << 20, UINT64_MAX,
-					   &r.o.size))
+					   &o->size))
 				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_BS:
-			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20,
-					   &r.o.bs))
+			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20, &o->bs))
 				return BENCH_EXIT_USAGE;
-			if (r.o.bs % 4096)
+			if (o->bs % 4096)
 				return bench_usage_error(CMD, "bad --block-size '%s': a multiple "
 							 "of 4KiB", optarg);
 			break;
 		case OPT_QD:
-			if (bench_parse_uint(optarg, 1, 1024, &r.o.qd))
+			if (bench_parse_uint(optarg, 1, 1024, &o->qd))
 				return bench_usage_error(CMD, "bad --qd '%s': 1..1024", optarg);
 			break;
 		case OPT_BATCH:
-			if (bench_parse_uint(optarg, 1, 4096, &r.o.batch))
+			if (bench_parse_uint(optarg, 1, 4096, &o->batch))
 				return bench_usage_error(CMD, "bad --batch '%s': 1..4096", optarg);
 			break;
 		case OPT_NOFIO:
-			r.o.fio = 0;
+			o->fio = 0;
 			break;
 		default:
 			return bench_usage_error(CMD, "unexpected option");
 		}
 	}
-	if (r.o.fio && !have_fio()) {
-		fprintf(stderr, "kvbench disk: fio not found; the limit is a raw io_uring loop\n");
-		r.o.fio = 0;
+	if (optind < argc)
+		return bench_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+/* Removes the run's directory and what it holds. */
+static void disk_cleanup(const struct run *r, const char *dir)
+{
+	char p[4096 + 8];
+
+	if (r->o.dir) {
+		unlink(r->tierpath);
+		unlink(r->limpath);
+		/* what a fio stopped half-way leaves */
+		snprintf(p, sizeof(p), "%s.new", r->limpath);
+		unlink(p);
+		snprintf(p, sizeof(p), "%s.json", r->limpath);
+		unlink(p);
+		rmdir(dir);
+	} else {
+		bench_tmpdir_remove(dir);
 	}
-	if (r.o.dir) {
-		snprintf(dir, sizeof(dir), "%s/kvbench-disk-XXXXXX", r.o.dir);
+}
+
+/*
+ * The directory, the tier's configuration (region size, blocks per
+ * repetition from a probe of the tier) and the block buffers. Returns 0 or
+ * BENCH_EXIT_FAIL (the directory then removed).
+ */
+static int disk_setup(struct run *r, char *dir, size_t cap)
+{
+	uint64_t per_region, nregions = 0;
+	struct disk_tier *probe = NULL;
+
+	if (r->o.dir) {
+		snprintf(dir, cap, "%s/kvbench-disk-XXXXXX", r->o.dir);
 		if (!mkdtemp(dir)) {
-			fprintf(stderr, "kvbench disk: --dir %s: %s\n", r.o.dir, strerror(errno));
-			return BENCH_EXIT_USAGE;
+			fprintf(stderr, "kvbench disk: --dir %s: %s\n", r->o.dir, strerror(errno));
+			return BENCH_EXIT_FAIL;
 		}
-	} else if (bench_tmpdir_create(dir, sizeof(dir))) {
+	} else if (bench_tmpdir_create(dir, cap)) {
 		return BENCH_EXIT_FAIL;
 	}
-	snprintf(r.tierpath, sizeof(r.tierpath), "%s/tier", dir);
-	snprintf(r.limpath, sizeof(r.limpath), "%s/limit", dir);
-	r.paths[0] = r.tierpath;
-	r.cfg.ndisk = 1;
-	r.cfg.disk_paths = r.paths;
-	r.cfg.disk_capacity = r.o.size;
-	r.cfg.region_size = r.o.size >= (1ull << 30) ? 64ull << 20 : 16ull << 20;
-	if (r.cfg.region_size < 4 * (r.o.bs + 4096))
-		r.cfg.region_size = (4 * (r.o.bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
-	r.cfg.queue_depth = (unsigned)r.o.qd;
+	snprintf(r->tierpath, sizeof(r->tierpath), "%s/tier", dir);
+	snprintf(r->limpath, sizeof(r->limpath), "%s/limit", dir);
+	r->paths[0] = r->tierpath;
+	r->cfg.ndisk = 1;
+	r->cfg.disk_paths = r->paths;
+	r->cfg.disk_capacity = r->o.size;
+	r->cfg.region_size = r->o.size >= (1ull << 30) ? 64ull << 20 : 16ull << 20;
+	if (r->cfg.region_size < 4 * (r->o.bs + 4096))
+		r->cfg.region_size = (4 * (r->o.bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
+	r->cfg.queue_depth = (unsigned)r->o.qd;
 	/* 80% of what the tier's regions hold (its metadata takes part of
 	 * --size), so that nothing is reclaimed, nor moved by reinsertion,
 	 * within a rep */
-	uint64_t per_region = r.cfg.region_size / (r.o.bs + 4096), nregions = 0;
-	struct disk_tier *probe = NULL;
-	if (tier_open(&r, &probe) == 0) {
+	per_region = r->cfg.region_size / (r->o.bs + 4096);
+	if (tier_open(r, &probe) == 0) {
 		json_t *st = json_object();
 		disk_stats(probe, st);
 		nregions = (uint64_t)json_integer_value(json_object_get(st, "regions"));
 		json_decref(st);
 		disk_close(probe);
 	}
-	drop_file(r.tierpath);
+	drop_file(r->tierpath);
 	if (!nregions) {
-		if (r.o.dir)
-			rmdir(dir);
-		else
-			bench_tmpdir_remove(dir);
+		disk_cleanup(r, dir);
 		return BENCH_EXIT_FAIL;
 	}
-	r.nblocks = (size_t)(nregions * per_region * 8 / 10);
-	if (r.nblocks < r.o.batch)
-		r.nblocks = r.o.batch;
-	r.arena_len = 2 * r.o.batch * r.o.bs;
-	r.arena = mmap(NULL, r.arena_len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (r.arena == MAP_FAILED) {
-		fprintf(stderr, "kvbench disk: no memory for %zu bytes of buffers\n", r.arena_len);
+	r->nblocks = (size_t)(nregions * per_region * 8 / 10);
+	if (r->nblocks < r->o.batch)
+		r->nblocks = r->o.batch;
+	r->arena_len = 2 * r->o.batch * r->o.bs;
+	r->arena = mmap(NULL, r->arena_len, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->arena == MAP_FAILED) {
+		fprintf(stderr, "kvbench disk: no memory for %zu bytes of buffers\n", r->arena_len);
+		r->arena = NULL;
+		disk_cleanup(r, dir);
 		return BENCH_EXIT_FAIL;
 	}
 	/* transparent huge pages, as the store's arena asks for (arena.c) */
-	madvise(r.arena, r.arena_len, MADV_HUGEPAGE);
-	memset(r.arena, 0, r.arena_len);
-	for (size_t i = 0; i < r.o.batch; i++)
-		common_fill(r.arena + i * r.o.bs, r.o.bs, i + 1);
+	madvise(r->arena, r->arena_len, MADV_HUGEPAGE);
+	memset(r->arena, 0, r->arena_len);
+	for (size_t i = 0; i < r->o.batch; i++)
+		common_fill(r->arena + i * r->o.bs, r->o.bs, i + 1);
+	return 0;
+}
 
-	printf("kvbench disk: %s, tier %llu MiB, blocks %llu KiB x %zu, qd %lu, batch %lu, "
-	       "limit: %s\n", dir, (unsigned long long)(r.o.size >> 20),
-	       (unsigned long long)(r.o.bs >> 10), r.nblocks, r.o.qd, r.o.batch,
-	       r.o.fio ? "fio" : "raw io_uring loop");
-	fflush(stdout);
-
-	/*
-	 * Per repetition (rep 0 warms up and is not counted), each figure
-	 * between two passes of its limit over the same file:
-	 *   new file: fio writes a new file | the tier spills into a new file |
-	 *             fio writes a new file
-	 *   the tier's file, written once (untimed), then:
-	 *   write | spill one put at a time | write | spill put batches |
-	 *   randread | cold batch load | randread | write
-	 */
-	enum { F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
-	static const char *const fname[NF] = {
-		"spill, one put at a time", "spill, put batches",
-		"spill, put batches, new file", "cold batch load" };
-	unsigned reps = co.reps;
-	double *v = calloc(3 * NF * (size_t)reps, sizeof(double));
-	double *fig[NF], *lim[NF], *shr[NF];
-	struct bench_samples lat = { 0 };
+/*
+ * One repetition, each figure between two passes of its limit over the
+ * same file:
+ *   new file: fio writes a new file | the tier spills into a new file |
+ *             fio writes a new file
+ *   the tier's file, written once (untimed), then:
+ *   write | spill one put at a time | write | spill put batches |
+ *   randread | cold batch load | randread | write
+ * Fills x[], before[], after[] and lat. Returns 0 or BENCH_EXIT_FAIL.
+ */
+static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
+		    double *after, struct bench_samples *lat, int *bad)
+{
 	struct disk_tier *d = NULL;
 	char fresh[4096 + 8];
-	int bad = 0;
 
-	snprintf(fresh, sizeof(fresh), "%s.new", r.limpath);
-	for (int f = 0; v && f < NF; f++) {
-		fig[f] = v + (3 * f) * (size_t)reps;
-		lim[f] = v + (3 * f + 1) * (size_t)reps;
-		shr[f] = v + (3 * f + 2) * (size_t)reps;
+	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
+	before[F_NEW] = pass_new(r, fresh);
+	drop_file(r->tierpath);
+	if (tier_open(r, &d))
+		return BENCH_EXIT_FAIL;
+	x[F_NEW] = spill(r, d, 2000 + rep, 1);
+	disk_close(d);
+	after[F_NEW] = pass_new(r, fresh);
+
+	if (layout(r))
+		return BENCH_EXIT_FAIL;
+	before[F_ONE] = pass(r, r->tierpath, "write");
+	if (tier_open(r, &d))
+		return BENCH_EXIT_FAIL;
+	x[F_ONE] = spill(r, d, 1000 + rep, 0);
+	disk_close(d);
+	after[F_ONE] = before[F_BATCH] = pass(r, r->tierpath, "write");
+	if (tier_open(r, &d))
+		return BENCH_EXIT_FAIL;
+	x[F_BATCH] = spill(r, d, rep, 1);
+	disk_close(d); /* cold: the next open reads nothing from the page cache */
+	before[F_LOAD] = pass(r, r->tierpath, "randread");
+	if (tier_open(r, &d))
+		return BENCH_EXIT_FAIL;
+	x[F_LOAD] = load(r, d, rep, lat, bad);
+	disk_close(d);
+	after[F_LOAD] = pass(r, r->tierpath, "randread");
+	after[F_BATCH] = pass(r, r->tierpath, "write");
+	return 0;
+}
+
+/* The repetitions (rep 0 warms up and is not counted), until done or
+ * stopped; then the reopen times of a full tier. Returns the status. */
+static int disk_measure(struct run *r, unsigned reps, struct figures *g)
+{
+	struct disk_tier *d = NULL;
+	int rc = BENCH_EXIT_OK;
+
+	g->v = calloc(3 * NF * (size_t)reps, sizeof(double));
+	if (!g->v)
+		return BENCH_EXIT_FAIL;
+	for (int f = 0; f < NF; f++) {
+		g->fig[f] = g->v + (3 * f) * (size_t)reps;
+		g->lim[f] = g->v + (3 * f + 1) * (size_t)reps;
+		g->shr[f] = g->v + (3 * f + 2) * (size_t)reps;
 	}
-	for (unsigned rep = 0; v && rep <= reps && rc == BENCH_EXIT_OK; rep++) {
+	for (unsigned rep = 0; rep <= reps && rc == BENCH_EXIT_OK; rep++) {
 		double x[NF], before[NF], after[NF];
-
-		before[F_NEW] = pass_new(&r, fresh);
-		drop_file(r.tierpath);
-		if (tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		x[F_NEW] = spill(&r, d, 2000 + rep, 1);
-		disk_close(d);
-		after[F_NEW] = pass_new(&r, fresh);
-
-		if (layout(&r)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		before[F_ONE] = pass(&r, r.tierpath, "write");
-		if (tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		x[F_ONE] = spill(&r, d, 1000 + rep, 0);
-		disk_close(d);
-		after[F_ONE] = before[F_BATCH] = pass(&r, r.tierpath, "write");
-		if (tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
-		x[F_BATCH] = spill(&r, d, rep, 1);
-		disk_close(d); /* cold: the next open reads nothing from the page cache */
-		before[F_LOAD] = pass(&r, r.tierpath, "randread");
-		if (tier_open(&r, &d)) {
-			rc = BENCH_EXIT_FAIL;
-			break;
-		}
 		struct bench_samples l = { 0 };
-		x[F_LOAD] = load(&r, d, rep, &l, &bad);
-		disk_close(d);
-		after[F_LOAD] = pass(&r, r.tierpath, "randread");
-		after[F_BATCH] = pass(&r, r.tierpath, "write");
-		for (int f = 0; f < NF; f++)
+
+		rc = disk_rep(r, rep, x, before, after, &l, &g->bad);
+		if (bench_stop_signal()) { /* a pass cut short: not a figure */
+			bench_samples_free(&l);
+			return rc;
+		}
+		for (int f = 0; f < NF && rc == BENCH_EXIT_OK; f++)
 			if (isnan(x[f]) || (isnan(before[f]) && isnan(after[f]))) {
 				fprintf(stderr, "kvbench disk: %s: %s failed\n", fname[f],
 					isnan(x[f]) ? "the tier" : "the limit");
@@ -636,116 +685,137 @@ int bench_disk_main(int argc, char **argv)
 			}
 		if (rep > 0 && rc == BENCH_EXIT_OK) {
 			for (int f = 0; f < NF; f++) {
-				fig[f][rep - 1] = x[f];
-				lim[f][rep - 1] = better(before[f], after[f]);
-				shr[f][rep - 1] = x[f] / lim[f][rep - 1];
+				g->fig[f][rep - 1] = x[f];
+				g->lim[f][rep - 1] = better(before[f], after[f]);
+				g->shr[f][rep - 1] = x[f] / g->lim[f][rep - 1];
 			}
-			bench_samples_append(&lat, &l);
+			g->done = rep;
+			bench_samples_append(&g->lat, &l);
 		}
 		bench_samples_free(&l);
 	}
-	if (!v)
-		rc = BENCH_EXIT_FAIL;
-
 	/* a full tier for the reopen times (the last pass overwrote it) */
-	double clean_ms = NAN, crash_ms = NAN, bpb = NAN;
-	if (rc == BENCH_EXIT_OK && tier_open(&r, &d) == 0) {
-		if (isnan(spill(&r, d, 3000, 1)))
+	if (rc == BENCH_EXIT_OK && tier_open(r, &d) == 0) {
+		if (isnan(spill(r, d, 3000, 1)))
 			rc = BENCH_EXIT_FAIL;
 		disk_close(d);
-		reopen_times(&r, &clean_ms, &crash_ms, &bpb);
+		reopen_times(r, &g->clean_ms, &g->crash_ms, &g->bpb);
 	}
+	return rc;
+}
 
-	struct bench_summary sf[NF], sl[NF], ss[NF], sla;
-	size_t nrep = rc == BENCH_EXIT_OK ? reps : 0;
-	for (int f = 0; f < NF; f++) {
-		bench_summarize(v ? fig[f] : NULL, v ? nrep : 0, &sf[f]);
-		bench_summarize(v ? lim[f] : NULL, v ? nrep : 0, &sl[f]);
-		bench_summarize(v ? shr[f] : NULL, v ? nrep : 0, &ss[f]);
-	}
-	bench_summarize(lat.v, lat.n, &sla);
-
+/* The table and the notes under it. */
+static void disk_print(const struct run *r, struct figures *g)
+{
 	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share",
 					   "share min-max" };
-	struct bench_table *t = bench_table_new(5, hdr);
+	struct bench_table *t;
+
+	for (int f = 0; f < NF; f++) {
+		bench_summarize(g->fig[f], g->done, &g->sf[f]);
+		bench_summarize(g->lim[f], g->done, &g->sl[f]);
+		bench_summarize(g->shr[f], g->done, &g->ss[f]);
+	}
+	bench_summarize(g->lat.v, g->lat.n, &g->sla);
+	t = bench_table_new(5, hdr);
 	for (int f = 0; f < NF; f++)
-		row(t, fname[f], &sf[f], &sl[f], &ss[f]);
+		row(t, fname[f], &g->sf[f], &g->sl[f], &g->ss[f]);
 	bench_table_print(t, stdout, 2);
 	bench_table_free(t);
 	printf("  limits (bs %llu KiB, qd %lu, %s, one pass over the same file, the better "
 	       "of the passes right before and after each figure): write, randread, "
-	       "write to a new file\n", (unsigned long long)(r.o.bs >> 10), r.o.qd,
-	       r.o.fio ? "fio" : "raw io_uring loop");
+	       "write to a new file\n", (unsigned long long)(r->o.bs >> 10), r->o.qd,
+	       r->o.fio ? "fio" : "raw io_uring loop");
 	printf("  \"one put at a time\" waits for each block: one block in flight, "
-	       "against the limit's %lu\n", r.o.qd);
+	       "against the limit's %lu\n", r->o.qd);
 	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
-	       r.o.batch, sla.median, sla.p90, sla.p99);
+	       r->o.batch, g->sla.median, g->sla.p90, g->sla.p99);
 	printf("  reopen %llu MiB tier: after clean close %.1f ms, after kill -9 %.1f ms\n",
-	       (unsigned long long)(r.o.size >> 20), clean_ms, crash_ms);
-	printf("  index bytes per block: %.1f\n", bpb);
-	if (bad) {
-		printf("  ERROR: %d blocks missing or with wrong bytes\n", bad);
+	       (unsigned long long)(r->o.size >> 20), g->clean_ms, g->crash_ms);
+	printf("  index bytes per block: %.1f\n", g->bpb);
+	if (g->bad)
+		printf("  ERROR: %d blocks missing or with wrong bytes\n", g->bad);
+}
+
+/* The JSON document. Returns 0 or BENCH_EXIT_FAIL. */
+static int disk_json(const struct run *r, const char *dir, unsigned reps,
+		     const struct figures *g, const char *path)
+{
+	json_t *doc = bench_json_new(CMD), *ro;
+	int rc = BENCH_EXIT_OK;
+
+	if (!doc)
+		return BENCH_EXIT_FAIL;
+	bench_json_config(doc, "dir", json_string(dir));
+	bench_json_config(doc, "size", json_integer((json_int_t)r->o.size));
+	bench_json_config(doc, "block_size", json_integer((json_int_t)r->o.bs));
+	bench_json_config(doc, "queue_depth", json_integer((json_int_t)r->o.qd));
+	bench_json_config(doc, "batch", json_integer((json_int_t)r->o.batch));
+	bench_json_config(doc, "reps", json_integer(reps));
+	bench_json_config(doc, "limit_tool", json_string(r->o.fio ? "fio" : "raw io_uring loop"));
+	for (int f = 0; f < NF; f++) {
+		json_t *l = json_object();
+		char nm[64];
+
+		snprintf(nm, sizeof(nm), "%s %s", r->o.fio ? "fio" : "raw", jlim[f]);
+		json_object_set_new(l, "name", json_string(nm));
+		json_object_set_new(l, "for", json_string(jname[f]));
+		json_object_set_new(l, "value", bench_json_real(g->sl[f].median));
+		json_object_set_new(l, "reps", bench_json_reps(&g->sl[f]));
+		bench_json_limit(doc, l);
+	}
+	for (int f = 0; f < NF; f++) {
+		json_t *o = jfig(jname[f], &g->sf[f], &g->sl[f], jlim[f], &g->ss[f]);
+
+		if (f == F_LOAD)
+			json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->sla));
+		bench_json_result(doc, o);
+	}
+	ro = json_object();
+	json_object_set_new(ro, "name", json_string("reopen"));
+	json_object_set_new(ro, "clean_ms", bench_json_real(g->clean_ms));
+	json_object_set_new(ro, "after_kill9_ms", bench_json_real(g->crash_ms));
+	json_object_set_new(ro, "index_bytes_per_block", bench_json_real(g->bpb));
+	bench_json_result(doc, ro);
+	if (g->bad)
+		bench_json_error(doc, "%d blocks missing or wrong", g->bad);
+	if (bench_json_write(doc, path))
 		rc = BENCH_EXIT_FAIL;
-	}
-
-	if (co.json_path) {
-		json_t *doc = bench_json_new(CMD);
-		if (doc) {
-			bench_json_config(doc, "dir", json_string(dir));
-			bench_json_config(doc, "size", json_integer((json_int_t)r.o.size));
-			bench_json_config(doc, "block_size", json_integer((json_int_t)r.o.bs));
-			bench_json_config(doc, "queue_depth", json_integer((json_int_t)r.o.qd));
-			bench_json_config(doc, "batch", json_integer((json_int_t)r.o.batch));
-			bench_json_config(doc, "reps", json_integer(reps));
-			static const char *const jname[NF] = {
-				"spill_put", "spill_put_batch", "spill_put_batch_new_file",
-				"batch_load" };
-			static const char *const jlim[NF] = {
-				"write", "write", "write_new_file", "randread" };
-			bench_json_config(doc, "limit_tool",
-					  json_string(r.o.fio ? "fio" : "raw io_uring loop"));
-			for (int f = 0; f < NF; f++) {
-				json_t *l = json_object();
-				char nm[64];
-
-				snprintf(nm, sizeof(nm), "%s %s", r.o.fio ? "fio" : "raw",
-					 jlim[f]);
-				json_object_set_new(l, "name", json_string(nm));
-				json_object_set_new(l, "for", json_string(jname[f]));
-				json_object_set_new(l, "value", bench_json_real(sl[f].median));
-				json_object_set_new(l, "reps", bench_json_reps(&sl[f]));
-				bench_json_limit(doc, l);
-			}
-			for (int f = 0; f < NF; f++) {
-				json_t *o = jfig(jname[f], &sf[f], &sl[f], jlim[f], &ss[f]);
-				if (f == F_LOAD)
-					json_object_set_new(o, "batch_latency_us",
-							    bench_json_latency(&sla));
-				bench_json_result(doc, o);
-			}
-			json_t *ro = json_object();
-			json_object_set_new(ro, "name", json_string("reopen"));
-			json_object_set_new(ro, "clean_ms", bench_json_real(clean_ms));
-			json_object_set_new(ro, "after_kill9_ms", bench_json_real(crash_ms));
-			json_object_set_new(ro, "index_bytes_per_block", bench_json_real(bpb));
-			bench_json_result(doc, ro);
-			if (bad)
-				bench_json_error(doc, "%d blocks missing or wrong", bad);
-			if (bench_json_write(doc, co.json_path))
-				rc = BENCH_EXIT_FAIL;
-			json_decref(doc);
-		}
-	}
-	free(v);
-	bench_samples_free(&lat);
-	munmap(r.arena, r.arena_len);
-	if (r.o.dir) {
-		unlink(r.tierpath);
-		unlink(r.limpath);
-		/* (measure_limits removed limpath.new) */
-		rmdir(dir);
-	} else {
-		bench_tmpdir_remove(dir);
-	}
+	json_decref(doc);
 	return rc;
+}
+
+int bench_disk_main(int argc, char **argv)
+{
+	struct run r = { 0 };
+	struct figures g = { .clean_ms = NAN, .crash_ms = NAN, .bpb = NAN };
+	struct bench_common co;
+	char dir[3800];
+	int rc = disk_parse(argc, argv, &r.o, &co);
+
+	if (rc >= 0)
+		return rc;
+	if (r.o.fio && !have_fio()) {
+		fprintf(stderr, "kvbench disk: fio not found; the limit is a raw io_uring loop\n");
+		r.o.fio = 0;
+	}
+	if ((rc = disk_setup(&r, dir, sizeof(dir))))
+		return rc;
+	printf("kvbench disk: %s, tier %llu MiB, blocks %llu KiB x %zu, qd %lu, batch %lu, "
+	       "limit: %s\n", dir, (unsigned long long)(r.o.size >> 20),
+	       (unsigned long long)(r.o.bs >> 10), r.nblocks, r.o.qd, r.o.batch,
+	       r.o.fio ? "fio" : "raw io_uring loop");
+	fflush(stdout);
+	bench_catch_stop(); /* a stop ends the repetitions, and fio, not the report */
+	rc = disk_measure(&r, co.reps, &g);
+	disk_print(&r, &g);
+	if (g.bad)
+		rc = BENCH_EXIT_FAIL;
+	if (co.json_path && disk_json(&r, dir, co.reps, &g, co.json_path))
+		rc = BENCH_EXIT_FAIL;
+	free(g.v);
+	bench_samples_free(&g.lat);
+	munmap(r.arena, r.arena_len);
+	disk_cleanup(&r, dir);
+	return bench_finish(CMD, rc);
 }

@@ -180,6 +180,9 @@ int bench_size_arg(const char *cmd, const char *opt, const char *arg,
 
 	if (bench_parse_size(arg, out))
 		return bench_usage_error(cmd, "bad %s: %s", opt, kvt_last_error());
+	if (*out < min && max == UINT64_MAX)
+		return bench_usage_error(cmd, "bad %s '%s': at least %s", opt, arg,
+					 bench_fmt_size(min, lo, sizeof(lo)));
 	if (*out < min || *out > max)
 		return bench_usage_error(cmd, "bad %s '%s': from %s to %s", opt, arg,
 					 bench_fmt_size(min, lo, sizeof(lo)),

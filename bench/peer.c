@@ -74,14 +74,6 @@ struct run {
 
 /* --- keys and their owner ------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* n keys of the stream tag that member b owns in the group [a, b]. */
 static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 {
@@ -89,8 +81,8 @@ static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 	uint64_t i = 0;
 
 	for (size_t k = 0; k < n; i++) {
-		kvt_key key = { .lo = mix64(tag * 0x100000000ull + i),
-				.hi = mix64(~tag ^ (i << 20)) };
+		uint64_t lo = tag * 0x100000000ull + i, hi = ~tag ^ (i << 20);
+		kvt_key key = { .lo = common_mix64(&lo), .hi = common_mix64(&hi) };
 
 		if (common_key_owner(key, names, 2) == 1)
 			out[k++] = key;
@@ -394,7 +386,18 @@ static void log_to_stderr(int level, const char *msg, void *arg)
 		level <= KVT_LOG_ERR ? "error" : "warning", msg);
 }
 
-int bench_peer_main(int argc, char **argv)
+/* What the repetitions measured. */
+struct figures {
+	double *v;                /* 4 * reps */
+	double *fig, *lim, *shr, *lrate;
+	unsigned done, ldone;     /* counted repetitions of loads, of lookups */
+	struct bench_samples lat, llat;
+	unsigned long bad, good, shortc, notpeer;
+	struct bench_summary sf, sl, ss, sla, slr, sll;
+};
+
+/* Parses the command line into r. Returns -1 to run, else the exit status. */
+static int peer_parse(int argc, char **argv, struct run *r, struct bench_common *co)
 {
 	static const struct option longopts[] = {
 		{ "block-size", required_argument, NULL, OPT_BS },
@@ -403,15 +406,12 @@ int bench_peer_main(int argc, char **argv)
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	struct run r = { .bs = 1ull << 20, .nblocks = 256, .batch = 16 };
-	struct bench_common co;
-	char sz[32];
-	int c, rc = BENCH_EXIT_OK;
+	int c, x;
 
-	bench_common_init(&co);
+	bench_common_init(co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		int x = bench_common_option(CMD, c, optarg, argv, &co);
+		x = bench_common_option(CMD, c, optarg, argv, co);
 		if (x < 0)
 			return BENCH_EXIT_USAGE;
 		if (x > 0)
@@ -421,16 +421,16 @@ int bench_peer_main(int argc, char **argv)
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_BS:
-			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20, &r.bs))
+			if (bench_size_arg(CMD, "--block-size", optarg, 4096, 64ull << 20, &r->bs))
 				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_BLOCKS:
-			if (bench_parse_uint(optarg, 1, 1000000, &r.nblocks))
+			if (bench_parse_uint(optarg, 1, 1000000, &r->nblocks))
 				return bench_usage_error(CMD, "bad --blocks '%s': an integer "
 							 "from 1 to 1000000", optarg);
 			break;
 		case OPT_BATCH:
-			if (bench_parse_uint(optarg, 1, 4096, &r.batch))
+			if (bench_parse_uint(optarg, 1, 4096, &r->batch))
 				return bench_usage_error(CMD, "bad --batch '%s': an integer "
 							 "from 1 to 4096", optarg);
 			break;
@@ -440,132 +440,139 @@ int bench_peer_main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return bench_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-	if (r.nblocks % r.batch)
+	if (r->nblocks % r->batch)
 		return bench_usage_error(CMD, "--blocks %lu is not a multiple of "
-					 "--batch %lu", r.nblocks, r.batch);
-	if (r.nblocks * r.bs > MAX_TOTAL)
+					 "--batch %lu", r->nblocks, r->batch);
+	if (r->nblocks * r->bs > MAX_TOTAL)
 		return bench_usage_error(CMD, "--blocks x --block-size is %llu MiB; "
 					 "at most %llu MiB",
-					 (unsigned long long)(r.nblocks * r.bs >> 20),
+					 (unsigned long long)(r->nblocks * r->bs >> 20),
 					 MAX_TOTAL >> 20);
-	r.reps = co.reps;
+	r->reps = co->reps;
 	/* the library's default: each block of a batch has the whole of it */
-	r.request_ms = 2000;
+	r->request_ms = 2000;
+	return -1;
+}
 
-	kvt_set_log(log_to_stderr, NULL, KVT_LOG_WARN);
-	r.keys = malloc(r.nblocks * sizeof(*r.keys));
-	r.dst = bench_buffer_alloc(r.batch * r.bs);
-	r.src = bench_buffer_alloc(r.bs);
-	double *v = calloc(3 * (size_t)r.reps + r.reps, sizeof(double));
-	struct bench_samples lat = { 0 }, llat = { 0 };
-	unsigned long bad = 0, good = 0, shortc = 0, notpeer = 0;
-	if (!r.keys || !r.dst || !r.src || !v) {
+/*
+ * Buffers, keys, the two stores, and b holding every block (put on b, which
+ * owns them: nothing forwarded, a holds nothing). Returns 0 or
+ * BENCH_EXIT_FAIL.
+ */
+static int peer_setup(struct run *r, struct figures *g)
+{
+	double fwd, on_a;
+
+	r->keys = malloc(r->nblocks * sizeof(*r->keys));
+	r->dst = bench_buffer_alloc(r->batch * r->bs);
+	r->src = bench_buffer_alloc(r->bs);
+	g->v = calloc(4 * (size_t)r->reps, sizeof(double));
+	if (!r->keys || !r->dst || !r->src || !g->v) {
 		fprintf(stderr, "kvbench peer: out of memory\n");
-		rc = BENCH_EXIT_FAIL;
-		goto out;
+		return BENCH_EXIT_FAIL;
 	}
-	double *fig = v, *lim = v + r.reps, *shr = v + 2 * (size_t)r.reps,
-	       *lrate = v + 3 * (size_t)r.reps;
-	common_fill(r.src, r.bs, 0x7063705f6c6f6f70ull);
-	keys_owned_by_b(r.keys, r.nblocks, 1);
-	keys_owned_by_b(r.chain, LOOKUP_KEYS, 2);
-	if (open_stores(&r)) {
-		rc = BENCH_EXIT_FAIL;
-		goto out;
-	}
-	if (put_on_b(&r, r.keys, r.nblocks, r.bs) ||
-	    put_on_b(&r, r.chain, LOOKUP_KEYS, LOOKUP_BLOCK)) {
-		rc = BENCH_EXIT_FAIL;
-		goto out;
-	}
-	/* b owns them: nothing was forwarded, a holds nothing */
-	double fwd = stat_or_nan(r.b, "store.peer_puts"),
-	       on_a = stat_or_nan(r.a, "ram.objects");
+	g->fig = g->v;
+	g->lim = g->v + r->reps;
+	g->shr = g->v + 2 * (size_t)r->reps;
+	g->lrate = g->v + 3 * (size_t)r->reps;
+	common_fill(r->src, r->bs, 0x7063705f6c6f6f70ull);
+	keys_owned_by_b(r->keys, r->nblocks, 1);
+	keys_owned_by_b(r->chain, LOOKUP_KEYS, 2);
+	if (open_stores(r) || put_on_b(r, r->keys, r->nblocks, r->bs) ||
+	    put_on_b(r, r->chain, LOOKUP_KEYS, LOOKUP_BLOCK))
+		return BENCH_EXIT_FAIL;
+	fwd = stat_or_nan(r->b, "store.peer_puts");
+	on_a = stat_or_nan(r->a, "ram.objects");
 	if ((!isnan(fwd) && fwd != 0) || (!isnan(on_a) && on_a != 0)) {
 		fprintf(stderr, "kvbench peer: b forwarded %.0f puts and a holds %.0f blocks; "
 			"the keys are not b's alone\n", fwd, on_a);
-		rc = BENCH_EXIT_FAIL;
-		goto out;
+		return BENCH_EXIT_FAIL;
 	}
+	return 0;
+}
 
-	printf("kvbench peer: libkvtier %s, %u CPUs; stores a (127.0.0.1:%u) and b "
-	       "(127.0.0.1:%u) in this process,\n"
-	       "RAM tiers only; a loads %lu blocks of %s that b owns, %lu per "
-	       "kvt_get_batch; median of %u reps after a warm-up\n",
-	       kvt_version(), bench_ncpus(), r.port_a, r.port_b, r.nblocks,
-	       bench_fmt_size(r.bs, sz, sizeof(sz)), r.batch, r.reps);
-	fflush(stdout);
+/* Peer loads, each between two passes of the TCP loop (rep 0 warms up). */
+static int peer_loads(struct run *r, struct figures *g)
+{
+	int rc = BENCH_EXIT_OK;
 
-	/* peer loads, each between two passes of the TCP loop */
-	for (unsigned rep = 0; rep <= r.reps && rc == BENCH_EXIT_OK; rep++) {
+	for (unsigned rep = 0; rep <= r->reps && rc == BENCH_EXIT_OK &&
+			       !bench_stop_signal(); rep++) {
 		struct bench_samples l = { 0 };
-		double h0 = stat_or_nan(r.a, "store.hits_peer");
-		double before = tcp_loop(&r);
-		double x = peer_load(&r, &l, &bad, &good);
-		double after = tcp_loop(&r);
-		double h1 = stat_or_nan(r.a, "store.hits_peer");
+		double h0 = stat_or_nan(r->a, "store.hits_peer");
+		double before = tcp_loop(r);
+		double x = peer_load(r, &l, &g->bad, &g->good);
+		double after = tcp_loop(r);
+		double h1 = stat_or_nan(r->a, "store.hits_peer");
 
-		forget_on_a(&r);
-		if (!isnan(h0) && !isnan(h1) && h1 - h0 < (double)r.nblocks)
-			notpeer += r.nblocks - (unsigned long)(h1 - h0);
-		if (isnan(x) || bad || notpeer || (isnan(before) && isnan(after))) {
-			if (notpeer)
+		forget_on_a(r);
+		if (!isnan(h0) && !isnan(h1) && h1 - h0 < (double)r->nblocks)
+			g->notpeer += r->nblocks - (unsigned long)(h1 - h0);
+		if (isnan(x) || g->bad || g->notpeer || (isnan(before) && isnan(after))) {
+			if (g->notpeer)
 				fprintf(stderr, "kvbench peer: %lu blocks were not loaded "
-					"from b\n", notpeer);
+					"from b\n", g->notpeer);
 			rc = BENCH_EXIT_FAIL;
 		} else if (rep > 0) {
-			fig[rep - 1] = x;
-			lim[rep - 1] = better(before, after);
-			shr[rep - 1] = x / lim[rep - 1];
-			bench_samples_append(&lat, &l);
+			g->fig[rep - 1] = x;
+			g->lim[rep - 1] = better(before, after);
+			g->shr[rep - 1] = x / g->lim[rep - 1];
+			g->done = rep;
+			bench_samples_append(&g->lat, &l);
 		}
 		bench_samples_free(&l);
 	}
+	return rc;
+}
 
-	/* lookups through the peer: one round trip per call */
-	uint64_t lcalls = 0;
-	if (rc == BENCH_EXIT_OK) {
-		uint64_t t0 = bench_now_ns(), n = 0;
+/* Lookups through the peer: one round trip per call. */
+static int peer_lookups(struct run *r, struct figures *g)
+{
+	uint64_t t0 = bench_now_ns(), n = 0, lcalls;
 
-		do {
-			lookup_rep(&r, 1, NULL, &shortc);
-			n++;
-		} while (bench_now_ns() - t0 < 20000000ull);
-		lcalls = LOOKUP_REP_NS / ((bench_now_ns() - t0) / n + 1);
-		if (lcalls == 0)
-			lcalls = 1;
-		for (unsigned rep = 0; rep <= r.reps; rep++) {
-			double x = lookup_rep(&r, lcalls, rep ? &llat : NULL, &shortc);
+	do {
+		lookup_rep(r, 1, NULL, &g->shortc);
+		n++;
+	} while (bench_now_ns() - t0 < 20000000ull);
+	lcalls = LOOKUP_REP_NS / ((bench_now_ns() - t0) / n + 1);
+	if (lcalls == 0)
+		lcalls = 1;
+	for (unsigned rep = 0; rep <= r->reps && !bench_stop_signal(); rep++) {
+		double x = lookup_rep(r, lcalls, rep ? &g->llat : NULL, &g->shortc);
 
-			if (rep > 0)
-				lrate[rep - 1] = x;
-		}
-		if (shortc) {
-			fprintf(stderr, "kvbench peer: %lu lookups on a found less than the "
-				"%d keys stored on b\n", shortc, LOOKUP_KEYS);
-			rc = BENCH_EXIT_FAIL;
+		if (rep > 0) {
+			g->lrate[rep - 1] = x;
+			g->ldone = rep;
 		}
 	}
+	if (g->shortc) {
+		fprintf(stderr, "kvbench peer: %lu lookups on a found less than the "
+			"%d keys stored on b\n", g->shortc, LOOKUP_KEYS);
+		return BENCH_EXIT_FAIL;
+	}
+	return BENCH_EXIT_OK;
+}
 
-	size_t nrep = rc == BENCH_EXIT_OK ? r.reps : 0;
-	struct bench_summary sf, sl, ss, sla, slr, sll;
-	bench_summarize(fig, nrep, &sf);
-	bench_summarize(lim, nrep, &sl);
-	bench_summarize(shr, nrep, &ss);
-	bench_summarize(lat.v, lat.n, &sla);
-	bench_summarize(lrate, nrep, &slr);
-	bench_summarize(llat.v, llat.n, &sll);
-
+static void peer_print(const struct run *r, struct figures *g)
+{
 	static const char *const hdr[] = { "figure (median)", "peer", "min", "max",
 					   "TCP loop", "share", "share min-max" };
 	struct bench_table *t = bench_table_new(7, hdr);
+	char sz[32];
+
+	bench_summarize(g->fig, g->done, &g->sf);
+	bench_summarize(g->lim, g->done, &g->sl);
+	bench_summarize(g->shr, g->done, &g->ss);
+	bench_summarize(g->lat.v, g->lat.n, &g->sla);
+	bench_summarize(g->lrate, g->ldone, &g->slr);
+	bench_summarize(g->llat.v, g->llat.n, &g->sll);
 	bench_table_cell(t, "a loads from b, kvt_get_batch");
-	bench_table_cell(t, "%.2f GB/s", sf.median / 1e9);
-	bench_table_cell(t, "%.2f", sf.min / 1e9);
-	bench_table_cell(t, "%.2f", sf.max / 1e9);
-	bench_table_cell(t, "%.2f GB/s", sl.median / 1e9);
-	bench_table_cell(t, "%.0f%%", 100.0 * ss.median);
-	bench_table_cell(t, "%.0f%%-%.0f%%", 100.0 * ss.min, 100.0 * ss.max);
+	bench_table_cell(t, "%.2f GB/s", g->sf.median / 1e9);
+	bench_table_cell(t, "%.2f", g->sf.min / 1e9);
+	bench_table_cell(t, "%.2f", g->sf.max / 1e9);
+	bench_table_cell(t, "%.2f GB/s", g->sl.median / 1e9);
+	bench_table_cell(t, "%.0f%%", 100.0 * g->ss.median);
+	bench_table_cell(t, "%.0f%%-%.0f%%", 100.0 * g->ss.min, 100.0 * g->ss.max);
 	bench_table_end_row(t);
 	printf("\n");
 	bench_table_print(t, stdout, 2);
@@ -573,94 +580,118 @@ int bench_peer_main(int argc, char **argv)
 	printf("  limit: one TCP stream on 127.0.0.1 of the same %llu MiB in %s sends, "
 	       "TCP_NODELAY, the better\n  of the passes right before and right after "
 	       "each repetition; share = peer / limit per repetition\n",
-	       (unsigned long long)(r.nblocks * r.bs >> 20), sz);
+	       (unsigned long long)(r->nblocks * r->bs >> 20),
+	       bench_fmt_size(r->bs, sz, sizeof(sz)));
 	printf("  latency per batch of %lu (%llu KiB): p50 %.0f us, p90 %.0f us, "
-	       "p99 %.0f us\n", r.batch, (unsigned long long)(r.batch * r.bs >> 10),
-	       sla.median, sla.p90, sla.p99);
+	       "p99 %.0f us\n", r->batch, (unsigned long long)(r->batch * r->bs >> 10),
+	       g->sla.median, g->sla.p90, g->sla.p99);
 	printf("  lookups on a of %d keys stored on b (one round trip): %.0f calls/s "
 	       "(%.0f-%.0f), %.2fM keys/s;\n  latency p50 %.1f us, p99 %.1f us\n",
-	       LOOKUP_KEYS, slr.median, slr.min, slr.max, slr.median * LOOKUP_KEYS / 1e6,
-	       sll.median, sll.p99);
-	printf("  blocks loaded and verified: %lu, wrong or missing: %lu\n", good, bad);
+	       LOOKUP_KEYS, g->slr.median, g->slr.min, g->slr.max,
+	       g->slr.median * LOOKUP_KEYS / 1e6, g->sll.median, g->sll.p99);
+	printf("  blocks loaded and verified: %lu, wrong or missing: %lu\n", g->good, g->bad);
+}
 
-	if (co.json_path) {
-		json_t *doc = bench_json_new(CMD);
-		if (!doc) {
+/* The "config" of the JSON document. */
+static void peer_config(json_t *doc, const struct run *r)
+{
+	char addr[2][32];
+
+	bench_json_config(doc, "block_size", json_integer((json_int_t)r->bs));
+	bench_json_config(doc, "blocks", json_integer((json_int_t)r->nblocks));
+	bench_json_config(doc, "batch", json_integer((json_int_t)r->batch));
+	bench_json_config(doc, "reps", json_integer(r->reps));
+	bench_json_config(doc, "lookup_keys", json_integer(LOOKUP_KEYS));
+	bench_json_config(doc, "request_timeout_ms", json_integer(r->request_ms));
+	snprintf(addr[0], sizeof(addr[0]), "127.0.0.1:%u", r->port_a);
+	snprintf(addr[1], sizeof(addr[1]), "127.0.0.1:%u", r->port_b);
+	bench_json_config(doc, "members", json_pack("[{s:s, s:s}, {s:s, s:s}]", "name", "a",
+						    "addr", addr[0], "name", "b", "addr",
+						    addr[1]));
+}
+
+/* The JSON document. Returns 0 or BENCH_EXIT_FAIL. */
+static int peer_json(const struct run *r, const struct figures *g, int rc, const char *path)
+{
+	json_t *doc = bench_json_new(CMD), *l, *o;
+
+	if (!doc)
+		return BENCH_EXIT_FAIL;
+	peer_config(doc, r);
+	l = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "name", "tcp_loop", "for",
+		      "peer_get_batch", "addr", "127.0.0.1", "bytes",
+		      (json_int_t)(r->nblocks * r->bs), "chunk_bytes", (json_int_t)r->bs,
+		      "value", bench_json_real(g->sl.median), "reps", bench_json_reps(&g->sl));
+	bench_json_limit(doc, l);
+	o = json_pack("{s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o, s:o}", "name",
+		      "peer_get_batch", "unit", "bytes/s", "value", bench_json_real(g->sf.median),
+		      "reps", bench_json_reps(&g->sf), "limit", "tcp_loop", "limit_value",
+		      bench_json_real(g->sl.median), "limit_reps", bench_json_reps(&g->sl),
+		      "share", bench_json_real(g->ss.median), "share_reps",
+		      bench_json_reps(&g->ss));
+	json_object_set_new(o, "block_bytes", json_integer((json_int_t)r->bs));
+	json_object_set_new(o, "blocks", json_integer((json_int_t)r->nblocks));
+	json_object_set_new(o, "blocks_per_call", json_integer((json_int_t)r->batch));
+	json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->sla));
+	json_object_set_new(o, "wrong_blocks", json_integer((json_int_t)g->bad));
+	bench_json_result(doc, o);
+	bench_json_result(doc, json_pack("{s:s, s:s, s:o, s:o, s:i, s:o, s:o, s:I}", "name",
+					 "peer_lookup", "unit", "calls/s", "value",
+					 bench_json_real(g->slr.median), "reps",
+					 bench_json_reps(&g->slr), "keys_per_call", LOOKUP_KEYS,
+					 "keys_per_s",
+					 bench_json_real(g->slr.median * LOOKUP_KEYS),
+					 "latency_us_per_call", bench_json_latency(&g->sll),
+					 "short_calls", (json_int_t)g->shortc));
+	if (g->bad)
+		bench_json_error(doc, "%lu blocks missing or wrong", g->bad);
+	if (g->notpeer)
+		bench_json_error(doc, "%lu blocks not loaded from b", g->notpeer);
+	if (g->shortc)
+		bench_json_error(doc, "%lu lookups found less than the chain", g->shortc);
+	if (rc != BENCH_EXIT_OK && !g->bad && !g->notpeer && !g->shortc)
+		bench_json_error(doc, "the run failed (see standard error)");
+	rc = bench_json_write(doc, path) ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
+	json_decref(doc);
+	return rc;
+}
+
+int bench_peer_main(int argc, char **argv)
+{
+	struct run r = { .bs = 1ull << 20, .nblocks = 256, .batch = 16 };
+	struct figures g = { 0 };
+	struct bench_common co;
+	char sz[32];
+	int rc = peer_parse(argc, argv, &r, &co);
+
+	if (rc >= 0)
+		return rc;
+	kvt_set_log(log_to_stderr, NULL, KVT_LOG_WARN);
+	rc = peer_setup(&r, &g);
+	if (rc == BENCH_EXIT_OK) {
+		printf("kvbench peer: libkvtier %s, %u CPUs; stores a (127.0.0.1:%u) and b "
+		       "(127.0.0.1:%u) in this process,\n"
+		       "RAM tiers only; a loads %lu blocks of %s that b owns, %lu per "
+		       "kvt_get_batch; median of %u reps after a warm-up\n",
+		       kvt_version(), bench_ncpus(), r.port_a, r.port_b, r.nblocks,
+		       bench_fmt_size(r.bs, sz, sizeof(sz)), r.batch, r.reps);
+		fflush(stdout);
+		bench_catch_stop();
+		rc = peer_loads(&r, &g);
+		if (rc == BENCH_EXIT_OK && !bench_stop_signal())
+			rc = peer_lookups(&r, &g);
+		peer_print(&r, &g);
+		if (co.json_path && peer_json(&r, &g, rc, co.json_path))
 			rc = BENCH_EXIT_FAIL;
-			goto out;
-		}
-		bench_json_config(doc, "block_size", json_integer((json_int_t)r.bs));
-		bench_json_config(doc, "blocks", json_integer((json_int_t)r.nblocks));
-		bench_json_config(doc, "batch", json_integer((json_int_t)r.batch));
-		bench_json_config(doc, "reps", json_integer(r.reps));
-		bench_json_config(doc, "lookup_keys", json_integer(LOOKUP_KEYS));
-		bench_json_config(doc, "request_timeout_ms", json_integer(r.request_ms));
-		char addr[2][32];
-		snprintf(addr[0], sizeof(addr[0]), "127.0.0.1:%u", r.port_a);
-		snprintf(addr[1], sizeof(addr[1]), "127.0.0.1:%u", r.port_b);
-		bench_json_config(doc, "members", json_pack(
-			"[{s:s, s:s}, {s:s, s:s}]", "name", "a", "addr", addr[0],
-			"name", "b", "addr", addr[1]));
-
-		json_t *l = json_object();
-		json_object_set_new(l, "name", json_string("tcp_loop"));
-		json_object_set_new(l, "for", json_string("peer_get_batch"));
-		json_object_set_new(l, "addr", json_string("127.0.0.1"));
-		json_object_set_new(l, "bytes", json_integer((json_int_t)(r.nblocks * r.bs)));
-		json_object_set_new(l, "chunk_bytes", json_integer((json_int_t)r.bs));
-		json_object_set_new(l, "value", bench_json_real(sl.median));
-		json_object_set_new(l, "reps", bench_json_reps(&sl));
-		bench_json_limit(doc, l);
-
-		json_t *o = json_object();
-		json_object_set_new(o, "name", json_string("peer_get_batch"));
-		json_object_set_new(o, "unit", json_string("bytes/s"));
-		json_object_set_new(o, "value", bench_json_real(sf.median));
-		json_object_set_new(o, "reps", bench_json_reps(&sf));
-		json_object_set_new(o, "limit", json_string("tcp_loop"));
-		json_object_set_new(o, "limit_value", bench_json_real(sl.median));
-		json_object_set_new(o, "limit_reps", bench_json_reps(&sl));
-		json_object_set_new(o, "share", bench_json_real(ss.median));
-		json_object_set_new(o, "share_reps", bench_json_reps(&ss));
-		json_object_set_new(o, "block_bytes", json_integer((json_int_t)r.bs));
-		json_object_set_new(o, "blocks", json_integer((json_int_t)r.nblocks));
-		json_object_set_new(o, "blocks_per_call", json_integer((json_int_t)r.batch));
-		json_object_set_new(o, "batch_latency_us", bench_json_latency(&sla));
-		json_object_set_new(o, "wrong_blocks", json_integer((json_int_t)bad));
-		bench_json_result(doc, o);
-
-		o = json_object();
-		json_object_set_new(o, "name", json_string("peer_lookup"));
-		json_object_set_new(o, "unit", json_string("calls/s"));
-		json_object_set_new(o, "value", bench_json_real(slr.median));
-		json_object_set_new(o, "reps", bench_json_reps(&slr));
-		json_object_set_new(o, "keys_per_call", json_integer(LOOKUP_KEYS));
-		json_object_set_new(o, "keys_per_s", bench_json_real(slr.median * LOOKUP_KEYS));
-		json_object_set_new(o, "latency_us_per_call", bench_json_latency(&sll));
-		json_object_set_new(o, "short_calls", json_integer((json_int_t)shortc));
-		bench_json_result(doc, o);
-
-		if (bad)
-			bench_json_error(doc, "%lu blocks missing or wrong", bad);
-		if (notpeer)
-			bench_json_error(doc, "%lu blocks not loaded from b", notpeer);
-		if (shortc)
-			bench_json_error(doc, "%lu lookups found less than the chain", shortc);
-		if (rc != BENCH_EXIT_OK && !bad && !notpeer && !shortc)
-			bench_json_error(doc, "the run failed (see standard error)");
-		if (bench_json_write(doc, co.json_path))
-			rc = BENCH_EXIT_FAIL;
-		json_decref(doc);
 	}
-out:
 	kvt_close(r.a);
 	kvt_close(r.b);
 	kvt_set_log(NULL, NULL, 0);
-	bench_samples_free(&lat);
-	bench_samples_free(&llat);
-	free(v);
+	bench_samples_free(&g.lat);
+	bench_samples_free(&g.llat);
+	free(g.v);
 	free(r.keys);
 	free(r.dst);
 	free(r.src);
-	return rc;
+	return bench_finish(CMD, rc);
 }

@@ -777,7 +777,8 @@ out:
 
 /* --- main ------------------------------------------------------------------------- */
 
-int bench_ram_main(int argc, char **argv)
+/* Parses the command line into o. Returns -1 to run, else the exit status. */
+static int ram_parse(int argc, char **argv, struct ram_opts *o, struct bench_common *co)
 {
 	static const struct option longopts[] = {
 		{ "sizes", required_argument, NULL, OPT_SIZES },
@@ -792,6 +793,179 @@ int bench_ram_main(int argc, char **argv)
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
+	size_t i;
+	int c, r;
+
+	bench_common_init(co);
+	bench_getopt_begin();
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		r = bench_common_option(CMD, c, optarg, argv, co);
+		if (r < 0)
+			return BENCH_EXIT_USAGE;
+		if (r > 0)
+			continue;
+		switch (c) {
+		case 'h':
+			fputs(usage, stdout);
+			return BENCH_EXIT_OK;
+		case OPT_SIZES:
+			r = bench_parse_size_list(optarg, o->sizes, MAX_LIST, &o->nsizes);
+			if (r == -EINVAL)
+				return bench_usage_error(CMD, "bad --sizes: %s", kvt_last_error());
+			if (r)
+				return bench_usage_error(CMD,
+							 "bad --sizes '%s': up to %d sizes above 0, such as 64KiB,1MiB",
+							 optarg, MAX_LIST);
+			for (i = 0; i < o->nsizes; i++)
+				if (o->sizes[i] > (1ull << 30))
+					return bench_usage_error(CMD,
+								 "bad --sizes '%s': at most 1GiB per block",
+								 optarg);
+			break;
+		case OPT_THREADS:
+			if (bench_parse_uint_list(optarg, 1, 1024, o->threads, MAX_LIST,
+						  &o->nthreads))
+				return bench_usage_error(CMD,
+							 "bad --threads '%s': up to %d counts from 1 to 1024",
+							 optarg, MAX_LIST);
+			break;
+		case OPT_WS:
+			if (bench_size_arg(CMD, "--working-set", optarg, 1, UINT64_MAX,
+					   &o->working_set))
+				return BENCH_EXIT_USAGE;
+			break;
+		case OPT_CAP:
+			if (bench_size_arg(CMD, "--capacity", optarg, 1, UINT64_MAX, &o->capacity))
+				return BENCH_EXIT_USAGE;
+			break;
+		case OPT_VOLUME:
+			if (bench_size_arg(CMD, "--volume", optarg, 1, UINT64_MAX, &o->volume))
+				return BENCH_EXIT_USAGE;
+			break;
+		case OPT_BATCH:
+			if (bench_parse_uint(optarg, 1, 4096, &o->batch))
+				return bench_usage_error(CMD,
+							 "bad --batch '%s': an integer from 1 to 4096",
+							 optarg);
+			break;
+		case OPT_CHAIN:
+			if (bench_parse_uint_list(optarg, 1, 1000000, o->chains, MAX_LIST,
+						  &o->nchains))
+				return bench_usage_error(CMD,
+							 "bad --chain '%s': up to %d lengths from 1 to 1000000",
+							 optarg, MAX_LIST);
+			break;
+		case OPT_NO_LOOKUP:
+			o->lookup = 0;
+			break;
+		case OPT_NO_COPY:
+			o->copy = 0;
+			break;
+		default:
+			return bench_usage_error(CMD, "unexpected option");
+		}
+	}
+	if (optind < argc)
+		return bench_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+	o->reps = co->reps;
+	return -1;
+}
+
+/* The options together: gets must copy, not miss. Returns -1 or 2. */
+static int ram_check(const struct ram_opts *o)
+{
+	unsigned long tmax = 1;
+	size_t i;
+
+	if (!o->copy)
+		return -1;
+	if (o->working_set > o->capacity / 10 * 8)
+		return bench_usage_error(CMD,
+					 "--working-set must be at most 80%% of --capacity, so that "
+					 "gets measure copies, not misses");
+	for (i = 0; i < o->nthreads; i++)
+		if (o->threads[i] > tmax)
+			tmax = o->threads[i];
+	for (i = 0; i < o->nsizes; i++)
+		if (o->working_set / o->sizes[i] < o->batch * tmax)
+			return bench_usage_error(CMD,
+						 "--working-set holds %llu blocks of %llu bytes, "
+						 "fewer than --batch x the most threads (%lu)",
+						 (unsigned long long)(o->working_set / o->sizes[i]),
+						 (unsigned long long)o->sizes[i], o->batch * tmax);
+	return -1;
+}
+
+/* A JSON array of n integers. */
+static json_t *int_array(const void *v, size_t n, int is64)
+{
+	json_t *arr = json_array();
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		json_array_append_new(arr, json_integer(is64 ? (json_int_t)((const uint64_t *)v)[i] :
+						  (json_int_t)((const unsigned long *)v)[i]));
+	return arr;
+}
+
+static void ram_config(json_t *doc, const struct ram_opts *o)
+{
+	bench_json_config(doc, "sizes", int_array(o->sizes, o->nsizes, 1));
+	bench_json_config(doc, "threads", int_array(o->threads, o->nthreads, 0));
+	bench_json_config(doc, "chains", int_array(o->chains, o->nchains, 0));
+	bench_json_config(doc, "working_set", json_integer((json_int_t)o->working_set));
+	bench_json_config(doc, "capacity", json_integer((json_int_t)o->capacity));
+	bench_json_config(doc, "volume_per_thread", json_integer((json_int_t)o->volume));
+	bench_json_config(doc, "batch", json_integer((json_int_t)o->batch));
+	bench_json_config(doc, "reps", json_integer(o->reps));
+}
+
+/* Copies (every size, until stopped), then lookups. Returns the status. */
+static int ram_run(const struct ram_opts *o, json_t *doc, struct bench_table *tab,
+		   double *get1m, double *lookup1)
+{
+	int rc = BENCH_EXIT_OK;
+	size_t i;
+
+	printf("kvbench ram: libkvtier %s, %u CPUs; RAM tier %llu MiB, working set %llu MiB,\n"
+	       "%llu MiB loaded per thread per repetition; median of %u reps after a warm-up\n",
+	       kvt_version(), bench_ncpus(), (unsigned long long)(o->capacity >> 20),
+	       (unsigned long long)(o->working_set >> 20),
+	       (unsigned long long)(o->volume >> 20), o->reps);
+	if (o->copy) {
+		printf("\ncopies (GB/s = 1e9 bytes/s; memcpy: the same blocks, order, buffers and\n"
+		       "threads, repetitions interleaved; latency per call, get_batch = %lu blocks):\n\n",
+		       o->batch);
+		fflush(stdout);
+		for (i = 0; i < o->nsizes && !bench_stop_signal(); i++)
+			if (bench_size(o, o->sizes[i], tab, doc, get1m))
+				rc = BENCH_EXIT_FAIL;
+		printf("\n");
+		bench_table_print(tab, stdout, 2);
+	}
+	if (o->lookup && !bench_stop_signal() && bench_lookup(o, doc, lookup1))
+		rc = BENCH_EXIT_FAIL;
+	return rc;
+}
+
+/* The figures against the library's goals. */
+static void ram_goals(double get1m, double lookup1)
+{
+	printf("\nthe library's goals:\n");
+	if (isnan(get1m))
+		printf("  RAM get, 1MiB blocks, 1 thread, share of memcpy >= 90%%: not measured\n");
+	else
+		printf("  RAM get, 1MiB blocks, 1 thread, share of memcpy >= 90%%: %.0f%% %s\n",
+		       100 * get1m, get1m >= 0.9 ? "(met)" : "(NOT met)");
+	if (isnan(lookup1))
+		printf("  lookups, 1 thread, >= 10M keys/s: not measured\n");
+	else
+		printf("  lookups, 1 thread, >= 10M keys/s: %.1fM %s\n", lookup1 / 1e6,
+		       lookup1 >= 1e7 ? "(met)" : "(NOT met)");
+}
+
+int bench_ram_main(int argc, char **argv)
+{
 	static const char *const hdr[] = { "op", "size", "thr", "GB/s", "min", "max",
 					   "memcpy GB/s", "of memcpy", "p50 us",
 					   "p90 us", "p99 us", "hits" };
@@ -803,167 +977,29 @@ int bench_ram_main(int argc, char **argv)
 		.volume = 1ull << 30, .batch = 32, .lookup = 1, .copy = 1,
 	};
 	struct bench_common co;
-	struct bench_table *tab = NULL;
-	json_t *doc = NULL, *arr;
+	struct bench_table *tab;
+	json_t *doc;
 	double get1m = NAN, lookup1 = NAN;
-	size_t i;
-	int c, r, rc = BENCH_EXIT_OK;
+	int rc = ram_parse(argc, argv, &o, &co);
 
-	bench_common_init(&co);
-	bench_getopt_begin();
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		r = bench_common_option(CMD, c, optarg, argv, &co);
-		if (r < 0)
-			return BENCH_EXIT_USAGE;
-		if (r > 0)
-			continue;
-		switch (c) {
-		case 'h':
-			fputs(usage, stdout);
-			return BENCH_EXIT_OK;
-		case OPT_SIZES:
-			r = bench_parse_size_list(optarg, o.sizes, MAX_LIST, &o.nsizes);
-			if (r == -EINVAL)
-				return bench_usage_error(CMD, "bad --sizes: %s", kvt_last_error());
-			if (r)
-				return bench_usage_error(CMD,
-							 "bad --sizes '%s': up to %d sizes above 0, such as 64KiB,1MiB",
-							 optarg, MAX_LIST);
-			for (i = 0; i < o.nsizes; i++)
-				if (o.sizes[i] > (1ull << 30))
-					return bench_usage_error(CMD,
-								 "bad --sizes '%s': at most 1GiB per block",
-								 optarg);
-			break;
-		case OPT_THREADS:
-			if (bench_parse_uint_list(optarg, 1, 1024, o.threads, MAX_LIST,
-						  &o.nthreads))
-				return bench_usage_error(CMD,
-							 "bad --threads '%s': up to %d counts from 1 to 1024",
-							 optarg, MAX_LIST);
-			break;
-		case OPT_WS:
-		case OPT_CAP:
-		case OPT_VOLUME: {
-			uint64_t v;
-
-			if (bench_size_arg(CMD, c == OPT_WS ? "--working-set" :
-					   c == OPT_CAP ? "--capacity" : "--volume",
-					   optarg, 1, UINT64_MAX, &v))
-				return BENCH_EXIT_USAGE;
-			if (c == OPT_WS)
-				o.working_set = v;
-			else if (c == OPT_CAP)
-				o.capacity = v;
-			else
-				o.volume = v;
-			break;
-		}
-		case OPT_BATCH:
-			if (bench_parse_uint(optarg, 1, 4096, &o.batch))
-				return bench_usage_error(CMD,
-							 "bad --batch '%s': an integer from 1 to 4096",
-							 optarg);
-			break;
-		case OPT_CHAIN:
-			if (bench_parse_uint_list(optarg, 1, 1000000, o.chains, MAX_LIST,
-						  &o.nchains))
-				return bench_usage_error(CMD,
-							 "bad --chain '%s': up to %d lengths from 1 to 1000000",
-							 optarg, MAX_LIST);
-			break;
-		case OPT_NO_LOOKUP:
-			o.lookup = 0;
-			break;
-		case OPT_NO_COPY:
-			o.copy = 0;
-			break;
-		default:
-			return bench_usage_error(CMD, "unexpected option");
-		}
-	}
-	if (optind < argc)
-		return bench_usage_error(CMD, "unexpected argument '%s'",
-					 argv[optind]);
-	if (o.copy && o.working_set > o.capacity / 10 * 8)
-		return bench_usage_error(CMD,
-					 "--working-set must be at most 80%% of --capacity, so that "
-					 "gets measure copies, not misses");
-	if (o.copy) {
-		unsigned long tmax = 1;
-
-		for (i = 0; i < o.nthreads; i++)
-			if (o.threads[i] > tmax)
-				tmax = o.threads[i];
-		for (i = 0; i < o.nsizes; i++)
-			if (o.working_set / o.sizes[i] < o.batch * tmax)
-				return bench_usage_error(CMD,
-							 "--working-set holds %llu blocks of %llu bytes, "
-							 "fewer than --batch x the most threads (%lu)",
-							 (unsigned long long)(o.working_set / o.sizes[i]),
-							 (unsigned long long)o.sizes[i], o.batch * tmax);
-	}
-	o.reps = co.reps;
-
+	if (rc < 0)
+		rc = ram_check(&o);
+	if (rc >= 0)
+		return rc;
 	doc = bench_json_new(CMD);
 	tab = bench_table_new(12, hdr);
 	if (!doc || !tab) {
 		fprintf(stderr, "kvbench ram: out of memory\n");
 		rc = BENCH_EXIT_FAIL;
-		goto out;
+	} else {
+		ram_config(doc, &o);
+		bench_catch_stop();
+		rc = ram_run(&o, doc, tab, &get1m, &lookup1);
+		ram_goals(get1m, lookup1);
+		if (co.json_path && bench_json_write(doc, co.json_path))
+			rc = BENCH_EXIT_FAIL;
 	}
-	arr = json_array();
-	for (i = 0; i < o.nsizes; i++)
-		json_array_append_new(arr, json_integer((json_int_t)o.sizes[i]));
-	bench_json_config(doc, "sizes", arr);
-	arr = json_array();
-	for (i = 0; i < o.nthreads; i++)
-		json_array_append_new(arr, json_integer((json_int_t)o.threads[i]));
-	bench_json_config(doc, "threads", arr);
-	arr = json_array();
-	for (i = 0; i < o.nchains; i++)
-		json_array_append_new(arr, json_integer((json_int_t)o.chains[i]));
-	bench_json_config(doc, "chains", arr);
-	bench_json_config(doc, "working_set", json_integer((json_int_t)o.working_set));
-	bench_json_config(doc, "capacity", json_integer((json_int_t)o.capacity));
-	bench_json_config(doc, "volume_per_thread", json_integer((json_int_t)o.volume));
-	bench_json_config(doc, "batch", json_integer((json_int_t)o.batch));
-	bench_json_config(doc, "reps", json_integer(co.reps));
-
-	printf("kvbench ram: libkvtier %s, %u CPUs; RAM tier %llu MiB, working set %llu MiB,\n"
-	       "%llu MiB loaded per thread per repetition; median of %u reps after a warm-up\n",
-	       kvt_version(), bench_ncpus(), (unsigned long long)(o.capacity >> 20),
-	       (unsigned long long)(o.working_set >> 20),
-	       (unsigned long long)(o.volume >> 20), co.reps);
-	if (o.copy) {
-		printf("\ncopies (GB/s = 1e9 bytes/s; memcpy: the same blocks, order, buffers and\n"
-		       "threads, repetitions interleaved; latency per call, get_batch = %lu blocks):\n\n",
-		       o.batch);
-		fflush(stdout);
-		for (i = 0; i < o.nsizes; i++)
-			if (bench_size(&o, o.sizes[i], tab, doc, &get1m))
-				rc = BENCH_EXIT_FAIL;
-		printf("\n");
-		bench_table_print(tab, stdout, 2);
-	}
-	if (o.lookup && bench_lookup(&o, doc, &lookup1))
-		rc = BENCH_EXIT_FAIL;
-
-	printf("\nissue 2 targets:\n");
-	if (isnan(get1m))
-		printf("  RAM get, 1MiB blocks, 1 thread, share of memcpy >= 90%%: not measured\n");
-	else
-		printf("  RAM get, 1MiB blocks, 1 thread, share of memcpy >= 90%%: %.0f%% %s\n",
-		       100 * get1m, get1m >= 0.9 ? "(met)" : "(NOT met)");
-	if (isnan(lookup1))
-		printf("  lookups, 1 thread, >= 10M keys/s: not measured\n");
-	else
-		printf("  lookups, 1 thread, >= 10M keys/s: %.1fM %s\n", lookup1 / 1e6,
-		       lookup1 >= 1e7 ? "(met)" : "(NOT met)");
-	if (co.json_path && bench_json_write(doc, co.json_path))
-		rc = BENCH_EXIT_FAIL;
-out:
 	bench_table_free(tab);
 	json_decref(doc);
-	return rc;
+	return bench_finish(CMD, rc);
 }

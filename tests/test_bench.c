@@ -4,9 +4,13 @@
  * of the JSON results and command-line handling of the subcommands.
  * No timed assertions: speeds are only checked to be present and positive.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -783,6 +788,422 @@ static void demo_verifies_everything_and_writes_json(void **state)
 	json_decref(doc);
 }
 
+/* --- the kvbench program: its command-line contract ------------------------------ */
+
+/* The kvbench binary beside this test's directory ($BUILD/tests/..). */
+static const char *kvbench_path(void)
+{
+	static char path[PATH_MAX + 16];
+	char exe[PATH_MAX];
+	ssize_t n;
+	char *slash;
+
+	if (path[0])
+		return path;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	assert_true(n > 0);
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	assert_non_null(slash);
+	*slash = '\0';
+	snprintf(path, sizeof(path), "%s/../kvbench", exe);
+	assert_int_equal(access(path, X_OK), 0);
+	return path;
+}
+
+/* A finished kvbench: exit status (128 + signal when killed), its output. */
+struct proc {
+	int status;
+	char *out, *err;
+};
+
+static char *slurp(int fd)
+{
+	size_t cap = 4096, n = 0;
+	char *b = malloc(cap);
+	ssize_t got;
+
+	assert_non_null(b);
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	while ((got = read(fd, b + n, cap - n - 1)) > 0) {
+		n += (size_t)got;
+		if (cap - n < 2) {
+			b = realloc(b, cap *= 2);
+			assert_non_null(b);
+		}
+	}
+	b[n] = '\0';
+	close(fd);
+	return b;
+}
+
+/* Starts kvbench args[] with stdout and stderr into temporary files. */
+static pid_t start_kvbench(const char *const *args, int *outfd, int *errfd)
+{
+	char o[] = "/tmp/kvt-cli-out-XXXXXX", e[] = "/tmp/kvt-cli-err-XXXXXX";
+	const char *argv[40] = { kvbench_path() };
+	pid_t pid;
+	size_t i;
+
+	for (i = 0; args[i] && i < 38; i++)
+		argv[i + 1] = args[i];
+	*outfd = mkstemp(o);
+	*errfd = mkstemp(e);
+	assert_true(*outfd >= 0 && *errfd >= 0);
+	unlink(o);
+	unlink(e);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(*outfd, 1);
+		dup2(*errfd, 2);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Waits for pid; sig (0: none) is sent after_ms into the run. */
+static void finish_kvbench(struct proc *p, pid_t pid, int outfd, int errfd, int sig,
+			   unsigned after_ms)
+{
+	int st;
+
+	if (sig) {
+		usleep(after_ms * 1000u);
+		kill(pid, sig);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	p->out = slurp(outfd);
+	p->err = slurp(errfd);
+}
+
+/* Runs kvbench with the NULL-terminated arguments. */
+static void kvbench_run(struct proc *p, const char *const *args)
+{
+	int o, e;
+	pid_t pid = start_kvbench(args, &o, &e);
+
+	finish_kvbench(p, pid, o, e, 0, 0);
+}
+
+static void proc_free(struct proc *p)
+{
+	free(p->out);
+	free(p->err);
+}
+
+static unsigned count_lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* A usage error: exit 2, nothing on stdout, one line of error and the
+ * "Try" line naming cmd on stderr, the first containing what. */
+static void assert_usage_error(const struct proc *p, const char *cmd, const char *what)
+{
+	char try[64];
+
+	snprintf(try, sizeof(try), "Try 'kvbench%s%s --help'.\n", *cmd ? " " : "", cmd);
+	if (p->status != 2 || p->out[0] || count_lines(p->err) != 2 ||
+	    !strstr(p->err, try) || !strstr(p->err, what))
+		fail_msg("kvbench %s: exit %d, stdout %zu bytes, stderr:\n%s(wanted \"%s\")",
+			 cmd, p->status, strlen(p->out), p->err, what);
+}
+
+/* Fast arguments for each command, with --json FILE or - appended. */
+#define HASH_ARGS "hash", "--reps", "1", "--tokens", "4096", "--block-tokens", "16"
+#define RAM_ARGS "ram", "--sizes", "64KiB", "--threads", "1", "--working-set", "2MiB", \
+		 "--capacity", "32MiB", "--volume", "1MiB", "--batch", "4", "--chain", \
+		 "50", "--reps", "1"
+#define PEER_ARGS "peer", "--block-size", "64KiB", "--blocks", "16", "--batch", "4", \
+		  "--reps", "1"
+#define DISK_ARGS "disk", "--no-fio", "--size", "64MiB", "--block-size", "256KiB", \
+		  "--batch", "8", "--reps", "1"
+#define DEMO_ARGS "demo", "--disk", "0"
+#define REPLAY_ARGS "replay", "--sessions", "2"
+#define SWEEP_ARGS "sweep", "--sessions", "2", "--over", "width", "--values", "1,2"
+
+/* stdout must be one JSON document of the given command, and nothing else. */
+static json_t *assert_json_stdout(const struct proc *p, const char *cmd)
+{
+	json_error_t je;
+	json_t *doc = json_loads(p->out, 0, &je);
+
+	if (p->status != 0 || !doc)
+		fail_msg("kvbench %s --json -: exit %d, stdout not JSON (%s):\n%.400s\nstderr:\n%.2000s",
+			 cmd, p->status, je.text, p->out, p->err);
+	assert_int_equal(json_integer_value(json_object_get(doc, "schema_version")),
+			 BENCH_JSON_SCHEMA);
+	assert_string_equal(json_string_value(json_object_get(doc, "command")), cmd);
+	assert_true(json_is_null(json_object_get(doc, "interrupted")));
+	assert_true(json_array_size(json_object_get(doc, "results")) > 0);
+	return doc;
+}
+
+/* Every command's --json - is JSON alone on stdout; what it printed for a
+ * reader (tables, progress) went to stderr. */
+static void cli_json_stdout_is_json_alone_for_every_command(void **state)
+{
+	char *dir = make_temp_dir("cli");
+	char sweep_json[4200], png[4200];
+	const char *const runs[][24] = {
+		{ DEMO_ARGS, "--json", "-", NULL },
+		{ HASH_ARGS, "--json", "-", NULL },
+		{ RAM_ARGS, "--json", "-", NULL },
+		{ PEER_ARGS, "--json", "-", NULL },
+		{ REPLAY_ARGS, "--json", "-", NULL },
+		{ SWEEP_ARGS, "--json", "-", NULL },
+		{ DISK_ARGS, "--json", "-", NULL },
+	};
+	struct proc p;
+	json_t *doc;
+	size_t i;
+
+	(void)state;
+	assert_non_null(dir);
+	for (i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		if (!strcmp(runs[i][0], "disk") && test_disk_unavailable()) {
+			print_message("skipped: kvbench disk: %s\n", test_disk_unavailable());
+			continue;
+		}
+		kvbench_run(&p, runs[i]);
+		doc = assert_json_stdout(&p, runs[i][0]);
+		if (strcmp(runs[i][0], "replay") && strcmp(runs[i][0], "sweep"))
+			assert_true(strlen(p.err) > 0); /* the tables went there */
+		if (!strcmp(runs[i][0], "sweep")) {
+			/* kept as the input of plot */
+			FILE *f;
+
+			snprintf(sweep_json, sizeof(sweep_json), "%s/sweep.json", dir);
+			f = fopen(sweep_json, "w");
+			assert_non_null(f);
+			fputs(p.out, f);
+			assert_int_equal(fclose(f), 0);
+		}
+		assert_null(strstr(p.err, "issue 2"));
+		json_decref(doc);
+		proc_free(&p);
+	}
+	if (access("/usr/bin/gnuplot", X_OK) && system("gnuplot --version >/dev/null 2>&1")) {
+		print_message("skipped: kvbench plot: no gnuplot\n");
+	} else {
+		snprintf(png, sizeof(png), "%s/sweep.png", dir);
+		kvbench_run(&p, (const char *const[]){ "plot", sweep_json, "--out", png,
+						       "--json", "-", NULL });
+		doc = assert_json_stdout(&p, "plot");
+		assert_non_null(strstr(p.err, "wrote"));
+		json_decref(doc);
+		proc_free(&p);
+	}
+	rm_rf(dir);
+	free(dir);
+}
+
+/* --json, --csv and --out are checked before any work: a missing directory,
+ * a directory where a file belongs, /proc: exit 2 at once. */
+static void cli_bad_output_paths_exit_2_before_any_work(void **state)
+{
+	static const char *const cmds[] = { "demo", "hash", "ram", "disk", "peer",
+					     "replay", "sweep", "plot" };
+	struct proc p;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		kvbench_run(&p, (const char *const[]){ cmds[i], "--json",
+						       "/nonexistent-kvt/x.json", NULL });
+		assert_usage_error(&p, cmds[i], "--json /nonexistent-kvt/x.json: cannot write");
+		proc_free(&p);
+		kvbench_run(&p, (const char *const[]){ cmds[i], "--json", "/tmp", NULL });
+		assert_usage_error(&p, cmds[i], "is a directory");
+		proc_free(&p);
+	}
+	kvbench_run(&p, (const char *const[]){ "--json", "/proc/x.json", NULL });
+	assert_usage_error(&p, "", "--json /proc/x.json");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "replay", "--csv", "/nonexistent-kvt/x.csv",
+					       NULL });
+	assert_usage_error(&p, "replay", "--csv /nonexistent-kvt/x.csv");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "plot", "in.json", "--out",
+					       "/nonexistent-kvt/x.png", NULL });
+	assert_usage_error(&p, "plot", "--out /nonexistent-kvt/x.png");
+	proc_free(&p);
+}
+
+/* Sizes follow the library's grammar and its error text, in one line. */
+static void cli_sizes_use_the_library_grammar(void **state)
+{
+	struct proc p;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "ram", "--sizes", "1.5", NULL });
+	assert_usage_error(&p, "ram", "a fraction needs a unit");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "disk", "--size", "10XB", NULL });
+	assert_usage_error(&p, "disk", "unknown unit \"XB\"");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "disk", "--size", "1MiB", NULL });
+	assert_usage_error(&p, "disk", "at least 64MiB");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "demo", "--ram", "64XiB", NULL });
+	assert_usage_error(&p, "demo", "--ram");
+	proc_free(&p);
+}
+
+/* Errors without a command are kvbench's own; each is one line. */
+static void cli_errors_without_a_command_name_kvbench(void **state)
+{
+	struct proc p;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "-V", NULL });
+	assert_usage_error(&p, "", "kvbench: unknown option '-V'");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "frobnicate", NULL });
+	assert_usage_error(&p, "", "kvbench: unknown command 'frobnicate'");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "hash", "--bogus", NULL });
+	assert_usage_error(&p, "hash", "kvbench hash: unknown option '--bogus'");
+	proc_free(&p);
+}
+
+/* An explicit --dir that cannot be used is an error, not a fallback. */
+static void cli_unusable_dir_is_an_error(void **state)
+{
+	struct proc p;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "demo", "--dir", "/nonexistent-kvt", NULL });
+	assert_usage_error(&p, "demo", "--dir /nonexistent-kvt");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "demo", "--dir", "/etc/hostname", NULL });
+	assert_usage_error(&p, "demo", "not a directory");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "disk", "--dir", "/nonexistent-kvt", NULL });
+	assert_usage_error(&p, "disk", "--dir /nonexistent-kvt");
+	proc_free(&p);
+}
+
+/* Help and output speak to users. */
+static void cli_help_speaks_to_users(void **state)
+{
+	static const char *const cmds[] = { "demo", "hash", "ram", "disk", "peer",
+					     "replay", "sweep", "plot" };
+	struct proc p;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		kvbench_run(&p, (const char *const[]){ cmds[i], "--help", NULL });
+		assert_int_equal(p.status, 0);
+		assert_non_null(strstr(p.out, "usage: kvbench"));
+		assert_null(strstr(p.out, "issue "));
+		assert_null(strstr(p.out, "seed study"));
+		proc_free(&p);
+	}
+}
+
+/* A stopped run says so, keeps what it measured, and exits 128 + signal. */
+static void cli_interrupted_run_keeps_its_results(void **state)
+{
+	char *dir = make_temp_dir("cli");
+	char path[4200];
+	struct proc p;
+	json_t *doc, *r;
+	int o, e;
+	pid_t pid;
+
+	(void)state;
+	assert_non_null(dir);
+	snprintf(path, sizeof(path), "%s/hash.json", dir);
+	pid = start_kvbench((const char *const[]){ "hash", "--reps", "100000", "--tokens",
+						   "4096", "--block-tokens", "16", "--json",
+						   path, NULL }, &o, &e);
+	finish_kvbench(&p, pid, o, e, SIGINT, 1500);
+	if (p.status != 130 || !strstr(p.err, "kvbench hash: interrupted by SIGINT"))
+		fail_msg("exit %d, stderr:\n%s", p.status, p.err);
+	doc = load(path);
+	assert_string_equal(json_string_value(json_object_get(doc, "interrupted")), "SIGINT");
+	r = result_named(doc, "hash_chain", 0);
+	assert_non_null(r);
+	assert_true(json_integer_value(json_object_get(json_object_get(r, "tokens_per_s"),
+						       "n")) >= 1);
+	json_decref(doc);
+	proc_free(&p);
+	rm_rf(dir);
+	free(dir);
+}
+
+/* Whether a fio runs on a file under directory s. */
+static int process_with(const char *s)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int found = 0;
+
+	assert_non_null(d);
+	while (!found && (de = readdir(d))) {
+		char path[300], buf[8192];
+		ssize_t n;
+		int fd;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		for (ssize_t i = 0; i < n; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[n > 0 ? n : 0] = '\0';
+		found = !strncmp(buf, "fio ", 4) && strstr(buf, s);
+	}
+	closedir(d);
+	return found;
+}
+
+/* fio is stopped when kvbench is; nothing is left in --dir. */
+static void cli_stop_stops_fio(void **state)
+{
+	struct proc p;
+	char *dir;
+	int o, e, i;
+	pid_t pid;
+
+	(void)state;
+	TEST_NEED_DISK();
+	if (system("fio --version >/dev/null 2>&1")) {
+		print_message("skipped: no fio\n");
+		skip();
+	}
+	dir = make_temp_dir("cli-fio");
+	assert_non_null(dir);
+	pid = start_kvbench((const char *const[]){ "disk", "--dir", dir, "--size", "256MiB",
+						   "--reps", "50", NULL }, &o, &e);
+	for (i = 0; i < 600 && !process_with(dir); i++)
+		usleep(50000);
+	assert_true(process_with(dir));
+	finish_kvbench(&p, pid, o, e, SIGTERM, 0);
+	if (p.status != 143 || !strstr(p.err, "interrupted by SIGTERM"))
+		fail_msg("exit %d, stderr:\n%s", p.status, p.err);
+	for (i = 0; i < 100 && process_with(dir); i++)
+		usleep(20000);
+	assert_false(process_with(dir));
+	assert_int_equal(rmdir(dir), 0); /* empty: kvbench removed its files */
+	proc_free(&p);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -813,6 +1234,14 @@ int main(void)
 		cmocka_unit_test(disk_writes_json_results),
 		cmocka_unit_test(peer_writes_json_results),
 		cmocka_unit_test(demo_verifies_everything_and_writes_json),
+		cmocka_unit_test(cli_json_stdout_is_json_alone_for_every_command),
+		cmocka_unit_test(cli_bad_output_paths_exit_2_before_any_work),
+		cmocka_unit_test(cli_sizes_use_the_library_grammar),
+		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
+		cmocka_unit_test(cli_unusable_dir_is_an_error),
+		cmocka_unit_test(cli_help_speaks_to_users),
+		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
+		cmocka_unit_test(cli_stop_stops_fio),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <jansson.h>
@@ -89,6 +90,8 @@ int bench_plot_main(int argc, char **argv)
 	int ch, rc, sweep = 0, logx = 0, have_study = 0;
 	double xmin = INFINITY, xmax = -INFINITY;
 	struct sigaction sa, old;
+	struct stat st;
+	char why[256];
 
 	bench_common_init(&co);
 	bench_getopt_begin();
@@ -120,6 +123,8 @@ int bench_plot_main(int argc, char **argv)
 	ext = strrchr(out, '.');
 	if (!ext || (strcmp(ext, ".png") && strcmp(ext, ".svg")))
 		return bench_usage_error("plot", "--out must end in .png or .svg");
+	if (bench_output_check(out, why, sizeof(why)))
+		return bench_usage_error("plot", "--out %s: %s", out, why);
 
 	doc = json_load_file(in, 0, &je);
 	if (!doc) {
@@ -157,7 +162,9 @@ int bench_plot_main(int argc, char **argv)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, &old);
-	gp = popen("gnuplot", "w");
+	/* gnuplot's standard output is not ours: should "set output" fail, it
+	 * would write the image there */
+	gp = popen("exec gnuplot >/dev/null", "w");
 	if (!gp) {
 		fprintf(stderr, "kvbench plot: cannot run gnuplot: %s\n", strerror(errno));
 		sigaction(SIGPIPE, &old, NULL);
@@ -229,6 +236,22 @@ int bench_plot_main(int argc, char **argv)
 		fprintf(stderr, "kvbench plot: gnuplot failed (is it installed?)\n");
 		return BENCH_EXIT_FAIL;
 	}
+	if (stat(out, &st) || st.st_size == 0) {
+		fprintf(stderr, "kvbench plot: gnuplot wrote nothing to %s\n", out);
+		return BENCH_EXIT_FAIL;
+	}
 	printf("kvbench plot: wrote %s (%zu runs)\n", out, n);
+	if (co.json_path) {
+		json_t *res = bench_json_new("plot");
+
+		bench_json_config(res, "input", json_string(in));
+		bench_json_result(res, json_pack("{s:s, s:s, s:s, s:I}", "name", "plot",
+						 "file", out, "format", ext + 1, "runs",
+						 (json_int_t)n));
+		rc = bench_json_write(res, co.json_path);
+		json_decref(res);
+		if (rc)
+			return BENCH_EXIT_FAIL;
+	}
 	return BENCH_EXIT_OK;
 }

@@ -45,7 +45,7 @@ static const char usage_replay[] =
 	"usage: kvbench replay [--preset NAME] [--trace FILE] [OPTIONS]\n"
 	"       kvbench sweep  [--over PARAM --values LIST] [OPTIONS]\n"
 	"\n"
-	"Replays agent sessions (generated, calibrated to the seed study) or a trace\n"
+	"Replays agent sessions (generated, calibrated to the agent-fleet study) or a trace\n"
 	"through a model of inference endpoints in front of a real libkvtier store, and\n"
 	"reports where prompt tokens came from and the prefill time the store saved.\n"
 	"\n"
@@ -550,9 +550,14 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 				BAD("nodes");
 			c->o.nodes = (uint32_t)u;
 			break;
-		case O_CSV:
+		case O_CSV: {
+			char why[256];
+
+			if (strcmp(optarg, "-") && bench_output_check(optarg, why, sizeof(why)))
+				return bench_usage_error(cmd, "--csv %s: %s", optarg, why);
 			c->csv = optarg;
 			break;
+		}
 		case O_NO_PROGRESS:
 			c->o.progress = 0;
 			break;
