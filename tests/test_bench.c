@@ -1204,6 +1204,53 @@ static void cli_stop_stops_fio(void **state)
 	free(dir);
 }
 
+/* Every manual page opens with the same kind of header: its own name and
+ * section, a date written "Month D, YYYY", the library's version,
+ * "libkvtier Manual". */
+static void man_pages_share_one_header(void **state)
+{
+	DIR *d = opendir("man");
+	struct dirent *de;
+	char want_ver[64];
+	unsigned pages = 0;
+
+	(void)state;
+	if (!d) {
+		print_message("skipped: not run from the source tree\n");
+		skip();
+	}
+	snprintf(want_ver, sizeof(want_ver), "libkvtier-%s", kvt_version());
+	while ((de = readdir(d))) {
+		char path[600], line[512], name[128], sec[8], dt[64], ver[64], title[64];
+		char month[16];
+		unsigned day, year;
+		const char *dot = strrchr(de->d_name, '.');
+		FILE *f;
+
+		if (!dot || !dot[1] || !strchr("1357", dot[1]) || dot[2])
+			continue;
+		snprintf(path, sizeof(path), "man/%s", de->d_name);
+		f = fopen(path, "r");
+		assert_non_null(f);
+		while (fgets(line, sizeof(line), f) && strncmp(line, ".TH ", 4))
+			;
+		fclose(f);
+		if (sscanf(line, ".TH %127s %7s \"%63[^\"]\" \"%63[^\"]\" \"%63[^\"]\"", name, sec,
+			   dt, ver, title) != 5)
+			fail_msg("%s: header not of the form .TH name N \"date\" \"version\" "
+				 "\"title\": %s", path, line);
+		if (strlen(name) != (size_t)(dot - de->d_name) ||
+		    strncmp(name, de->d_name, strlen(name)) || strcmp(sec, dot + 1) ||
+		    strcmp(ver, want_ver) || strcmp(title, "libkvtier Manual") ||
+		    sscanf(dt, "%15[A-Za-z] %u, %u", month, &day, &year) != 3 ||
+		    day < 1 || day > 31 || year < 2000)
+			fail_msg("%s: header %s", path, line);
+		pages++;
+	}
+	closedir(d);
+	assert_true(pages > 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1242,6 +1289,7 @@ int main(void)
 		cmocka_unit_test(cli_help_speaks_to_users),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
 		cmocka_unit_test(cli_stop_stops_fio),
+		cmocka_unit_test(man_pages_share_one_header),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
