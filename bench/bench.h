@@ -2,13 +2,19 @@
  * bench.h - what kvbench's subcommands share: the command table entry points,
  * option handling, timing, percentiles, size parsing, the machine-limit
  * probe (memcpy), threads, token ids, aligned tables, JSON results and
- * temporary directories. The helpers live in bench/common.c; verifiable
- * block contents, key owners and held ports, which the tests use too, are
- * in common/common.h.
+ * temporary directories, stop signals and child programs. The helpers
+ * live, by concept, in bench/options.c (command line and sizes),
+ * measure.c (clock, percentiles, samples, threads, token ids), limit.c
+ * (the memcpy limit), report.c (tables, JSON, the store's stats) and
+ * system.c (stop requests, children, paths, temporary directories);
+ * verifiable block contents, key owners and held ports, which the tests
+ * use too, are in common/common.h.
  *
- * kvbench is a user of libkvtier like any other: bench code includes only
- * <kvtier.h> and never lib/ internals, so what it measures is what an engine
- * linking the library gets.
+ * kvbench is a user of libkvtier like any other: the commands use only
+ * <kvtier.h>, so what they measure is what an engine linking the library
+ * gets. Two exceptions reach lib/ internals: disk.c drives the disk tier
+ * and device layer directly, and options.c parses sizes with the library's
+ * own parser (lib/config.h), so both speak one grammar.
  *
  * Adding a subcommand: write bench/<name>.c with an int <name>_main(int argc,
  * char **argv) entry point (argv[0] is the subcommand's name; return 0 on

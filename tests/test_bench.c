@@ -1,7 +1,11 @@
 /*
- * test_bench.c - tests of kvbench's shared helpers (bench/common.c):
- * percentile maths, size and list parsing, token ids, tables, threads, the memcpy probe, temporary directories, and the shape
- * of the JSON results and command-line handling of the subcommands.
+ * test_bench.c - tests of kvbench: its shared helpers (bench/options.c,
+ * measure.c, limit.c, report.c, system.c: percentile maths, size and list
+ * parsing, token ids, tables, threads, the memcpy probe, temporary
+ * directories), the shape of the JSON results and command-line handling of
+ * the subcommands, and the kvbench program's command-line contract (cli_*:
+ * JSON alone on stdout, paths checked first, one-line errors, stop
+ * requests, fio stopped with kvbench) and the manual pages' headers.
  * No timed assertions: speeds are only checked to be present and positive.
  */
 #include <dirent.h>
