@@ -157,7 +157,8 @@ void rlink_node_close(struct rlink_node *n)
 
 /* --- registration ------------------------------------------------------------ */
 
-int rlink_reg(struct rlink_node *n, void *addr, size_t len, struct rlink_region **out)
+int rlink_reg(struct rlink_node *n, void *addr, size_t len, int flags,
+	      struct rlink_region **out)
 {
 	size_t np = len ? (len + RLINK_PIECE - 1) / RLINK_PIECE : 0;
 	struct rlink_region *r;
@@ -174,8 +175,8 @@ int rlink_reg(struct rlink_node *n, void *addr, size_t len, struct rlink_region 
 	for (size_t i = 0; i < np; i++) {
 		size_t off = i * RLINK_PIECE;
 		size_t pl = len - off < RLINK_PIECE ? len - off : RLINK_PIECE;
-		int e = n->ops->reg(n->dev, r->addr + off, pl, &r->piece[i].mr,
-				    &r->piece[i].lkey, &r->piece[i].rkey);
+		int e = n->ops->reg(n->dev, r->addr + off, pl, flags & RLINK_REMOTE_WRITE,
+				    &r->piece[i].mr, &r->piece[i].lkey, &r->piece[i].rkey);
 		if (e) {
 			rlink_unreg(r);
 			return kvt_fail(e, "rdma: cannot register %zu bytes with the device: %s",
@@ -296,6 +297,11 @@ int rlink_move(struct rlink *l, int write, const struct rlink_seg *s, size_t n,
 		e = reap(l, &outstanding, RLINK_DEPTH - RLINK_SIGNAL_EVERY, deadline);
 		if (e)
 			break;
+		/* a READ posted late could outlive the owner's pin */
+		if (kvt_now_ns() >= deadline) {
+			e = -ETIMEDOUT;
+			break;
+		}
 		size_t k = n - i < RLINK_SIGNAL_EVERY ? n - i : RLINK_SIGNAL_EVERY;
 		for (size_t j = 0; j < k; j++) {
 			wr[j] = (struct rlink_wr){ .write = write, .seg = s[i + j] };

@@ -87,8 +87,10 @@ struct rlink_ops {
 	 * by drop. reject refuses a request (no queue pair is created). */
 	int (*accept)(void *dev, void *req, void **qp);
 	void (*reject)(void *dev, void *req);
-	int (*reg)(void *dev, void *addr, size_t len, void **mr, uint32_t *lkey,
-		   uint32_t *rkey);
+	/* Registers for local writes and remote reads, and for remote writes
+	 * too when remote_write. */
+	int (*reg)(void *dev, void *addr, size_t len, int remote_write, void **mr,
+		   uint32_t *lkey, uint32_t *rkey);
 	void (*dereg)(void *mr);
 	/* Resolves dst from the node's own address, creates a queue pair and
 	 * connects, all within wait_ms: -ETIMEDOUT, -ECONNREFUSED (rejected),
@@ -142,9 +144,14 @@ struct rlink_counters *rlink_node_counters(struct rlink_node *n);
 
 /*
  * Registers [addr, addr + len) with the node's device for local writes and
- * remote reads and writes. Returns 0 or -errno (kvt_last_error() says why).
+ * remote reads; remote writes only with RLINK_REMOTE_WRITE in flags (a
+ * member's WRITE into memory registered without it fails with a completion
+ * error on its side and never lands). Returns 0 or -errno (kvt_last_error()
+ * says why).
  */
-int rlink_reg(struct rlink_node *n, void *addr, size_t len, struct rlink_region **out);
+#define RLINK_REMOTE_WRITE 1
+int rlink_reg(struct rlink_node *n, void *addr, size_t len, int flags,
+	      struct rlink_region **out);
 
 /* Deregisters (no link may still use the region's keys). */
 void rlink_unreg(struct rlink_region *r);
@@ -162,7 +169,8 @@ int rlink_dial(struct rlink_node *n, const struct sockaddr *dst, int wait_ms,
 
 /*
  * Moves n segments (all READs or all WRITEs) and waits for every one of them
- * until deadline (CLOCK_MONOTONIC ns, kvt_now_ns()). Returns 0 once all
+ * until deadline (CLOCK_MONOTONIC ns, kvt_now_ns()); nothing is posted once
+ * the deadline passed, and nothing is in flight once this returns. Returns 0 once all
  * completed without error; otherwise the link is broken (its queue pair
  * destroyed, so nothing is still in flight) and the result is -EIO (a
  * completion failed or the post was refused), -ECONNRESET (disconnected),

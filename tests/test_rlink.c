@@ -5,7 +5,9 @@
  * error status, a queue pair that refuses posts, a disconnect in the middle
  * of a transfer, completions that never come, a registration that fails.
  * Checks chaining and selective signalling, the members-only rule (no queue
- * pair for a stranger), registration in pieces, the counters, and the
+ * pair for a stranger), registration in pieces, memory registered without
+ * remote writes refusing WRITEs, nothing posted past a deadline, the
+ * counters, and the
  * failure rule: a failed transfer destroys its queue pair before it returns,
  * so a late READ can no longer land in the caller's memory.
  */
@@ -33,7 +35,7 @@
 #define MRS 64
 #define DEVS 8
 
-struct fmr { int live; uint8_t *addr; size_t len; uint32_t key; };
+struct fmr { int live, writable; uint8_t *addr; size_t len; uint32_t key; };
 struct fqp;
 struct fdev {
 	int live;
@@ -162,8 +164,8 @@ static void f_reject(void *dev, void *req)
 	pthread_mutex_unlock(&F.lock);
 }
 
-static int f_reg(void *dev, void *addr, size_t len, void **mr, uint32_t *lkey,
-		 uint32_t *rkey)
+static int f_reg(void *dev, void *addr, size_t len, int remote_write, void **mr,
+		 uint32_t *lkey, uint32_t *rkey)
 {
 	(void)dev;
 	pthread_mutex_lock(&F.lock);
@@ -174,7 +176,7 @@ static int f_reg(void *dev, void *addr, size_t len, void **mr, uint32_t *lkey,
 	}
 	for (int i = 0; i < MRS; i++)
 		if (!F.mr[i].live) {
-			F.mr[i] = (struct fmr){ 1, addr, len, ++F.next_key };
+			F.mr[i] = (struct fmr){ 1, remote_write, addr, len, ++F.next_key };
 			*mr = &F.mr[i];
 			*lkey = *rkey = F.mr[i].key;
 			pthread_mutex_unlock(&F.lock);
@@ -253,7 +255,8 @@ static int run_wr(const struct rlink_wr *w)
 		if (!m->live || m->key != w->seg.rkey)
 			continue;
 		uint8_t *r = (uint8_t *)(uintptr_t)w->seg.remote;
-		if (r < m->addr || r + w->seg.len > m->addr + m->len)
+		if (r < m->addr || r + w->seg.len > m->addr + m->len ||
+		    (w->write && !m->writable))
 			return 10;
 		if (w->write)
 			memcpy(r, w->seg.local, w->seg.len);
@@ -403,8 +406,8 @@ static int setup(void **state)
 	f->dst = calloc(NB, BLK);
 	for (unsigned i = 0; i < NB; i++)
 		fill_block(test_key(i), f->src + i * BLK, BLK);
-	assert_int_equal(rlink_reg(f->owner, f->src, NB * BLK, &f->rs), 0);
-	assert_int_equal(rlink_reg(f->req, f->dst, NB * BLK, &f->rd), 0);
+	assert_int_equal(rlink_reg(f->owner, f->src, NB * BLK, 0, &f->rs), 0);
+	assert_int_equal(rlink_reg(f->req, f->dst, NB * BLK, 0, &f->rd), 0);
 	assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &f->l), 0);
 	fill_segs(f);
 	*state = f;
@@ -473,14 +476,47 @@ static void test_depth_is_bounded(void **state)
 static void test_write(void **state)
 {
 	struct fx *f = *state;
+	struct rlink_region *rw;
 
-	for (unsigned i = 0; i < NB; i++)
+	assert_int_equal(rlink_reg(f->owner, f->src, NB * BLK, RLINK_REMOTE_WRITE, &rw), 0);
+	for (unsigned i = 0; i < NB; i++) {
+		uint32_t lk, rk;
+		assert_int_equal(rlink_keys(rw, f->src + i * BLK, BLK, &lk, &rk), 0);
+		f->seg[i].rkey = rk;
 		fill_block(test_key(500 + i), f->dst + i * BLK, BLK);
+	}
 	assert_int_equal(rlink_move(f->l, 1, f->seg, NB, soon(5000)), 0);
 	for (unsigned i = 0; i < NB; i++)
 		assert_true(check_block(test_key(500 + i), f->src + i * BLK, BLK));
 	assert_int_equal(atomic_load(&ctr(f->req)->bytes_written), NB * BLK);
 	assert_int_equal(atomic_load(&ctr(f->req)->bytes_read), 0);
+	rlink_unreg(rw);
+}
+
+static void redial_works(struct fx *f);
+
+static void test_write_into_read_only_memory_fails(void **state)
+{
+	struct fx *f = *state;
+
+	/* the owner's blocks are registered without RLINK_REMOTE_WRITE */
+	for (unsigned i = 0; i < NB; i++)
+		fill_block(test_key(500 + i), f->dst + i * BLK, BLK);
+	assert_int_equal(rlink_move(f->l, 1, f->seg, NB, soon(5000)), -EIO);
+	for (unsigned i = 0; i < NB; i++)
+		assert_true(check_block(test_key(i), f->src + i * BLK, BLK));
+	assert_int_equal(atomic_load(&ctr(f->req)->completion_errors), 1);
+	redial_works(f);
+}
+
+static void test_nothing_posted_past_the_deadline(void **state)
+{
+	struct fx *f = *state;
+
+	assert_int_equal(rlink_move(f->l, 0, f->seg, NB, kvt_now_ns() - 1), -ETIMEDOUT);
+	assert_int_equal(F.posts, 0);
+	assert_int_equal(F.wrs, 0);
+	redial_works(f);
 }
 
 static void redial_works(struct fx *f)
@@ -613,7 +649,7 @@ static void test_registration(void **state)
 	fabric_reset();
 	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&a, admit_low, NULL, &n), 0);
 	/* in pieces of RLINK_PIECE */
-	assert_int_equal(rlink_reg(n, p, len, &r), 0);
+	assert_int_equal(rlink_reg(n, p, len, 0, &r), 0);
 	assert_int_equal(F.regs, 3);
 	assert_int_equal(rlink_keys(r, p + 10, 100, &lk, &rk), 0);
 	uint32_t k0 = rk;
@@ -626,11 +662,11 @@ static void test_registration(void **state)
 	assert_int_equal(live_mrs(), 0);
 	/* a piece that fails: the others are undone, the error is clear */
 	F.fail_reg_at = F.regs + 2;
-	assert_int_equal(rlink_reg(n, p, len, &r), -ENOMEM);
+	assert_int_equal(rlink_reg(n, p, len, 0, &r), -ENOMEM);
 	assert_null(r);
 	assert_non_null(strstr(kvt_last_error(), "cannot register"));
 	assert_int_equal(live_mrs(), 0);
-	assert_int_equal(rlink_reg(n, NULL, 10, &r), -EINVAL);
+	assert_int_equal(rlink_reg(n, NULL, 10, 0, &r), -EINVAL);
 	rlink_node_close(n);
 	munmap(p, len);
 }
@@ -658,6 +694,8 @@ int main(void)
 		T(test_read_chained_and_signalled),
 		T(test_depth_is_bounded),
 		T(test_write),
+		T(test_write_into_read_only_memory_fails),
+		T(test_nothing_posted_past_the_deadline),
 		T(test_completion_error),
 		T(test_post_refused),
 		T(test_disconnect_mid_transfer),

@@ -5,7 +5,8 @@
  * anywhere else it exits 77. Covers: 128 blocks of 1 MiB read and written
  * one-sided with every byte verified and the byte counters, strangers
  * refused before a queue pair exists, an unreachable address, a bad rkey
- * (a completion error breaks the link; dialling again works), and an owner
+ * (a completion error breaks the link; dialling again works), a WRITE into
+ * memory registered without remote writes (fails, lands nowhere), and an owner
  * process killed in the middle of a READ (bounded failure, link broken).
  */
 #include <arpa/inet.h>
@@ -91,9 +92,9 @@ static void test_blocks_read_and_written(void **state)
 		fill_block(test_key(i), src + (size_t)i * MiB, MiB);
 		sum[i] = kvt_checksum(src + (size_t)i * MiB, MiB);
 	}
-	assert_int_equal(rlink_reg(owner, src, len, &rs), 0);
-	assert_int_equal(rlink_reg(owner, in, len, &ri), 0);
-	assert_int_equal(rlink_reg(req, dst, len, &rd), 0);
+	assert_int_equal(rlink_reg(owner, src, len, 0, &rs), 0);
+	assert_int_equal(rlink_reg(owner, in, len, RLINK_REMOTE_WRITE, &ri), 0);
+	assert_int_equal(rlink_reg(req, dst, len, 0, &rd), 0);
 	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
 
 	/* the owner's descriptors: address, rkey, length */
@@ -188,8 +189,8 @@ static void test_bad_rkey_breaks_link(void **state)
 	uint32_t lk, rk, dlk, drk;
 
 	fill_block(test_key(7), src, MiB);
-	assert_int_equal(rlink_reg(owner, src, MiB, &rs), 0);
-	assert_int_equal(rlink_reg(req, dst, MiB, &rd), 0);
+	assert_int_equal(rlink_reg(owner, src, MiB, 0, &rs), 0);
+	assert_int_equal(rlink_reg(req, dst, MiB, 0, &rd), 0);
 	assert_int_equal(rlink_keys(rs, src, MiB, &lk, &rk), 0);
 	assert_int_equal(rlink_keys(rd, dst, MiB, &dlk, &drk), 0);
 	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
@@ -207,6 +208,11 @@ static void test_bad_rkey_breaks_link(void **state)
 	assert_true(check_block(test_key(7), dst, MiB));
 	assert_int_equal(atomic_load(&rlink_node_counters(req)->links_dialled), 2);
 	assert_int_equal(atomic_load(&rlink_node_counters(req)->links_broken), 1);
+	/* src is registered without remote writes: a WRITE fails, lands nowhere */
+	fill_block(test_key(8), dst, MiB);
+	e = rlink_move(l, 1, &s, 1, kvt_now_ns() + 20000000000ull);
+	assert_true(e == -EIO || e == -ECONNRESET);
+	assert_true(check_block(test_key(7), src, MiB));
 	rlink_close(l);
 	rlink_unreg(rs);
 	rlink_unreg(rd);
@@ -230,7 +236,7 @@ static void owner_child(int port, int wfd)
 
 	if (p != MAP_FAILED && rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a,
 					       admit_members, NULL, &n) == 0 &&
-	    rlink_reg(n, p, len, &r) == 0 && rlink_keys(r, p, len, &lk, &rk) == 0) {
+	    rlink_reg(n, p, len, 0, &r) == 0 && rlink_keys(r, p, len, &lk, &rk) == 0) {
 		d[0] = (uintptr_t)p;
 		d[1] = rk;
 	}
@@ -280,7 +286,7 @@ static void test_owner_killed_mid_read(void **state)
 	struct rlink_seg seg[64];
 	uint32_t dlk, drk;
 
-	assert_int_equal(rlink_reg(req, dst, len, &rd), 0);
+	assert_int_equal(rlink_reg(req, dst, len, 0, &rd), 0);
 	assert_int_equal(rlink_keys(rd, dst, len, &dlk, &drk), 0);
 	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
 	for (unsigned i = 0; i < 64; i++)
