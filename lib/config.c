@@ -31,8 +31,10 @@
 #define REGION_ALIGN      4096u
 #define MAX_BLOCK_MIN     4096u
 #define MAX_BLOCK_DEFAULT (256 * MiB)
-/* A disk record is a 4 KiB header and the block, within one region. */
+/* A disk record is a 4 KiB header and the block, within one region; its
+ * length field holds at most 256 MiB (kvtier-disk(5); disk.c's MAX_LEN). */
 #define DISK_RECORD_HEADER 4096u
+#define DISK_BLOCK_MAX    (256 * MiB)
 #define NUMA_NODE_MAX     1023
 #define DISK_PATHS_MAX    64u
 #define PEERS_MAX         256u
@@ -672,6 +674,12 @@ static int cross_check(struct kvt_config *c, const struct given *g)
 	if (c->ndisk && c->region_size - DISK_RECORD_HEADER < limit) {
 		limit = c->region_size - DISK_RECORD_HEADER;
 		why = "disk.region_size less its 4096-byte record header";
+	}
+	/* A block RAM takes but the disk cannot hold would be acknowledged and
+	 * then lost when RAM evicts it. */
+	if (c->ndisk && DISK_BLOCK_MAX < limit) {
+		limit = DISK_BLOCK_MAX;
+		why = "the largest block the disk tier holds";
 	}
 	if (!g->max_block) {
 		if (c->max_block > limit)

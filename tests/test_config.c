@@ -473,6 +473,33 @@ static void test_max_block_defaults_to_what_fits(void **state)
 		    "ram.max_block: 16777216 bytes exceeds disk.region_size less its 4096-byte record header (16773120)");
 }
 
+/* A block above 256 MiB fits RAM and a large region but no disk record: with
+ * a disk tier, ram.max_block above that is refused (such a block would be
+ * acknowledged, then dropped when RAM evicts it); without one it is fine. */
+static void test_max_block_is_what_the_disk_can_hold(void **state)
+{
+	(void)state;
+	struct kvt_config c;
+
+	expect_fail("{\"ram\": {\"capacity\": \"2GiB\", \"max_block\": \"260MiB\"},"
+		    " \"disk\": {\"path\": \"/x\", \"capacity\": \"4GiB\","
+		    " \"region_size\": \"1GiB\"}}", -EINVAL,
+		    "ram.max_block: 272629760 bytes exceeds the largest block the disk tier holds (268435456)");
+	expect_ok("{\"ram\": {\"capacity\": \"2GiB\", \"max_block\": \"256MiB\"},"
+		  " \"disk\": {\"path\": \"/x\", \"capacity\": \"4GiB\","
+		  " \"region_size\": \"1GiB\"}}", &c);
+	assert_int_equal(c.max_block, 256 * MiB);
+	config_free(&c);
+	/* the default is what the disk holds */
+	expect_ok("{\"ram\": {\"capacity\": \"2GiB\"}, \"disk\": {\"path\": \"/x\","
+		  " \"capacity\": \"4GiB\", \"region_size\": \"1GiB\"}}", &c);
+	assert_int_equal(c.max_block, 256 * MiB);
+	config_free(&c);
+	expect_ok("{\"ram\": {\"capacity\": \"2GiB\", \"max_block\": \"260MiB\"}}", &c);
+	assert_int_equal(c.max_block, 260 * MiB);
+	config_free(&c);
+}
+
 /* --- error classes ---------------------------------------------------------------- */
 
 static void test_malformed_json_reports_line_and_column(void **state)
@@ -663,6 +690,7 @@ int main(void)
 		cmocka_unit_test(test_ranges_are_enforced_at_their_bounds),
 		cmocka_unit_test(test_disk_needs_path_and_enough_capacity),
 		cmocka_unit_test(test_max_block_defaults_to_what_fits),
+		cmocka_unit_test(test_max_block_is_what_the_disk_can_hold),
 		cmocka_unit_test(test_malformed_json_reports_line_and_column),
 		cmocka_unit_test(test_top_level_must_be_an_object),
 		cmocka_unit_test(test_unknown_keys_are_named),
