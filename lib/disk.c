@@ -623,6 +623,8 @@ struct wr {
 	uint64_t page, seq, region_seq;
 	uint32_t old_e;           /* reinsertion: the entry being moved */
 	uint64_t old_w;
+	uint64_t sum;             /* with have_sum: the payload's verified sum */
+	int have_sum;             /* data is not trusted: the copy must match sum */
 	int direct;               /* payload written from data itself */
 	int prep_err;             /* staging failed: nothing was written */
 	void *stage;
@@ -639,15 +641,18 @@ struct append_ctx {
 
 /*
  * dev_run's prep hook for a record's writes: just before the record's first
- * write goes out (while earlier records' writes are in flight), checksums
- * its payload and fills its header page, staging the payload too when it
- * cannot be written from the caller's memory directly.
+ * write goes out (while earlier records' writes are in flight), stages the
+ * payload when it cannot be written from data directly, checksums what will
+ * be written and fills the header page. A record with have_sum (a block
+ * read back, whose data may be a caller's buffer that changed since) is
+ * always staged and written only if the staged copy matches its sum.
  */
 static int append_prep(void *arg, unsigned i, struct dev_io *io)
 {
 	struct append_ctx *c = arg;
 	struct wr *x = &c->w[c->own[i]];
 	uint64_t pad = pad_up(x->len, PAGE);
+	char *payload;
 
 	if (io != &x->io[0])
 		return x->prep_err ? -ECANCELED : 0;
@@ -656,12 +661,17 @@ static int append_prep(void *arg, unsigned i, struct dev_io *io)
 		x->prep_err = -ENOMEM;
 		return -ECANCELED;
 	}
-	hdr_fill(c->d, x->stage, x->key, x->len, x->seq, x->region_seq,
-		 kvt_checksum(x->data, x->len));
+	payload = x->direct ? (char *)x->data : (char *)x->stage + PAGE;
 	if (!x->direct) {
-		memcpy((char *)x->stage + PAGE, x->data, x->len);
-		memset((char *)x->stage + PAGE + x->len, 0, pad - x->len);
+		memcpy(payload, x->data, x->len);
+		memset(payload + x->len, 0, pad - x->len);
 	}
+	uint64_t sum = kvt_checksum(payload, x->len);
+	if (x->have_sum && sum != x->sum) {
+		x->prep_err = -EBADMSG;
+		return -ECANCELED;
+	}
+	hdr_fill(c->d, x->stage, x->key, x->len, x->seq, x->region_seq, sum);
 	io->buf = x->stage;
 	return 0;
 }
@@ -722,7 +732,8 @@ static void append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 		if (!x->active)
 			continue;
 		page_addr(d, x->page, &dev, &off);
-		x->direct = ((uintptr_t)x->data % PAGE) == 0 && x->len % PAGE == 0;
+		x->direct = !x->have_sum && ((uintptr_t)x->data % PAGE) == 0 &&
+			    x->len % PAGE == 0;
 		x->stage_bytes = x->direct ? PAGE : PAGE + pad;
 		x->stage = NULL;
 		x->prep_err = 0;
@@ -790,7 +801,7 @@ static void append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 		if (err == -EIO)
 			kvt_set_error("disk: writing block of %llu bytes failed",
 				      (unsigned long long)x->len);
-		else if (err)
+		else if (err && err != -EBADMSG)
 			kvt_set_error("disk: no index space for another block");
 		x->result = err;
 		if (!err && !reinsert)
@@ -811,7 +822,11 @@ static int check_put(kvt_key key, const void *data, size_t len, uint32_t region_
 	if (!data || len == 0)
 		return kvt_fail(-EINVAL, "disk_put: %s for key %s",
 				data ? "len is 0" : "data is NULL", kvt_key_str(key, ks));
-	if (len > MAX_LEN || rec_pages(len) > region_pages)
+	if (len > MAX_LEN)
+		return kvt_fail(-ENOSPC, "disk_put: block of %zu bytes for key %s is "
+				"larger than the %llu bytes a disk record holds", len,
+				kvt_key_str(key, ks), (unsigned long long)MAX_LEN);
+	if (rec_pages(len) > region_pages)
 		return kvt_fail(-ENOSPC, "disk_put: block of %zu bytes for key %s is "
 				"larger than a disk region", len, kvt_key_str(key, ks));
 	return 0;
@@ -903,6 +918,7 @@ struct rd {
 	unsigned nio;
 	unsigned left;            /* ios not complete yet */
 	int err;                  /* the outcome once left is 0 */
+	uint64_t sum;             /* the payload's checksum, once verified */
 };
 
 struct load_ctx {
@@ -914,7 +930,7 @@ struct load_ctx {
 
 /* Checks a record just read for op: header sound and naming op's key and
  * length, payload checksum right; copies a staged payload out. */
-static int rd_verify(const struct disk_tier *d, const struct rd *r, kvt_op *op)
+static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 {
 	const struct rec_hdr *h = r->stage;
 	uint64_t len = w_len(r->w);
@@ -925,6 +941,7 @@ static int rd_verify(const struct disk_tier *d, const struct rd *r, kvt_op *op)
 		return -EBADMSG;
 	if (!r->direct)
 		memcpy(op->buf, payload, len);
+	r->sum = h->payload_sum;
 	return 0;
 }
 
@@ -956,7 +973,72 @@ static int near_tail(const struct disk_tier *d, uint32_t r)
 	return (d->region_seq - rg->seq) * 4 >= (uint64_t)d->nregions * 3;
 }
 
+/* Sets up the reads of block i (rd[i] active, its stage not taken yet):
+ * header and payload into a stage, or the header into a stage and the
+ * payload straight into the op's buffer (direct). Returns ios added to
+ * ios/own at nios, 0 when no stage memory could be had. */
+static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int direct,
+			 uint32_t i, struct dev_io **ios, uint32_t *own)
+{
+	uint64_t len = w_len(r->w), pad = pad_up(len, PAGE);
+	uint16_t dev;
+	uint64_t off;
+
+	page_addr(d, w_page(r->w), &dev, &off);
+	r->direct = direct;
+	r->stage_bytes = direct ? PAGE : PAGE + pad;
+	r->stage = stage_get(d, r->stage_bytes);
+	r->nio = 0;
+	if (!r->stage)
+		return 0;
+	io_set(&r->io[0], DEV_READ, dev, off, r->stage, (uint32_t)r->stage_bytes, -1);
+	r->nio = 1;
+	if (direct) {
+		io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
+		       fixed_index(d, op->buf, pad));
+		r->nio = 2;
+	}
+	r->left = r->nio;
+	r->err = 0;
+	for (unsigned j = 0; j < r->nio; j++) {
+		own[j] = i;
+		ios[j] = &r->io[j];
+	}
+	return r->nio;
+}
+
+/*
+ * A payload read straight into a caller's buffer can fail its check only
+ * because something else wrote there meanwhile (ops of the batch sharing
+ * the buffer, another thread): such blocks are read again into memory of
+ * the tier's own before they are called damaged.
+ */
+static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, size_t n,
+			    struct dev_io **ios, uint32_t *own)
+{
+	unsigned nios = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct rd *r = &rd[i];
+
+		if (!r->active || !r->nio || !r->direct || r->err != -EBADMSG)
+			continue;
+		stage_put(d, r->stage, r->stage_bytes);
+		nios += rd_setup(d, r, &ops[i], 0, (uint32_t)i, ios + nios, own + nios);
+		if (!r->nio)
+			r->err = -ENOMEM;
+	}
+	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
+	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
+	run_ios(d, ios, nios, &hooks);
+}
+
 int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
+{
+	return disk_get_batch_sums(d, ops, n, NULL);
+}
+
+int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums)
 {
 	struct rd *rd;
 	struct dev_io **ios;
@@ -979,9 +1061,10 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 
 	pthread_mutex_lock(&d->lock);
 	for (size_t i = 0; i < n; i++) {
-		uint32_t e = ops[i].buf ? idx_find(d, ops[i].key) : NIL;
+		/* A NULL buf with len 0 asks for the size (-ENOBUFS). */
+		uint32_t e = ops[i].buf || !ops[i].len ? idx_find(d, ops[i].key) : NIL;
 
-		if (!ops[i].buf) {
+		if (!ops[i].buf && ops[i].len) {
 			ops[i].result = -EINVAL;
 			continue;
 		}
@@ -1003,40 +1086,26 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 	}
 	pthread_mutex_unlock(&d->lock);
 
+	/* Payloads go straight into the caller's buffers, except where ops share
+	 * one: those are staged, verified in the tier's own memory and copied. */
+	uint8_t *shared = malloc(n);
+	if (shared)
+		kvt_ops_shared(ops, n, shared);
 	for (size_t i = 0; i < n; i++) {
 		struct rd *r = &rd[i];
-		uint64_t len, pad;
-		uint16_t dev;
-		uint64_t off;
 
 		if (!r->active)
 			continue;
-		len = w_len(r->w);
-		pad = pad_up(len, PAGE);
-		page_addr(d, w_page(r->w), &dev, &off);
-		r->direct = ((uintptr_t)ops[i].buf % PAGE) == 0 && ops[i].len >= pad;
-		r->stage_bytes = r->direct ? PAGE : PAGE + pad;
-		r->stage = stage_get(d, r->stage_bytes);
-		if (!r->stage)
-			continue;
-		io_set(&r->io[0], DEV_READ, dev, off, r->stage,
-		       (uint32_t)(r->direct ? PAGE : PAGE + pad), -1);
-		r->nio = 1;
-		if (r->direct) {
-			io_set(&r->io[1], DEV_READ, dev, off + PAGE, ops[i].buf,
-			       (uint32_t)pad, fixed_index(d, ops[i].buf, pad));
-			r->nio = 2;
-		}
-		r->left = r->nio;
-		r->err = 0;
-		for (unsigned j = 0; j < r->nio; j++) {
-			own[nios] = (uint32_t)i;
-			ios[nios++] = &r->io[j];
-		}
+		uint64_t pad = pad_up(w_len(r->w), PAGE);
+		int direct = shared && !shared[i] && ((uintptr_t)ops[i].buf % PAGE) == 0 &&
+			     ops[i].len >= pad;
+		nios += rd_setup(d, r, &ops[i], direct, (uint32_t)i, ios + nios, own + nios);
 	}
+	free(shared);
 	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
 	run_ios(d, ios, nios, &hooks);
+	rd_again_staged(d, rd, ops, n, ios, own);
 
 	for (size_t i = 0; i < n; i++) {
 		struct rd *r = &rd[i];
@@ -1060,6 +1129,8 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 		ops[i].result = err;
 		if (!err) {
 			ops[i].len = len;
+			if (sums)
+				sums[i] = r->sum;
 			ctr_add(&d->hits, 1);
 		} else {
 			ctr_add(&d->misses, 1);
@@ -1083,8 +1154,12 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 		if (ops[i].result == -EBADMSG && same)
 			ent_drop(d, r->e);
 		else if (ops[i].result == 0 && same && re && near_tail(d, reg)) {
+			/* From the tier's own copy where there is one; a caller's
+			 * buffer may have changed, so the copy must match the sum. */
 			re[nre].key = ops[i].key;
-			re[nre].data = ops[i].buf;
+			re[nre].data = r->direct ? ops[i].buf : (char *)r->stage + PAGE;
+			re[nre].sum = r->sum;
+			re[nre].have_sum = 1;
 			re[nre].len = ops[i].len;
 			re[nre].old_e = r->e;
 			re[nre].old_w = d->ents[r->e].w;
@@ -1110,12 +1185,19 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 
 int disk_get(struct disk_tier *d, kvt_key key, void *buf, size_t cap, size_t *len)
 {
+	return disk_get_sum(d, key, buf, cap, len, NULL);
+}
+
+int disk_get_sum(struct disk_tier *d, kvt_key key, void *buf, size_t cap,
+		 size_t *len, uint64_t *sum)
+{
 	kvt_op op = { .key = key, .buf = buf, .len = cap };
 	int err;
 
-	if (!d || !buf)
-		return kvt_fail(-EINVAL, "disk_get: %s is NULL", d ? "buf" : "tier");
-	err = disk_get_batch(d, &op, 1);
+	if (!d || (!buf && cap))
+		return kvt_fail(-EINVAL, "disk_get: %s", d ? "buf is NULL but cap is not 0"
+							: "tier is NULL");
+	err = disk_get_batch_sums(d, &op, 1, sum);
 	if (len && (err == 0 || err == -ENOBUFS))
 		*len = op.len;
 	if (err == -ENOENT) {

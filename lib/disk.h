@@ -44,16 +44,31 @@ int disk_put(struct disk_tier *d, kvt_key key, const void *data, size_t len);
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n);
 
 /*
- * Loads a block into buf (cap bytes), sets *len. Returns 0, -ENOENT,
- * -ENOBUFS (*len = size needed), -EBADMSG (checksum or header mismatch: the
- * record is dropped from the index and counted), -EIO.
+ * Loads a block into buf (cap bytes), sets *len. buf NULL with cap 0 asks
+ * for the size. Returns 0, -ENOENT, -ENOBUFS (*len = size needed), -EBADMSG
+ * (checksum or header mismatch: the record is dropped from the index and
+ * counted), -EIO. A block is called damaged only after a read into the
+ * tier's own memory: a caller's buffer that something else wrote into
+ * meanwhile never drops an intact block.
  */
 int disk_get(struct disk_tier *d, kvt_key key, void *buf, size_t cap,
 	     size_t *len);
 
+/* disk_get, and on success *sum (NULL: not wanted) = the payload checksum
+ * the block was verified against, for ram_promote(). */
+int disk_get_sum(struct disk_tier *d, kvt_key key, void *buf, size_t cap,
+		 size_t *len, uint64_t *sum);
+
 /* Loads ops[0..n) (len = capacity in, bytes out) with all reads submitted
- * together; sets each ops[i].result. Returns the first failure or 0. */
+ * together; sets each ops[i].result. Returns the first failure or 0. Ops may
+ * share buffers; a caller's buffer is only ever written (a block read back
+ * to the log's head is copied from the tier's own copy or checked against
+ * its verified checksum first). */
 int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n);
+
+/* disk_get_batch, and sums[i] (sums NULL: not wanted) = the verified payload
+ * checksum of each op that succeeded. */
+int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums);
 
 /* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);

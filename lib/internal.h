@@ -51,6 +51,11 @@ static inline int kvt_key_eq(kvt_key a, kvt_key b)
  * the checksum of disk records and of blocks on the wire. */
 uint64_t kvt_checksum(const void *p, size_t len);
 
+/* shared[i] = 1 when ops[i].buf[0..len) overlaps the buffer of another op
+ * of ops[0..n), else 0 (ops.c). A batch whose ops share a buffer must not
+ * read one op's bytes back from it after loading another's. */
+void kvt_ops_shared(const kvt_op *ops, size_t n, uint8_t *shared);
+
 /* Key as "hi:lo" hex for messages; buf must hold 34 bytes. */
 const char *kvt_key_str(kvt_key k, char buf[34]);
 

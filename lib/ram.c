@@ -33,6 +33,9 @@
 #define NSHARDS 64u
 #define EVICT_SCAN 32 /* pinned entries skipped per shard before giving up */
 #define EVICT_BATCH 32 /* blocks whose spills go to the disk tier together */
+/* Removal generations: one per slot, slot = key.hi % NGENS, so a slot lies
+ * in one shard (NGENS is a multiple of NSHARDS) and changes under its lock. */
+#define NGENS 1024u
 
 struct ram_tier {
 	struct shard shards[NSHARDS];
@@ -51,11 +54,17 @@ struct ram_tier {
 	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
 	_Atomic uint64_t leases, lease_expiries, lease_refusals, releases;
 	_Atomic uint64_t pinned;
+	_Atomic uint64_t gens[NGENS];
 };
 
 static inline struct shard *shard_of(struct ram_tier *r, kvt_key key)
 {
 	return &r->shards[key.hi & (NSHARDS - 1)];
+}
+
+static inline _Atomic uint64_t *gen_of(struct ram_tier *r, kvt_key key)
+{
+	return &r->gens[key.hi & (NGENS - 1)];
 }
 
 static inline uint64_t next_tick(struct ram_tier *r)
@@ -379,14 +388,22 @@ static void free_extent(struct ram_tier *r, uint64_t off)
  * Publishes the extent at off, holding len bytes of key, as a block.
  * Returns 0; 1 when the key is stored already (same bytes: the extent is
  * freed and the stored block's recency refreshed); -ENOMEM when the index
- * cannot grow (the extent is freed).
+ * cannot grow (the extent is freed). With gen (a promotion), -ESTALE and
+ * the extent freed when a removal changed key's generation since *gen.
  */
-static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
+static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
+			 const uint64_t *gen)
 {
 	struct shard *sh = shard_of(r, key);
 
 	pthread_mutex_lock(&sh->lock);
 	uint32_t id = shard_find(sh, key);
+	if (id == IDX_NONE && gen &&
+	    atomic_load_explicit(gen_of(r, key), memory_order_relaxed) != *gen) {
+		pthread_mutex_unlock(&sh->lock);
+		free_extent(r, off);
+		return -ESTALE;
+	}
 	if (id != IDX_NONE) {
 		touch(r, sh, id);
 		pthread_mutex_unlock(&sh->lock);
@@ -412,7 +429,12 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 	return 0;
 }
 
-int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+/*
+ * ram_put, and with gen (a promotion) ram_promote: the copy must match *sum
+ * (when given) and no removal may have changed key's generation since *gen.
+ */
+static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t len,
+		    const uint64_t *gen, const uint64_t *sum)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -434,8 +456,30 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 		return (int)off;
 	}
 	memcpy(r->base + off, data, len);
+	/* A promotion's data may be a caller's buffer: what counts is the copy
+	 * this tier owns, checked against the sum the disk verified. */
+	if (sum && kvt_checksum(r->base + off, len) != *sum) {
+		free_extent(r, (uint64_t)off);
+		return -EBADMSG;
+	}
 	/* Another thread may have stored the same key meanwhile: same bytes. */
-	return insert_extent(r, key, (uint64_t)off, len);
+	return insert_extent(r, key, (uint64_t)off, len, gen);
+}
+
+int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+{
+	return put_copy(r, key, data, len, NULL, NULL);
+}
+
+uint64_t ram_gen(struct ram_tier *r, kvt_key key)
+{
+	return atomic_load_explicit(gen_of(r, key), memory_order_acquire);
+}
+
+int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
+		uint64_t gen, const uint64_t *sum)
+{
+	return put_copy(r, key, data, len, &gen, sum);
 }
 
 int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill)
@@ -450,7 +494,7 @@ void ram_slot_free(struct ram_tier *r, uint64_t off)
 
 int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
 {
-	return insert_extent(r, key, off, len);
+	return insert_extent(r, key, off, len, NULL);
 }
 
 int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
@@ -611,6 +655,8 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 	struct shard *sh = shard_of(r, key);
 
 	pthread_mutex_lock(&sh->lock);
+	/* Promotions of this key read from a lower tier before now are void. */
+	atomic_fetch_add_explicit(gen_of(r, key), 1, memory_order_release);
 	uint32_t id = shard_find(sh, key);
 	if (id == IDX_NONE) {
 		pthread_mutex_unlock(&sh->lock);

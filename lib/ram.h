@@ -46,6 +46,22 @@ void ram_close(struct ram_tier *r);
  */
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
 
+/*
+ * A promotion: a copy of a block read from a lower tier. gen is
+ * ram_gen(key) read before that read began: a ram_remove of the key since
+ * then makes this return -ESTALE and store nothing, so a removal wins over
+ * reads in flight. sum (NULL: none) is the payload checksum the lower tier
+ * verified; the copy made into the arena must match it, else -EBADMSG and
+ * nothing is stored (data may be a caller's buffer that changed since).
+ * Otherwise as ram_put.
+ */
+int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
+		uint64_t gen, const uint64_t *sum);
+
+/* key's removal generation, for ram_promote: it changes at every
+ * ram_remove of key (and of a few other keys that share its slot). */
+uint64_t ram_gen(struct ram_tier *r, kvt_key key);
+
 /* Copies a block out (pinned during the copy), refreshing its recency.
  * Returns 0, -ENOENT, or -ENOBUFS with *len = size needed. */
 int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len);
@@ -94,7 +110,8 @@ int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
 /* Ends a lease early; 1 if one was ended, else 0. */
 int ram_release(struct ram_tier *r, kvt_key key);
 
-/* Removes a key; 0 or -ENOENT. A pinned block is freed at its last unpin. */
+/* Removes a key; 0 or -ENOENT. A pinned block is freed at its last unpin.
+ * Either way voids promotions of key begun before (see ram_promote). */
 int ram_remove(struct ram_tier *r, kvt_key key);
 
 /* 1 when used bytes exceed the high watermark (time to wake the evictor). */

@@ -192,11 +192,18 @@ static void *evictor_main(void *arg)
 
 /* --- single operations (arguments already checked) ------------------------ */
 
-static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len)
+/*
+ * Copies a block loaded from a lower tier into RAM. gen: ram_gen(key) from
+ * before the load began (a removal since then wins); sum: the checksum the
+ * disk verified (NULL for a peer's block), which the RAM copy must match:
+ * buf is the caller's and may hold other bytes by now.
+ */
+static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
+		    uint64_t gen, const uint64_t *sum)
 {
 	if (!s->cfg.promote)
 		return;
-	if (ram_put(s->ram, key, buf, len) == 0) {
+	if (ram_promote(s->ram, key, buf, len, gen, sum) == 0) {
 		ctr_add(&s->promotions, 1);
 		if (ram_above_high(s->ram))
 			kick_evictor(s);
@@ -230,14 +237,15 @@ static int remote_owner(kvt_store *s, kvt_key key)
 static int get_local(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len,
 		     int defer)
 {
+	uint64_t gen = ram_gen(s->ram, key), sum = 0;
 	int rc = ram_get(s->ram, key, buf, cap, len);
 
 	if (rc == -ENOENT && s->disk) {
-		rc = disk_get(s->disk, key, buf, cap, len);
+		rc = disk_get_sum(s->disk, key, buf, cap, len, &sum);
 		if (rc != -ENOENT || !defer)
 			count_get(s, rc, 1);
 		if (rc == 0)
-			promote(s, key, buf, *len);
+			promote(s, key, buf, *len, gen, &sum);
 	} else if (rc != -ENOENT || !defer) {
 		count_get(s, rc, 0);
 	}
@@ -265,12 +273,13 @@ static int get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 		    size_t *len)
 {
 	kvt_op op = { .key = key, .buf = buf, .len = cap };
+	uint64_t gen = ram_gen(s->ram, key);
 
 	peer_get_batch(s->peer, (unsigned)owner, &op, 1);
 	if (op.result == 0) {
 		ctr_add(&s->hits_peer, 1);
 		*len = op.len;
-		promote(s, key, buf, op.len);
+		promote(s, key, buf, op.len, gen, NULL);
 	} else {
 		if (op.result == -ENOBUFS)
 			*len = op.len;
@@ -822,7 +831,11 @@ KVT_API int kvt_remove(kvt_store *s, kvt_key key)
 		return kvt_fail(-EINVAL, "kvt_remove: store is NULL");
 	int r1 = ram_remove(s->ram, key);
 	int r2 = s->disk ? disk_remove(s->disk, key) : -ENOENT;
-	if (r1 == 0 || r2 == 0)
+	/* Again, now that the disk has forgotten it: a get that read the disk
+	 * before can no longer promote it (ram_promote), and one that promoted
+	 * it meanwhile has its copy removed here. */
+	int r3 = s->disk ? ram_remove(s->ram, key) : -ENOENT;
+	if (r1 == 0 || r2 == 0 || r3 == 0)
 		return 0;
 	return kvt_fail(-ENOENT, "kvt_remove: key %s is not stored", kvt_key_str(key, kb));
 }
@@ -916,13 +929,57 @@ static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 }
 
 /*
+ * Reorders ops[0..n), n <= CHUNK, and idx[] with them so that the ops whose
+ * buffer overlaps another's come last; returns how many come before. Those
+ * are loaded one at a time, each promoted from its buffer before the next
+ * load overwrites it.
+ */
+static size_t shared_last(kvt_op *ops, size_t *idx, size_t n)
+{
+	uint8_t shared[CHUNK];
+	kvt_op t[CHUNK];
+	size_t ti[CHUNK], a = 0, nalone = 0;
+
+	kvt_ops_shared(ops, n, shared);
+	for (size_t i = 0; i < n; i++)
+		nalone += !shared[i];
+	if (nalone == n)
+		return n;
+	for (uint8_t pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < n; i++)
+			if (shared[i] == pass) {
+				t[a] = ops[i];
+				ti[a++] = idx[i];
+			}
+	memcpy(ops, t, n * sizeof(*ops));
+	memcpy(idx, ti, n * sizeof(*idx));
+	return nalone;
+}
+
+/* Sets op from its owner's answer p (gen: ram_gen before the ask); counts. */
+static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t gen)
+{
+	int rc = peer_result(p->result);
+
+	op->result = rc;
+	if (rc == 0 || rc == -ENOBUFS)
+		op->len = p->len;
+	if (rc == 0) {
+		ctr_add(&s->hits_peer, 1);
+		promote(s, op->key, op->buf, op->len, gen, NULL);
+	} else {
+		count_get(s, rc, 0);
+	}
+}
+
+/*
  * The local misses ops[miss[0..nmiss)] (each len its capacity again) from
  * their owners: one round trip per owner. Counts every outcome; a member
  * that cannot answer makes its keys misses (-ENOENT), a slow one
  * -ETIMEDOUT.
  */
 static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
-			   const int *owner, size_t nmiss)
+			   const int *owner, const uint64_t *gen, size_t nmiss)
 {
 	kvt_op pops[CHUNK];
 	size_t idx[CHUNK];
@@ -937,21 +994,12 @@ static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 			idx[j] = miss[idx[j]];
 			pops[j] = ops[idx[j]];
 		}
-		peer_get_batch(s->peer, (unsigned)owner[a], pops, k);
-		for (size_t j = 0; j < k; j++) {
-			kvt_op *op = &ops[idx[j]];
-			int rc = pops[j].result;
-
-			rc = peer_result(rc);
-			op->result = rc;
-			if (rc == 0 || rc == -ENOBUFS)
-				op->len = pops[j].len;
-			if (rc == 0) {
-				ctr_add(&s->hits_peer, 1);
-				promote(s, op->key, op->buf, op->len);
-			} else {
-				count_get(s, rc, 0);
-			}
+		size_t nalone = shared_last(pops, idx, k);
+		for (size_t j = 0, m; j < k; j += m) {
+			m = j < nalone ? nalone - j : 1;
+			peer_get_batch(s->peer, (unsigned)owner[a], pops + j, m);
+			for (size_t x = j; x < j + m; x++)
+				peer_result_to(s, &ops[idx[x]], &pops[x], gen[idx[x]]);
 		}
 	}
 }
@@ -959,13 +1007,15 @@ static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 /*
  * Loads ops[0..n), n <= CHUNK: RAM first, then every RAM miss of the chunk
  * from disk in one submission, promoting disk hits, then what is still
- * missing from the members that own it.
+ * missing from the members that own it. Misses whose buffers overlap go to
+ * the disk (and to their owner) one at a time, after the others.
  */
 static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 {
 	size_t miss[CHUNK], nmiss = 0, pmiss[CHUNK], npmiss = 0;
 	size_t cap[CHUNK];
 	int owner[CHUNK], powner[CHUNK];
+	uint64_t gen[CHUNK], sum[CHUNK];
 	kvt_op dops[CHUNK];
 
 	for (size_t i = 0; i < n; i++) {
@@ -976,6 +1026,7 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 		}
 		cap[i] = ops[i].len;
 		owner[i] = remote_owner(s, ops[i].key);
+		gen[i] = ram_gen(s->ram, ops[i].key);
 		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap[i], &ops[i].len);
 		if (rc == -ENOENT && s->disk) {
 			ops[i].len = cap[i];
@@ -992,24 +1043,29 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 		count_get(s, rc, 0);
 		ops[i].result = rc;
 	}
-	if (nmiss)
-		disk_get_batch(s->disk, dops, nmiss);
-	for (size_t j = 0; j < nmiss; j++) {
-		kvt_op *op = &ops[miss[j]];
-		op->result = dops[j].result;
-		op->len = dops[j].len;
-		if (op->result == -ENOENT && owner[miss[j]] >= 0) {
-			op->len = cap[miss[j]];
-			powner[npmiss] = owner[miss[j]];
-			pmiss[npmiss++] = miss[j];
-			continue;
+	size_t nalone = shared_last(dops, miss, nmiss);
+	for (size_t j = 0, m; j < nmiss; j += m) {
+		m = j < nalone ? nalone - j : 1;
+		disk_get_batch_sums(s->disk, dops + j, m, sum + j);
+		for (size_t x = j; x < j + m; x++) {
+			size_t i = miss[x];
+			kvt_op *op = &ops[i];
+
+			op->result = dops[x].result;
+			op->len = dops[x].len;
+			if (op->result == -ENOENT && owner[i] >= 0) {
+				op->len = cap[i];
+				powner[npmiss] = owner[i];
+				pmiss[npmiss++] = i;
+				continue;
+			}
+			count_get(s, op->result, 1);
+			if (op->result == 0)
+				promote(s, op->key, op->buf, op->len, gen[i], &sum[x]);
 		}
-		count_get(s, op->result, 1);
-		if (op->result == 0)
-			promote(s, op->key, op->buf, op->len);
 	}
 	if (npmiss)
-		get_from_peers(s, ops, pmiss, powner, npmiss);
+		get_from_peers(s, ops, pmiss, powner, gen, npmiss);
 }
 
 static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)

@@ -41,6 +41,9 @@ static struct {
 	_Atomic int fail_writes;  /* next N writes complete with -EIO */
 	_Atomic int short_reads;  /* next N reads report half their length */
 	_Atomic int delay_us;     /* sleep before every reap */
+	_Atomic int scribble_len; /* the next read of this length: its first
+				     byte changed after it completes (another
+				     writer of the buffer) */
 } faults;
 
 struct fq {
@@ -128,6 +131,10 @@ static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 			if (io->op == DEV_READ && io->res == (int32_t)io->len &&
 			    io->len >= 2 * DEV_ALIGN && take(&faults.short_reads))
 				io->res = (int32_t)(io->len / 2 / DEV_ALIGN * DEV_ALIGN);
+			int sl = (int)io->len;
+			if (io->op == DEV_READ && io->res == sl &&
+			    atomic_compare_exchange_strong(&faults.scribble_len, &sl, 0))
+				((unsigned char *)io->buf)[0] ^= 0xff;
 		}
 		got += (unsigned)r;
 	}
@@ -307,6 +314,9 @@ static void put_get_round_trip_many_sizes(void **st)
 	assert_int_equal(disk_put(d, test_key(5), logbuf, 0), -EINVAL);
 	assert_int_equal(disk_put(d, test_key(77), logbuf, 5 * MiB), -ENOSPC);
 	assert_non_null(strstr(kvt_last_error(), "larger than a disk region"));
+	/* (the length is refused before the bytes are looked at) */
+	assert_int_equal(disk_put(d, test_key(78), logbuf, 256 * MiB + 1), -ENOSPC);
+	assert_non_null(strstr(kvt_last_error(), "larger than the 268435456 bytes a disk record holds"));
 	disk_close(d);
 	fix_done(&f);
 }
@@ -453,6 +463,51 @@ static void hits_near_tail_are_reinserted(void **st)
 	assert_true(stat_of(d, "reclaims") > 20);
 	assert_true(stat_of(d, "reinsertions") > 0);
 	disk_close(d);
+	fix_done(&f);
+}
+
+/* A batch whose ops share one buffer, read again and again while the log
+ * wraps: aligned (payloads read straight into it, overwriting each other)
+ * and unaligned (staged), no intact block is dropped, and blocks moved to
+ * the log's head (near its tail) keep their own bytes, after a restart too. */
+static void shared_buffer_batches_keep_every_blocks_bytes(void **st)
+{
+	(void)st;
+	enum { N = 4, LEN = 20000 };
+	struct fix f;
+	fix_init(&f, 4 * MiB, 256 * KiB);
+	struct disk_tier *d = open_ok(&f, NULL);
+	char *scratch = NULL;
+	uint64_t filler = 100;
+
+	assert_int_equal(posix_memalign((void **)&scratch, 4096, LEN + 8192), 0);
+	for (uint64_t i = 0; i < N; i++)
+		assert_int_equal(put_block(d, i, LEN), 0);
+	while (stat_of(d, "reinsertions") < N) {
+		kvt_op ops[N];
+
+		assert_true(filler < 3000);
+		assert_int_equal(put_block(d, filler, LEN), 0);
+		for (int i = 0; i < N; i++)
+			ops[i] = (kvt_op){ test_key((uint64_t)i), scratch + filler % 2,
+					   LEN + 4096, 1 };
+		filler++;
+		assert_int_equal(disk_get_batch(d, ops, N), 0);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(ops[i].result, 0);
+			assert_int_equal(ops[i].len, LEN);
+		}
+	}
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	for (uint64_t i = 0; i < N; i++)
+		assert_int_equal(get_block(d, i, LEN), 0);
+	disk_close(d);
+	d = open_ok(&f, NULL);
+	for (uint64_t i = 0; i < N; i++)
+		assert_int_equal(get_block(d, i, LEN), 0);
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	disk_close(d);
+	free(scratch);
 	fix_done(&f);
 }
 
@@ -688,6 +743,26 @@ static void injected_faults_fail_cleanly(void **st)
 	d = open_ok(&f, &fops);
 	assert_int_equal(get_block(d, 1, 100000), 0);
 	assert_int_equal(get_block(d, 2, 100000), 0);
+	disk_close(d);
+	fix_done(&f);
+}
+
+/* A payload read straight into the caller's buffer that something else
+ * overwrote before it was checked is read again into the tier's own memory:
+ * the intact block is returned, not dropped as damaged. */
+static void overwritten_direct_read_is_read_again(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, &fops);
+
+	assert_int_equal(put_block(d, 1, 20000), 0);
+	atomic_store(&faults.scribble_len, 20480); /* the direct payload read */
+	assert_int_equal(get_block(d, 1, 20000), 0);
+	assert_int_equal(atomic_load(&faults.scribble_len), 0); /* it happened */
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	assert_int_equal(get_block(d, 1, 20000), 0);
 	disk_close(d);
 	fix_done(&f);
 }
@@ -938,11 +1013,13 @@ int main(void)
 		cmocka_unit_test(lease_protects_block_from_reclaim),
 		cmocka_unit_test(all_regions_leased_refuses_puts),
 		cmocka_unit_test(hits_near_tail_are_reinserted),
+		cmocka_unit_test(shared_buffer_batches_keep_every_blocks_bytes),
 		cmocka_unit_test(clean_restart_keeps_all_blocks),
 		cmocka_unit_test(crash_restart_scans_regions),
 		cmocka_unit_test(kill9_during_writes_never_returns_wrong_bytes),
 		cmocka_unit_test(junk_pages_read_as_misses),
 		cmocka_unit_test(injected_faults_fail_cleanly),
+		cmocka_unit_test(overwritten_direct_read_is_read_again),
 		cmocka_unit_test(full_device_is_refused),
 		cmocka_unit_test(bad_config_is_refused),
 		cmocka_unit_test(foreign_superblock_starts_empty),

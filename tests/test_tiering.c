@@ -179,6 +179,141 @@ static void test_restart_keeps_disk_blocks(void **state)
 	kvt_close(s);
 }
 
+/* Puts blocks first..first+n-1 of len bytes, then enough others that RAM
+ * (ram_mib) evicts those to disk; checks they are on disk only. */
+static void put_disk_only(kvt_store *s, uint64_t first, uint64_t n, size_t len,
+			  unsigned ram_mib)
+{
+	for (uint64_t i = first; i < first + n; i++)
+		store_put_block(s, test_key(i), len);
+	for (uint64_t i = 0; i < 2 * (uint64_t)ram_mib * MiB / len + 4; i++)
+		store_put_block(s, test_key(1000000 + first + i), len);
+	for (uint64_t i = first; i < first + n; i++) {
+		kvt_key k = test_key(i);
+		size_t found;
+		assert_int_equal(kvt_lookup(s, &k, 1, 0, &found), 0);
+		assert_int_equal(found, 1);
+	}
+	assert_true(store_stat(s, "ram", "spills") >= (long long)n);
+}
+
+/* A batch whose ops share one buffer (aligned: the disk reads straight into
+ * it; unaligned: staged) loads every block, and what it promotes into RAM
+ * and what the store gives back later are each key's own bytes. */
+static void test_batch_ops_sharing_a_buffer_promote_their_own_bytes(void **state)
+{
+	(void)state;
+	enum { N = 4, LEN = 256 * 1024 };
+	kvt_store *s = open_tiered("shared.dat", 2, 0.5, "");
+	char *scratch = NULL;
+
+	assert_int_equal(posix_memalign((void **)&scratch, 4096, LEN + 4096), 0);
+	put_disk_only(s, 0, 2 * N, LEN, 2);
+	for (int pass = 0; pass < 2; pass++) {
+		kvt_op ops[N];
+		long long hits = store_stat(s, "store", "hits_disk");
+
+		for (int i = 0; i < N; i++)
+			ops[i] = (kvt_op){ test_key((uint64_t)(pass * N + i)),
+					   scratch + (pass ? 1 : 0), LEN + 1, 1 };
+		assert_int_equal(kvt_get_batch(s, ops, N), 0);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(ops[i].result, 0);
+			assert_int_equal(ops[i].len, LEN);
+		}
+		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + N);
+		/* every one was promoted (the buffer served to warm them) */
+		for (int i = 0; i < N; i++)
+			assert_int_equal(store_get_block(s, test_key((uint64_t)(pass * N + i)),
+							 LEN), 0);
+		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + N);
+	}
+	assert_int_equal(store_stat(s, "store", "checksum_misses"), 0);
+	kvt_close(s);
+	/* and what is on disk after a restart is right too */
+	s = open_tiered("shared.dat", 2, 0.5, "");
+	for (uint64_t i = 0; i < 2 * N; i++) {
+		int rc = store_get_block(s, test_key(i), LEN);
+		assert_true(rc == 0 || rc == -ENOENT);
+	}
+	kvt_close(s);
+	free(scratch);
+}
+
+/* kvt_remove overlapping a disk read in flight (an async batch loading many
+ * blocks, the removed one last): the read's promotion must not bring the
+ * block back, neither into RAM nor, through a later eviction, onto disk. */
+static void test_remove_wins_over_a_disk_read_in_flight(void **state)
+{
+	(void)state;
+	enum { N = 32, LEN = MiB };
+	kvt_store *s = open_tiered("race.dat", 4, 0.5, "");
+	char *bufs = malloc((size_t)N * LEN), stats[8192];
+	int overlapped = 0;
+
+	assert_non_null(bufs);
+	for (uint64_t round = 0; round < 4 && overlapped < 2; round++) {
+		uint64_t first = 100 + round * N;
+		kvt_op ops[N];
+		kvt_batch *b = NULL;
+
+		put_disk_only(s, first, N, LEN, 4);
+		for (int i = 0; i < N; i++)
+			ops[i] = (kvt_op){ test_key(first + (uint64_t)i), bufs + (size_t)i * LEN,
+					   LEN, 1 };
+		assert_int_equal(kvt_batch_submit(s, KVT_OP_GET, ops, N, &b), 0);
+		/* Wait until the reads are in flight (the keys looked up). */
+		for (;;) {
+			assert_true(kvt_stats_json(s, stats, sizeof(stats)) > 0);
+			const char *p = strstr(stats, "\"inflight\":");
+			assert_non_null(p);
+			if (atoi(p + 11) > 0 || kvt_batch_poll(b))
+				break;
+		}
+		assert_int_equal(kvt_remove(s, ops[N - 1].key), 0);
+		overlapped += kvt_batch_poll(b) == 0;
+		assert_int_equal(kvt_batch_wait(b, -1), 0);
+		assert_int_equal(kvt_batch_result(b), 0);
+		kvt_batch_free(b);
+		/* the load itself returned the bytes: it began before the removal */
+		assert_int_equal(ops[N - 1].result, 0);
+		assert_true(check_block(ops[N - 1].key, ops[N - 1].buf, LEN));
+		/* Evict whatever the batch promoted, then look everywhere. */
+		for (uint64_t i = 0; i < 8; i++)
+			store_put_block(s, test_key(9000000 + round * 8 + i), LEN);
+		size_t found;
+		assert_int_equal(kvt_lookup(s, &ops[N - 1].key, 1, 0, &found), 0);
+		assert_int_equal(found, 0);
+		assert_int_equal(store_get_block(s, ops[N - 1].key, LEN), -ENOENT);
+	}
+	assert_true(overlapped >= 1);
+	free(bufs);
+	kvt_close(s);
+}
+
+/* kvt_get(s, key, NULL, 0, &len) and a batch op {key, NULL, 0} ask for the
+ * size of a block that only the disk holds: -ENOBUFS and the size, and no
+ * error counted. */
+static void test_size_query_of_a_disk_only_block(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("size.dat", 2, 0.5, "");
+	size_t len = 0;
+
+	put_disk_only(s, 7, 1, 300000, 2);
+	assert_int_equal(kvt_get(s, test_key(7), NULL, 0, &len), -ENOBUFS);
+	assert_int_equal(len, 300000);
+	kvt_op op = { test_key(7), NULL, 0, 1 };
+	assert_int_equal(kvt_get_batch(s, &op, 1), -ENOBUFS);
+	assert_int_equal(op.result, -ENOBUFS);
+	assert_int_equal(op.len, 300000);
+	/* a missing key is still a miss */
+	assert_int_equal(kvt_get(s, test_key(8), NULL, 0, &len), -ENOENT);
+	assert_int_equal(store_stat(s, "store", "errors"), 0);
+	assert_int_equal(store_get_block(s, test_key(7), 300000), 0);
+	kvt_close(s);
+}
+
 struct hammer_arg {
 	kvt_store *s;
 	unsigned id;
@@ -247,6 +382,9 @@ int main(void)
 		cmocka_unit_test(test_remove_clears_both_tiers),
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
 		cmocka_unit_test(test_threads_across_tiers),
+		cmocka_unit_test(test_batch_ops_sharing_a_buffer_promote_their_own_bytes),
+		cmocka_unit_test(test_remove_wins_over_a_disk_read_in_flight),
+		cmocka_unit_test(test_size_query_of_a_disk_only_block),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
