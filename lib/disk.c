@@ -164,6 +164,8 @@ struct disk_tier {
 	/* counters */
 	_Atomic uint64_t hits, misses, puts, reclaims, reinsertions;
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
+	_Atomic uint64_t queue_failures;
+	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
 };
 
 static inline uint64_t pad_up(uint64_t v, uint64_t a)
@@ -231,7 +233,9 @@ static void stage_put(struct disk_tier *d, void *p, size_t bytes)
 {
 	unsigned c = stage_class(bytes);
 
-	if (!p)
+	/* Once a failed queue kept I/O we could not reap, the kernel may still
+	 * write into a buffer handed back after that: keep them all alive. */
+	if (!p || atomic_load_explicit(&d->lost, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&d->slock);
 	if (d->scached + (1ull << c) <= STAGE_CACHE) {
@@ -246,14 +250,16 @@ static void stage_put(struct disk_tier *d, void *p, size_t bytes)
 
 /* --- queues ------------------------------------------------------------------ */
 
+/* A free queue, or NULL when every queue failed and none could replace it. */
 static void *queue_get(struct disk_tier *d)
 {
-	void *q;
+	void *q = NULL;
 
 	pthread_mutex_lock(&d->qlock);
-	while (d->nqfree == 0)
+	while (d->nqfree == 0 && d->nqueues > 0)
 		pthread_cond_wait(&d->qcv, &d->qlock);
-	q = d->qfree[--d->nqfree];
+	if (d->nqfree)
+		q = d->qfree[--d->nqfree];
 	pthread_mutex_unlock(&d->qlock);
 	return q;
 }
@@ -264,6 +270,50 @@ static void queue_put(struct disk_tier *d, void *q)
 	d->qfree[d->nqfree++] = q;
 	pthread_cond_signal(&d->qcv);
 	pthread_mutex_unlock(&d->qlock);
+}
+
+/*
+ * A queue that failed (dev_run_hooks says so) is never used again: it is
+ * closed (dev_run_hooks drained it) and a fresh one takes its place in the
+ * pool; when none can be opened, the pool is one queue smaller.
+ */
+static void queue_replace(struct disk_tier *d, void *q)
+{
+	void *nq = NULL;
+	unsigned nf = 0;
+
+	ctr_add(&d->queue_failures, 1);
+	d->ops->queue_close(q);
+	int err = d->ops->queue_open(d->fds, d->ndev, 2 * d->qd, d->fixed_base,
+				     d->fixed_len, &nf, &nq);
+	if (!err && nf < d->nfixed) { /* it must take the same fixed buffers */
+		d->ops->queue_close(nq);
+		err = -ENOMEM;
+	}
+	pthread_mutex_lock(&d->qlock);
+	for (unsigned i = 0; i < d->nqueues; i++)
+		if (d->queues[i] == q) {
+			d->queues[i] = err ? d->queues[--d->nqueues] : nq;
+			break;
+		}
+	if (!err)
+		d->qfree[d->nqfree++] = nq;
+	pthread_cond_broadcast(&d->qcv);
+	pthread_mutex_unlock(&d->qlock);
+	kvt_log(KVT_LOG_ERR, "disk: an I/O queue failed; %s", err ?
+		"no new one could be opened, fewer batches run at once" :
+		"a new one replaces it");
+}
+
+/* The ios of a batch that found no queue left: each fails, hooks run. */
+static void fail_ios(struct dev_io **ios, unsigned n, const struct dev_hooks *hooks)
+{
+	for (unsigned i = 0; i < n; i++) {
+		ios[i]->res = -EIO;
+		ios[i]->lost = 0;
+		if (hooks && hooks->done)
+			hooks->done(hooks->arg, i, ios[i]);
+	}
 }
 
 /*
@@ -279,8 +329,16 @@ static void run_ios(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	if (!n)
 		return;
 	q = queue_get(d);
-	dev_run_hooks(d->ops, q, ios, n, 2 * d->qd, &d->inflight, hooks);
-	queue_put(d, q);
+	if (!q) {
+		fail_ios(ios, n, hooks);
+	} else if (dev_run_hooks(d->ops, q, ios, n, 2 * d->qd, &d->inflight, hooks) < 0) {
+		for (unsigned i = 0; i < n; i++)
+			if (ios[i]->lost)
+				atomic_store(&d->lost, 1);
+		queue_replace(d, q);
+	} else {
+		queue_put(d, q);
+	}
 	for (unsigned i = 0; i < n; i++)
 		if (ios[i]->res < 0 && ios[i]->res != -ECANCELED) {
 			ctr_add(&d->io_errors, 1);
@@ -1313,6 +1371,8 @@ void disk_stats(struct disk_tier *d, json_t *obj)
 	json_object_set_new(obj, "checksum_failures",
 			    json_integer((json_int_t)ctr_get(&d->checksum_failures)));
 	json_object_set_new(obj, "io_errors", json_integer((json_int_t)ctr_get(&d->io_errors)));
+	json_object_set_new(obj, "queue_failures",
+			    json_integer((json_int_t)ctr_get(&d->queue_failures)));
 	json_object_set_new(obj, "queue_depth", json_integer((json_int_t)d->qd));
 	json_object_set_new(obj, "inflight", json_integer((json_int_t)ctr_get(&d->inflight)));
 	json_object_set_new(obj, "regions", json_integer((json_int_t)d->nregions));

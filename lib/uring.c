@@ -16,6 +16,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <liburing.h>
@@ -194,27 +195,54 @@ static void uring_queue_close(void *qp)
 	free(q);
 }
 
+/*
+ * Turns the SQEs queued but not taken by the kernel into no-ops without
+ * data (uring_reap skips their completions), so that no later submit sends
+ * I/O the caller was told did not go out. Only this thread enters the ring
+ * (no SQPOLL), so the kernel cannot take them meanwhile.
+ */
+static void void_unsent(struct uring_queue *q)
+{
+	struct io_uring_sq *sq = &q->ring.sq;
+	unsigned head = io_uring_smp_load_acquire(sq->khead);
+
+	for (; head != sq->sqe_tail; head++) {
+		unsigned i = head & sq->ring_mask;
+		struct io_uring_sqe *sqe = &sq->sqes[sq->array ? sq->array[i] : i];
+
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, NULL);
+	}
+}
+
+#define SUBMIT_TRIES 64
+
 static int uring_submit(void *qp, struct dev_io *const *ios, unsigned n)
 {
 	struct uring_queue *q = qp;
+	/* no-ops left by an earlier failure go out first */
+	unsigned before = io_uring_sq_ready(&q->ring), sent = 0;
+	int r = 0;
 
+	if (before && io_uring_sq_space_left(&q->ring) < n) {
+		io_uring_submit(&q->ring); /* send those no-ops first */
+		before = io_uring_sq_ready(&q->ring);
+	}
+
+	/* Everything is checked before an SQE is taken: a taken SQE is sent by
+	 * the next submit whether or not this one fails. */
+	if (io_uring_sq_space_left(&q->ring) < n)
+		return kvt_fail(-EBUSY, "io_uring: %u I/Os for %u free slots", n,
+				io_uring_sq_space_left(&q->ring));
+	for (unsigned i = 0; i < n; i++)
+		if (ios[i]->dev >= q->nfds)
+			return kvt_fail(-EINVAL, "io_uring: device %u of %u", ios[i]->dev,
+					q->nfds);
 	for (unsigned i = 0; i < n; i++) {
 		struct dev_io *io = ios[i];
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
-		int fd;
+		int fd = q->files_registered ? io->dev : q->fds[io->dev];
 
-		if (io->dev >= q->nfds)
-			return -EINVAL;
-		fd = q->files_registered ? io->dev : q->fds[io->dev];
-
-		if (!sqe) {
-			int r = io_uring_submit(&q->ring);
-			if (r < 0)
-				return r;
-			sqe = io_uring_get_sqe(&q->ring);
-			if (!sqe)
-				return -EBUSY;
-		}
 		if (io->op == DEV_READ) {
 			if (io->fixed >= 0)
 				io_uring_prep_read_fixed(sqe, fd, io->buf, io->len,
@@ -232,14 +260,25 @@ static int uring_submit(void *qp, struct dev_io *const *ios, unsigned n)
 			sqe->flags |= IOSQE_FIXED_FILE;
 		io_uring_sqe_set_data(sqe, io);
 	}
-	for (;;) {
-		int r = io_uring_submit(&q->ring);
-		if (r >= 0)
+	/* The kernel may take fewer SQEs than queued (it stops at one it cannot
+	 * start): submit the rest again, and what it never takes is voided. */
+	for (int tries = 0; sent < before + n && tries < SUBMIT_TRIES;) {
+		r = io_uring_submit(&q->ring);
+		if (r > 0) {
+			sent += (unsigned)r;
+			tries = 0;
+		} else if (r == 0 || r == -EINTR || r == -EAGAIN || r == -EBUSY) {
+			tries++;
+		} else {
 			break;
-		if (r != -EINTR && r != -EAGAIN)
-			return r;
+		}
 	}
-	return (int)n;
+	if (sent < before + n)
+		void_unsent(q);
+	sent = sent > before ? sent - before : 0;
+	if (sent)
+		return (int)sent;
+	return r < 0 ? r : -EAGAIN;
 }
 
 static int uring_reap(void *qp, struct dev_io **done, unsigned max, unsigned min)
@@ -259,8 +298,10 @@ static int uring_reap(void *qp, struct dev_io **done, unsigned max, unsigned min
 		if (r < 0)
 			return got ? (int)got : r;
 		struct dev_io *io = io_uring_cqe_get_data(cqe);
-		io->res = cqe->res;
 		io_uring_cqe_seen(&q->ring, cqe);
+		if (!io)
+			continue; /* a voided SQE (void_unsent) */
+		io->res = cqe->res;
 		done[got++] = io;
 	}
 	return (int)got;
@@ -354,12 +395,15 @@ static void fail_unsent(struct run *r, int err)
 		finish(r, r->ios[r->next], err, 0);
 }
 
-/* Submits sub[0..k). On failure nothing of it went out: it and every io
- * not yet sent fail with the error, and no more is submitted. */
+/* Submits sub[0..k). What the queue did not take goes back to the retry
+ * ring, to be submitted again. On failure nothing of it went out: it and
+ * every io not yet sent fail with the error, and no more is submitted. */
 static void flush(struct run *r, unsigned k)
 {
 	int e = r->ops->submit(r->q, r->sub, k);
 
+	if (e == 0)
+		e = -EAGAIN; /* no progress: the queue is of no use */
 	if (e < 0) {
 		r->qerr = e;
 		for (unsigned i = 0; i < k; i++)
@@ -367,9 +411,12 @@ static void flush(struct run *r, unsigned k)
 		fail_unsent(r, e);
 		return;
 	}
-	r->nin += k;
+	unsigned sent = (unsigned)e < k ? (unsigned)e : k;
+	for (unsigned i = sent; i < k; i++)
+		r->retry[(r->rhead + r->nretry++) % r->depth] = r->sub[i];
+	r->nin += sent;
 	if (r->inflight)
-		atomic_fetch_add_explicit(r->inflight, k, memory_order_relaxed);
+		atomic_fetch_add_explicit(r->inflight, sent, memory_order_relaxed);
 }
 
 /* Fills the free slots: retries first, then fresh ios (prepared first). */
@@ -409,6 +456,45 @@ static void fill(struct run *r)
 		flush(r, k);
 }
 
+/*
+ * Reaps the ios in flight of a run whose queue failed until none is left,
+ * retrying failed reaps with a growing pause (1 ms to 100 ms) for up to
+ * DRAIN_MS; each reaped io fails with the queue's error. Those still in
+ * flight after that are left to the caller as lost.
+ */
+#define DRAIN_MS 30000u
+
+static void drain(struct run *r)
+{
+	unsigned pause_ms = 1, waited_ms = 0;
+
+	while (r->nin && waited_ms < DRAIN_MS) {
+		int got = r->ops->reap(r->q, r->reaped, r->depth, 1);
+
+		if (got < 0) {
+			struct timespec ts = { 0, (long)pause_ms * 1000000L };
+
+			nanosleep(&ts, NULL);
+			waited_ms += pause_ms;
+			pause_ms = pause_ms < 100 ? pause_ms * 2 : 100;
+			continue;
+		}
+		r->nin -= (unsigned)got;
+		if (r->inflight)
+			atomic_fetch_sub_explicit(r->inflight, (unsigned)got,
+						  memory_order_relaxed);
+		for (int i = 0; i < got; i++)
+			finish(r, r->reaped[i], r->qerr, 0);
+	}
+	if (r->nin) {
+		kvt_log(KVT_LOG_ERR, "disk: an I/O queue failed (%s) with %u I/Os in "
+			"flight that could not be reaped in %u ms", strerror(-r->qerr),
+			r->nin, DRAIN_MS);
+		if (r->inflight)
+			atomic_fetch_sub_explicit(r->inflight, r->nin, memory_order_relaxed);
+	}
+}
+
 int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 		  unsigned n, unsigned depth, _Atomic uint64_t *inflight,
 		  const struct dev_hooks *hooks)
@@ -425,6 +511,7 @@ int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 		ios[i]->idx = i;
 		ios[i]->done = 0;
 		ios[i]->res = 0;
+		ios[i]->lost = 0;
 	}
 	mem = malloc(sizeof(*mem) * (4u * (size_t)r.depth));
 	r.final = calloc(n, 1);
@@ -459,15 +546,18 @@ int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 		}
 		int got = ops->reap(q, r.reaped, r.depth, min);
 		if (got < 0) {
-			/* The queue is broken: we cannot learn the outcome. */
+			/* The queue is broken: nothing more goes out, and the
+			 * batch fails; but the kernel may still be writing into
+			 * the buffers of the ios in flight, so they are drained
+			 * before any is handed back. */
 			r.qerr = got;
-			if (inflight)
-				atomic_fetch_sub_explicit(inflight, r.nin, memory_order_relaxed);
-			r.nin = 0;
-			r.nretry = 0;
+			fail_unsent(&r, got);
+			drain(&r);
 			for (unsigned i = 0; i < n; i++)
-				if (!r.final[i])
+				if (!r.final[i]) {
+					ios[i]->lost = 1;
 					finish(&r, ios[i], got, 0);
+				}
 			break;
 		}
 		r.nin -= (unsigned)got;

@@ -31,6 +31,9 @@ struct dev_io {
 	int32_t res;        /* set at completion: bytes moved or -errno */
 	uint32_t done;      /* bytes dev_run has completed so far (retries) */
 	uint32_t idx;       /* set by dev_run: the io's position in its batch */
+	uint8_t lost;       /* set by dev_run: the queue failed with this io in
+			       flight and it could not be reaped, so the
+			       kernel may still use its buffer: never reuse it */
 };
 
 /*
@@ -61,7 +64,11 @@ struct kvt_dev_ops {
 			  void *fixed_base, size_t fixed_len, unsigned *nfixed,
 			  void **q);
 	void (*queue_close)(void *q);
-	/* Queues and submits ios[0..n) (n <= free slots). Returns n or -errno. */
+	/*
+	 * Queues and submits ios[0..n) (n <= free slots). Returns how many of
+	 * them went out, counted from ios[0] (at least 1; the caller submits
+	 * the rest again), or -errno when none did and none ever will.
+	 */
 	int (*submit)(void *q, struct dev_io *const *ios, unsigned n);
 	/*
 	 * Waits until at least min ios have completed, stores up to max of them
@@ -99,11 +106,15 @@ struct dev_hooks {
 
 /*
  * Runs ios[0..n) on q, keeping at most depth in flight, resubmitting the rest
- * of short transfers (a transfer that makes no progress fails with -EIO).
- * Returns when every io is complete; each io's res is then its full length or
- * a negative errno. *inflight (may be NULL) tracks ios in flight. Returns 0,
- * or a negative errno when the queue itself failed (every io then has res
- * set, the failed ones to that error).
+ * of short transfers (a transfer that makes no progress fails with -EIO) and
+ * the ios a submission did not take. Returns when every io is complete; each
+ * io's res is then its full length or a negative errno. *inflight (may be
+ * NULL) tracks ios in flight. Returns 0, or a negative errno when the queue
+ * itself failed (every io then has res set, the failed ones to that error).
+ * A failed queue must not be used again (close it). Before returning, the
+ * ios it had in flight are reaped (drained), so that no buffer is handed
+ * back while the kernel may still write into it; an io that could not be
+ * drained in 30 s has lost set.
  */
 int dev_run(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 	    unsigned n, unsigned depth, _Atomic uint64_t *inflight);

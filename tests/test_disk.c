@@ -41,6 +41,9 @@ static struct {
 	_Atomic int fail_writes;  /* next N writes complete with -EIO */
 	_Atomic int short_reads;  /* next N reads report half their length */
 	_Atomic int delay_us;     /* sleep before every reap */
+	_Atomic int break_reaps;  /* next N reaps fail (the queue is broken) */
+	_Atomic int broken_used;  /* submissions to a queue after it broke */
+	_Atomic int closes;       /* queues closed */
 	_Atomic int scribble_len; /* the next read of this length: its first
 				     byte changed after it completes (another
 				     writer of the buffer) */
@@ -48,6 +51,7 @@ static struct {
 
 struct fq {
 	void *inner;
+	int broken;
 	unsigned npend;
 	struct dev_io *pend[8192];
 };
@@ -73,6 +77,7 @@ static void f_queue_close(void *q)
 {
 	struct fq *f = q;
 
+	atomic_fetch_add(&faults.closes, 1);
 	uring_dev_ops.queue_close(f->inner);
 	free(f);
 }
@@ -93,6 +98,8 @@ static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
 	struct dev_io *fwd[8192];
 	unsigned m = 0;
 
+	if (f->broken)
+		atomic_fetch_add(&faults.broken_used, 1);
 	for (unsigned i = 0; i < n; i++) {
 		_Atomic int *c = ios[i]->op == DEV_READ ? &faults.fail_reads
 							: &faults.fail_writes;
@@ -119,6 +126,10 @@ static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 
 	if (d)
 		usleep((useconds_t)d);
+	if (take(&faults.break_reaps)) {
+		f->broken = 1;
+		return -EBADR;
+	}
 	while (f->npend && got < max)
 		done[got++] = f->pend[--f->npend];
 	if (got < max && (got < min || got == 0)) {
@@ -767,6 +778,40 @@ static void overwritten_direct_read_is_read_again(void **st)
 	fix_done(&f);
 }
 
+/* A queue that fails in the middle of a batch (its ios drained by dev_run)
+ * is closed and replaced, never handed to the next batch. */
+static void failed_queue_is_replaced_not_reused(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, &fops);
+
+	for (uint64_t i = 0; i < 8; i++)
+		assert_int_equal(put_block(d, i, 200000), 0);
+	atomic_store(&faults.broken_used, 0);
+	atomic_store(&faults.closes, 0);
+	atomic_store(&faults.break_reaps, 1);
+	void *b = NULL;
+	kvt_op ops[8];
+	assert_int_equal(posix_memalign(&b, 4096, 8 * 200704), 0);
+	for (int i = 0; i < 8; i++)
+		ops[i] = (kvt_op){ test_key((uint64_t)i), (char *)b + (size_t)i * 200704,
+				   200704, 1 };
+	assert_int_equal(disk_get_batch(d, ops, 8), -EIO);
+	assert_int_equal(stat_of(d, "queue_failures"), 1);
+	assert_int_equal(atomic_load(&faults.closes), 1);
+	assert_int_equal(stat_of(d, "inflight"), 0);
+	for (int r = 0; r < 20; r++)
+		for (uint64_t i = 0; i < 8; i++)
+			assert_int_equal(get_block(d, i, 200000), 0);
+	assert_int_equal(put_block(d, 100, 5000), 0);
+	assert_int_equal(atomic_load(&faults.broken_used), 0);
+	free(b);
+	disk_close(d);
+	fix_done(&f);
+}
+
 static void full_device_is_refused(void **st)
 {
 	(void)st;
@@ -923,7 +968,7 @@ static void stats_report_every_counter(void **st)
 	struct disk_tier *d = open_ok(&f, NULL);
 	static const char *names[] = { "capacity", "bytes_used", "objects", "hits",
 		"misses", "puts", "spills", "reclaims", "reinsertions",
-		"checksum_failures", "io_errors", "queue_depth", "inflight",
+		"checksum_failures", "io_errors", "queue_failures", "queue_depth", "inflight",
 		"index_bytes_per_block" };
 
 	for (uint64_t i = 0; i < 40; i++)
@@ -1020,6 +1065,7 @@ int main(void)
 		cmocka_unit_test(junk_pages_read_as_misses),
 		cmocka_unit_test(injected_faults_fail_cleanly),
 		cmocka_unit_test(overwritten_direct_read_is_read_again),
+		cmocka_unit_test(failed_queue_is_replaced_not_reused),
 		cmocka_unit_test(full_device_is_refused),
 		cmocka_unit_test(bad_config_is_refused),
 		cmocka_unit_test(foreign_superblock_starts_empty),

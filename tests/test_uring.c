@@ -27,7 +27,9 @@ static struct {
 	unsigned char mem[1 << 20];
 	struct dev_io *pend[256];
 	unsigned npend, max_inflight, short_every, zero_next, submits;
+	unsigned submit_max;  /* a submission takes at most this many (0: all) */
 	int fail_submit;
+	int fail_reap_once;   /* the next reap with ios pending fails, -EIO */
 } fake;
 
 static int fake_submit(void *q, struct dev_io *const *ios, unsigned n)
@@ -36,6 +38,8 @@ static int fake_submit(void *q, struct dev_io *const *ios, unsigned n)
 	if (fake.fail_submit)
 		return -EBUSY;
 	fake.submits++;
+	if (fake.submit_max && n > fake.submit_max)
+		n = fake.submit_max;
 	for (unsigned i = 0; i < n; i++)
 		fake.pend[fake.npend++] = ios[i];
 	if (fake.npend > fake.max_inflight)
@@ -48,7 +52,13 @@ static int fake_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 	unsigned got = 0;
 
 	(void)q;
-	(void)min;
+	/* a real queue would wait for ever for ios it was never given */
+	if (!fake.npend && min)
+		return -EDEADLK;
+	if (fake.npend && fake.fail_reap_once) {
+		fake.fail_reap_once = 0;
+		return -EIO;
+	}
 	while (fake.npend && got < max) {
 		struct dev_io *io = fake.pend[--fake.npend];
 		uint32_t len = io->len;
@@ -378,6 +388,116 @@ static void dev_run_hooks_report_a_refused_submission_to_every_io(void **st)
 }
 
 
+/* A submission that takes only some of the ios it is given (io_uring stops
+ * at an SQE it cannot start): dev_run submits the rest again, and every io
+ * is prepared once, completed once and lands where it should. */
+static void dev_run_resubmits_what_a_submission_did_not_take(void **st)
+{
+	(void)st;
+	static unsigned char bufs[40 * 4096];
+	struct dev_io io[40], *p[40];
+	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
+	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+	_Atomic uint64_t inflight = 0;
+
+	fake_reset();
+	fake.submit_max = 3;
+	for (int i = 0; i < 40; i++) {
+		io[i] = (struct dev_io){ .op = DEV_WRITE, .off = (uint64_t)i * 4096,
+					 .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(dev_run_hooks(&checked_ops, NULL, p, 40, 8, &inflight, &hooks), 0);
+	assert_int_equal(inflight, 0);
+	assert_int_equal(h.nprep, 40);
+	assert_true(fake.submits >= 14);
+	for (unsigned i = 0; i < 40; i++) {
+		assert_int_equal(h.donecount[i], 1);
+		assert_int_equal(io[i].res, 4096);
+		assert_int_equal(fake.mem[i * 4096], i + 1);
+	}
+	/* the same without hooks, one io per submission */
+	fake.submit_max = 1;
+	for (int i = 0; i < 40; i++) {
+		io[i].op = DEV_READ;
+		io[i].buf = bufs + (size_t)i * 4096;
+		memset(io[i].buf, 0, 4096);
+	}
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 40, 8, &inflight), 0);
+	assert_int_equal(inflight, 0);
+	for (unsigned i = 0; i < 40; i++) {
+		assert_int_equal(io[i].res, 4096);
+		assert_int_equal(bufs[i * 4096], i + 1);
+	}
+}
+
+/* A queue that fails while ios are in flight: dev_run reaps (drains) them
+ * before it returns, since the device may still be writing into their
+ * buffers; nothing more is submitted; each io is finished once. */
+static void dev_run_drains_a_failed_queue_before_returning(void **st)
+{
+	(void)st;
+	static unsigned char bufs[16 * 4096];
+	struct dev_io io[16], *p[16];
+	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
+	struct dev_hooks hooks = { NULL, hook_done, &h };
+	_Atomic uint64_t inflight = 0;
+
+	fake_reset();
+	fake.fail_reap_once = 1;
+	for (int i = 0; i < 16; i++) {
+		io[i] = (struct dev_io){ .op = DEV_READ, .buf = bufs + i * 4096,
+					 .off = (uint64_t)i * 4096, .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	assert_int_equal(dev_run_hooks(&fake_ops, NULL, p, 16, 8, &inflight, &hooks), -EIO);
+	assert_int_equal(fake.npend, 0);  /* nothing left in flight */
+	assert_int_equal(fake.submits, 1); /* and nothing sent after the failure */
+	assert_int_equal(inflight, 0);
+	for (unsigned i = 0; i < 16; i++) {
+		assert_int_equal(h.donecount[i], 1);
+		assert_int_equal(io[i].res, -EIO);
+		assert_int_equal(io[i].lost, 0);
+	}
+}
+
+/* The real queue: a submission refused for a bad io sends none of its ios,
+ * neither now nor with the next submission. */
+static void uring_refused_submission_sends_nothing_later(void **st)
+{
+	(void)st;
+	char *dir = make_temp_dir("uring");
+	char path[4200];
+	void *buf = NULL, *q = NULL;
+	unsigned nfixed = 0;
+
+	snprintf(path, sizeof(path), "%s/dev", dir);
+	int fd = uring_dev_ops.dev_open(path, 1 << 20);
+	assert_true(fd >= 0);
+	assert_int_equal(posix_memalign(&buf, 4096, 3 * 4096), 0);
+	memset(buf, 7, 3 * 4096);
+	assert_int_equal(uring_dev_ops.queue_open(&fd, 1, 16, NULL, 0, &nfixed, &q), 0);
+	struct dev_io a = { .op = DEV_WRITE, .buf = buf, .off = 0, .len = 4096, .fixed = -1 };
+	struct dev_io b = { .op = DEV_WRITE, .buf = buf, .off = 4096, .len = 4096,
+			    .dev = 3, .fixed = -1 }; /* no device 3 */
+	struct dev_io c = { .op = DEV_READ, .buf = (char *)buf + 8192, .off = 8192,
+			    .len = 4096, .fixed = -1 };
+	struct dev_io *ab[2] = { &a, &b }, *cp = &c, *done[4] = { NULL };
+
+	assert_int_equal(uring_dev_ops.submit(q, ab, 2), -EINVAL);
+	assert_int_equal(uring_dev_ops.submit(q, &cp, 1), 1);
+	assert_int_equal(uring_dev_ops.reap(q, done, 4, 1), 1);
+	assert_ptr_equal(done[0], &c);
+	assert_int_equal(c.res, 4096);
+	usleep(20000);
+	assert_int_equal(uring_dev_ops.reap(q, done, 4, 0), 0);
+	uring_dev_ops.queue_close(q);
+	uring_dev_ops.dev_close(fd);
+	free(buf);
+	rm_rf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +509,9 @@ int main(void)
 		cmocka_unit_test(dev_run_hooks_prepare_in_order_before_submitting),
 		cmocka_unit_test(dev_run_hooks_finish_every_io_once),
 		cmocka_unit_test(dev_run_hooks_report_a_refused_submission_to_every_io),
+		cmocka_unit_test(dev_run_resubmits_what_a_submission_did_not_take),
+		cmocka_unit_test(dev_run_drains_a_failed_queue_before_returning),
+		cmocka_unit_test(uring_refused_submission_sends_nothing_later),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
