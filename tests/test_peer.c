@@ -699,6 +699,38 @@ static void test_get_and_batch_from_owner(void **state)
 		free(ops[i].buf);
 }
 
+/* Ops of one batch that share a buffer, loaded from the owner: each is
+ * promoted into this node's RAM with its own bytes (they are asked one at a
+ * time), not with whichever block landed in the buffer last. */
+static void test_batch_ops_sharing_a_buffer_from_owner(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 4, LEN = 50000 };
+	kvt_key kb[N];
+	kvt_op ops[N];
+	char *scratch = malloc(LEN);
+
+	assert_non_null(scratch);
+	open_pair(f);
+	owned_keys(1, 30000, kb, N);
+	for (int i = 0; i < N; i++)
+		store_put_block(f->b, kb[i], LEN);
+	for (int i = 0; i < N; i++)
+		ops[i] = (kvt_op){ kb[i], scratch, LEN, 1 };
+	long long peer_hits = store_stat(f->a, "store", "hits_peer");
+	assert_int_equal(kvt_get_batch(f->a, ops, N), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].len, LEN);
+	}
+	assert_int_equal(store_stat(f->a, "store", "hits_peer"), peer_hits + N);
+	/* now from a's RAM, each with its own bytes */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(store_get_block(f->a, kb[i], LEN), 0);
+	assert_int_equal(store_stat(f->a, "store", "hits_peer"), peer_hits + N);
+	free(scratch);
+}
+
 static void test_lookup_through_owner_and_stats(void **state)
 {
 	struct fx *f = *state;
@@ -1600,6 +1632,7 @@ int main(void)
 		T(test_single_member_is_plain_store),
 		T(test_put_goes_to_owner),
 		T(test_get_and_batch_from_owner),
+		T(test_batch_ops_sharing_a_buffer_from_owner),
 		T(test_lookup_through_owner_and_stats),
 		T(test_restarted_peer_is_redialled),
 		T(test_dead_peer),
