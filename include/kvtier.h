@@ -76,8 +76,9 @@ KVT_API const char *kvt_version(void);
 /*
  * Returns a static, human-readable text for a result of this library: a
  * negative errno (the sign is ignored, so kvt_strerror(-ENOENT) and
- * kvt_strerror(ENOENT) agree) or 0. Unknown codes give "unknown error".
- * Never returns NULL.
+ * kvt_strerror(ENOENT) agree) or 0. An errno value outside the library's
+ * own texts (for example EADDRINUSE from kvt_open) gives the C library's text
+ * for it; anything else gives "unknown error". Never returns NULL.
  */
 KVT_API const char *kvt_strerror(int err);
 

@@ -5,8 +5,10 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 
@@ -21,10 +23,44 @@ KVT_API const char *kvt_version(void)
 	return KVT_STR(KVT_VERSION_MAJOR) "." KVT_STR(KVT_VERSION_MINOR) "." KVT_STR(KVT_VERSION_PATCH);
 }
 
-KVT_API const char *kvt_strerror(int err)
+/*
+ * Codes outside the table below get the C library's text. kvt_strerror()
+ * promises a string that is the same for every thread and never changes, so
+ * each such text is copied once into the heap and kept for the life of the
+ * process (one per code ever asked about, at most ERRNO_TEXTS of them).
+ */
+#define ERRNO_TEXTS 1024 /* errno values are small; larger codes are unknown */
+static _Atomic(char *) errno_texts[ERRNO_TEXTS];
+
+static const char *libc_text(int err)
 {
-	if (err < 0)
-		err = -err;
+	char buf[256];
+	const char *t;
+	char *copy, *none = NULL;
+
+	if (err <= 0 || err >= ERRNO_TEXTS)
+		return NULL;
+	copy = atomic_load_explicit(&errno_texts[err], memory_order_acquire);
+	if (copy)
+		return copy;
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+	t = strerror_r(err, buf, sizeof(buf));   /* GNU: may return its own */
+#else
+	t = strerror_r(err, buf, sizeof(buf)) ? NULL : buf; /* XSI: 0 or errno */
+#endif
+	if (!t || !t[0] || !(copy = strdup(t)))
+		return NULL;
+	if (!atomic_compare_exchange_strong_explicit(&errno_texts[err], &none, copy,
+						     memory_order_acq_rel,
+						     memory_order_acquire)) {
+		free(copy); /* another thread stored the same text first */
+		return none;
+	}
+	return copy;
+}
+
+static const char *table_text(int err)
+{
 	switch (err) {
 	case 0: return "success";
 	case ENOENT: return "not stored (a miss)";
@@ -52,8 +88,21 @@ KVT_API const char *kvt_strerror(int err)
 	case ECONNREFUSED: return "connection refused";
 	case ECONNRESET: return "connection reset by peer";
 	case EPROTO: return "protocol error";
-	default: return "unknown error";
+	default: return NULL;
 	}
+}
+
+KVT_API const char *kvt_strerror(int err)
+{
+	const char *t;
+
+	if (err == INT_MIN) /* has no positive counterpart */
+		return "unknown error";
+	if (err < 0)
+		err = -err;
+	if ((t = table_text(err)) || (t = libc_text(err)))
+		return t;
+	return "unknown error";
 }
 
 KVT_API const char *kvt_last_error(void)

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -503,6 +504,34 @@ static void test_strerror_and_last_error(void **state)
 	assert_non_null(strstr(kvt_last_error(), "store is NULL"));
 }
 
+static void *strerror_in_thread(void *arg)
+{
+	return (void *)kvt_strerror(*(int *)arg);
+}
+
+/* Codes outside the library's own table (EADDRINUSE is a kvt_open result)
+ * read as the C library's text, and the text is one string for every call
+ * and every thread, as for the table's own codes. */
+static void test_strerror_falls_back_to_the_c_library(void **state)
+{
+	(void)state;
+	static const int codes[] = { EADDRINUSE, EADDRNOTAVAIL, EHOSTUNREACH, EISDIR };
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		int err = -codes[i];
+		const char *t = kvt_strerror(err);
+		void *other = NULL;
+		pthread_t th;
+
+		assert_string_equal(t, strerror(codes[i]));
+		assert_ptr_equal(kvt_strerror(codes[i]), t);
+		assert_int_equal(pthread_create(&th, NULL, strerror_in_thread, &err), 0);
+		assert_int_equal(pthread_join(th, &other), 0);
+		assert_ptr_equal(other, t);
+	}
+	assert_string_equal(kvt_strerror(-1000000), "unknown error");
+	assert_string_equal(kvt_strerror(-2147483647 - 1), "unknown error");
+}
+
 static int log_lines;
 static void count_log(int level, const char *msg, void *arg)
 {
@@ -551,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_async_batch_wait_poll_fd),
 		cmocka_unit_test(test_close_waits_for_submitted_batches),
 		cmocka_unit_test(test_strerror_and_last_error),
+		cmocka_unit_test(test_strerror_falls_back_to_the_c_library),
 		cmocka_unit_test(test_log_callback_receives_fallbacks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
