@@ -50,6 +50,9 @@ static inline int kvt_key_eq(kvt_key a, kvt_key b)
 /* XXH3-64 (seed 0) of p[0..len), the fastest way this CPU has (checksum.c):
  * the checksum of disk records and of blocks on the wire. */
 uint64_t kvt_checksum(const void *p, size_t len);
+/* The same sum built for AVX2 (checksum_avx2.c, x86-64 only); call it only
+ * when __builtin_cpu_supports("avx2"). */
+uint64_t kvt_checksum_avx2(const void *p, size_t len);
 
 /* shared[i] = 1 when ops[i].buf[0..len) overlaps the buffer of another op
  * of ops[0..n), else 0 (ops.c). A batch whose ops share a buffer must not
