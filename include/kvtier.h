@@ -149,9 +149,11 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out);
 /*
  * Closes a store: waits for in-flight batches, stops the library's threads,
  * writes the disk tier's index checkpoint, and frees everything. NULL is a
- * no-op, and so is a pointer that is not an open store (a second close of the
- * same store), which also sets kvt_last_error(). No other call may use the
- * store concurrently with or after kvt_close().
+ * no-op. As with free(), s must be a store that kvt_open() returned and that
+ * is still open: closing it a second time, or passing any other pointer, is
+ * undefined (the library cannot tell a stale pointer from a later store given
+ * the same address). No other call may use the store concurrently with or
+ * after kvt_close().
  */
 KVT_API void kvt_close(kvt_store *s);
 

