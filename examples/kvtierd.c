@@ -6,8 +6,10 @@
  * It opens the store its JSON configuration describes (which must have a
  * "peers" section: a node nobody can reach is of no use), prints one line
  * saying where it serves, and then does nothing but wait for signals; the
- * library's peer server thread answers the members. SIGINT and SIGTERM close
- * the store (which writes the disk tier's checkpoint) and exit 0; SIGUSR1
+ * library's peer server thread answers the members. A disk held by another
+ * store (the kvtierd it replaces, still closing) is waited for, up to
+ * --busy-wait seconds. SIGINT and SIGTERM close the store (which writes the
+ * disk tier's checkpoint) and exit 0; SIGUSR1
  * prints the statistics; SIGHUP is logged and ignored. It never forks or
  * detaches: run it under systemd or a similar supervisor. See kvtierd(1).
  *
@@ -39,6 +41,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvtierd --config FILE [--stats SECONDS] [--log-level LEVEL]\n"
+		"               [--busy-wait SECONDS]\n"
 		"       kvtierd --help | --version\n"
 		"\n"
 		"Serves this machine's RAM and disk tiers to the other members of a\n"
@@ -49,7 +52,10 @@ static void usage(FILE *f)
 		"  --stats SECONDS    print the statistics as one JSON line on standard\n"
 		"                     output every SECONDS (default 0: only on SIGUSR1)\n"
 		"  --log-level LEVEL  error, warn (default), info or debug: messages to\n"
-		"                     standard error\n"
+		"                     standard error\n"		"  --busy-wait SECONDS\n"
+		"                     while another store holds a disk of the\n"
+		"                     configuration (an old kvtierd still closing), retry\n"
+		"                     for up to SECONDS (default 60; 0: fail at once)\n"
 		"  --help             this text\n"
 		"  --version          the version of libkvtier it is built with\n");
 }
@@ -235,13 +241,54 @@ static const char *signal_name(int sig)
 	return "signal";
 }
 
+/* A whole number of seconds from 0 to INT_MAX into *out: 0, or -1. */
+static int seconds(const char *arg, long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtol(arg, &end, 10);
+	return arg[0] < '0' || arg[0] > '9' || *end || errno || *out > INT_MAX ? -1 : 0;
+}
+
+/*
+ * kvt_open, retried once a second for up to busy_s seconds while it fails
+ * with -EBUSY: a disk of the configuration is held by another store, such
+ * as the kvtierd this one replaces, still writing its checkpoint. SIGINT or
+ * SIGTERM (blocked here, so taken with sigtimedwait) ends the wait and is
+ * returned in *stop; other signals are dropped.
+ */
+static int open_store(const char *text, long busy_s, const sigset_t *set,
+		      kvt_store **s, int *stop)
+{
+	struct timespec start, now, second = { .tv_sec = 1 };
+	int ret, sig;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (int tries = 0;; tries++) {
+		ret = kvt_open(text, s);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (ret != -EBUSY || now.tv_sec - start.tv_sec >= busy_s)
+			return ret;
+		if (tries == 0)
+			say(KVT_LOG_WARN, "kvtierd: %s; retrying for up to %ld s",
+			    kvt_last_error(), busy_s);
+		sig = sigtimedwait(set, NULL, &second);
+		if (sig == SIGINT || sig == SIGTERM) {
+			*stop = sig;
+			return ret;
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_CONFIG = 256, OPT_STATS, OPT_LOG, OPT_HELP, OPT_VERSION };
+	enum { OPT_CONFIG = 256, OPT_STATS, OPT_LOG, OPT_BUSY, OPT_HELP, OPT_VERSION };
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "stats", required_argument, NULL, OPT_STATS },
 		{ "log-level", required_argument, NULL, OPT_LOG },
+		{ "busy-wait", required_argument, NULL, OPT_BUSY },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -251,12 +298,12 @@ int main(int argc, char **argv)
 		{ "info", KVT_LOG_INFO }, { "debug", KVT_LOG_DEBUG },
 	};
 	const char *config_path = NULL, *shown, *name, *addr;
-	long stats_s = 0;
+	long stats_s = 0, busy_s = 60;
 	json_error_t jerr;
 	json_t *root, *peers;
 	kvt_store *s = NULL;
 	sigset_t set;
-	char *text, *end;
+	char *text;
 	int opt, sig = 0, ret;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -265,11 +312,13 @@ int main(int argc, char **argv)
 			config_path = optarg;
 			break;
 		case OPT_STATS:
-			errno = 0;
-			stats_s = strtol(optarg, &end, 10);
-			if (optarg[0] < '0' || optarg[0] > '9' || *end || errno ||
-			    stats_s > INT_MAX)
+			if (seconds(optarg, &stats_s))
 				return usage_error("--stats: \"%s\" is not a whole number "
+						   "of seconds from 0 to %d", optarg, INT_MAX);
+			break;
+		case OPT_BUSY:
+			if (seconds(optarg, &busy_s))
+				return usage_error("--busy-wait: \"%s\" is not a whole number "
 						   "of seconds from 0 to %d", optarg, INT_MAX);
 			break;
 		case OPT_LOG:
@@ -337,10 +386,11 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the node */
 
 	kvt_set_log(log_line, NULL, log_max);
-	ret = kvt_open(text, &s);
+	ret = open_store(text, busy_s, &set, &s, &sig);
 	if (ret < 0) {
-		fprintf(stderr, "kvtierd: cannot open the store: %s: %s\n",
-			kvt_strerror(ret), kvt_last_error());
+		fprintf(stderr, "kvtierd: cannot open the store: %s: %s%s%s\n",
+			kvt_strerror(ret), kvt_last_error(), sig ? "; stopped by " : "",
+			sig ? signal_name(sig) : "");
 		ret = EXIT_RUNTIME;
 		goto out;
 	}

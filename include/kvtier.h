@@ -139,8 +139,11 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * malformed document, an unknown key, a wrong type or an impossible value,
  * naming it in kvt_last_error(); -ENOMEM when the RAM arena cannot be
  * allocated or locked as required; -ENOTSUP for configured features this
- * build does not have (peers.transport "rdma"); -EIO and others from opening
- * disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
+ * build does not have (peers.transport "rdma"); -EBUSY when a disk.path
+ * device is in use by another store (of any process; each device is opened
+ * exclusively until kvt_close) and -EINVAL when two entries of disk.path
+ * reach the same file or block device; -EIO and others from opening disk
+ * tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
  * -EADDRNOTAVAIL when this node's own address (the host of peers.listen, or
  * of its entry in peers.members) is not an address of this machine.
  */

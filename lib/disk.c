@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* XXH3 inline, for the small header checksums; payloads: kvt_checksum(). */
@@ -1847,6 +1848,32 @@ static int geometry(struct disk_tier *d, const struct kvt_config *cfg)
 	return 0;
 }
 
+/*
+ * Refuses path i when it names a device or file that an earlier entry
+ * already opened ("/x/d" and "/x/./d", a symlink or hard link beside its
+ * target, two nodes of one block device): their regions would overlap.
+ * Compares st_rdev for block devices, st_dev and st_ino for files. A path
+ * that does not exist yet is about to be created, so it is none of them.
+ */
+static int refuse_same_device(const struct disk_tier *d, unsigned i)
+{
+	struct stat a, b;
+
+	if (stat(d->paths[i], &a) < 0)
+		return 0;
+	for (unsigned j = 0; j < i; j++) {
+		if (fstat(d->fds[j], &b) < 0 || (a.st_mode & S_IFMT) != (b.st_mode & S_IFMT))
+			continue;
+		if (S_ISBLK(a.st_mode) ? a.st_rdev == b.st_rdev :
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return kvt_fail(-EINVAL, "disk.path[%u] \"%s\" and disk.path[%u] "
+					"\"%s\" are the same %s; list each device once",
+					j, d->paths[j], i, d->paths[i],
+					S_ISBLK(a.st_mode) ? "block device" : "file");
+	}
+	return 0;
+}
+
 /* Closes queues and devices and frees everything; writes nothing. */
 static void tier_free(struct disk_tier *d)
 {
@@ -1920,6 +1947,9 @@ int disk_open(const struct kvt_config *cfg, void *fixed_base, size_t fixed_len,
 			err = -ENOMEM;
 			goto fail;
 		}
+		err = refuse_same_device(d, i);
+		if (err)
+			goto fail;
 		int fd = d->ops->dev_open(d->paths[i], d->dev_bytes);
 		if (fd < 0) {
 			err = fd;

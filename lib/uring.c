@@ -1,7 +1,8 @@
 /*
  * uring.c - the io_uring device layer of the NVMe tier: opening devices for
- * O_DIRECT (creating and preallocating files, checking block device sizes,
- * refusing file systems without O_DIRECT), one io_uring queue per caller
+ * O_DIRECT and exclusively (creating and preallocating files, locking them,
+ * opening block devices with O_EXCL and checking their sizes, refusing file
+ * systems without O_DIRECT), one io_uring queue per caller
  * with the RAM arena registered as fixed buffers, and dev_run(), the loop
  * that keeps a batch's I/Os in flight together and runs the caller's hooks
  * (prepare an io before it goes out, finish one as it completes) under the
@@ -11,10 +12,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,90 +38,261 @@ static int blockdev_size(int fd, uint64_t *size)
 	return 0;
 }
 
+/*
+ * Who holds a flock on the file st describes, from /proc/locks ("1: FLOCK
+ * ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF", device numbers in
+ * hex). Returns the pid, or 0 when it cannot be told (no /proc, a holder in
+ * another pid namespace, a file system that lists locks under another
+ * device number).
+ */
+static pid_t flock_holder(const struct stat *st)
+{
+	char line[256];
+	pid_t pid = 0;
+	FILE *f = fopen("/proc/locks", "re");
+
+	if (!f)
+		return 0;
+	while (!pid && fgets(line, sizeof(line), f)) {
+		char kind[16];
+		unsigned maj, min;
+		unsigned long long ino;
+		int p;
+
+		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &p, &maj,
+			   &min, &ino) == 5 && !strcmp(kind, "FLOCK") && p > 0 &&
+		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) &&
+		    min == minor(st->st_dev))
+			pid = p;
+	}
+	fclose(f);
+	return pid;
+}
+
+/* 1 if process pid has exited (reaped, or a zombie): whatever it still
+ * holds is being released by the kernel. */
+static int process_gone(pid_t pid)
+{
+	char p[64], buf[512];
+	FILE *f;
+	int gone = 0;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	if ((f = fopen(p, "re"))) {
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = 0;
+		const char *paren = strrchr(buf, ')');
+		gone = paren && (paren[2] == 'Z' || paren[2] == 'X');
+		fclose(f);
+	}
+	return gone;
+}
+
+/*
+ * The lock of a device is held by its open file, so it ends only once the
+ * kernel is done with the file, including the I/O a dead store left in
+ * flight, which the kernel finishes in the background after the process is
+ * gone. A holder that has exited is therefore waited for, up to this long.
+ */
+#define DEAD_HOLDER_WAIT_MS 10000
+
+/* -EBUSY naming the device's holder where it can be known. */
+static int busy(const char *path, int blockdev, pid_t pid)
+{
+	const char *what = blockdev ? "block device" : "file";
+	char p[64], comm[64] = "";
+	FILE *f;
+
+	if (pid == getpid())
+		return kvt_fail(-EBUSY, "disk.path %s: %s in use by another store of "
+				"this process (a device serves one store at a time)",
+				path, what);
+	if (pid <= 0)
+		return kvt_fail(-EBUSY, "disk.path %s: %s in use by another store or "
+				"program%s (a device serves one store at a time)", path,
+				what, blockdev ? ", or mounted, or a RAID or LVM member" : "");
+	snprintf(p, sizeof(p), "/proc/%d/comm", (int)pid);
+	if ((f = fopen(p, "re"))) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+	}
+	return kvt_fail(-EBUSY, "disk.path %s: %s in use by process %d%s%s%s (a "
+			"device serves one store at a time)", path, what, (int)pid,
+			comm[0] ? " (" : "", comm, comm[0] ? ")" : "");
+}
+
+/*
+ * Calls try() until it stops failing with -EBUSY, or the device's holder
+ * is alive, or DEAD_HOLDER_WAIT_MS have passed. Returns try()'s last result
+ * (>= 0 on success) and the holder in *holder.
+ */
+static int while_holder_dead(int (*try)(const char *, int), const char *path, int arg,
+			     pid_t *holder)
+{
+	struct stat st;
+	int r;
+
+	for (unsigned waited = 0;; waited += 10) {
+		r = try(path, arg);
+		*holder = 0;
+		if (r != -EBUSY)
+			return r;
+		if (stat(path, &st) == 0)
+			*holder = flock_holder(&st);
+		if (*holder <= 0 || *holder == getpid() || !process_gone(*holder) ||
+		    waited >= DEAD_HOLDER_WAIT_MS)
+			return r;
+		if (waited == 0)
+			kvt_log(KVT_LOG_INFO, "disk.path %s: waiting for the kernel to "
+				"release it from exited process %d", path, (int)*holder);
+		usleep(10000);
+	}
+}
+
+/* The same open file takes the flock, so it is released with the I/O. */
+static int try_flock(const char *path, int fd)
+{
+	(void)path;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		return fd;
+	return errno == EWOULDBLOCK ? -EBUSY : -errno;
+}
+
+static int try_open_excl(const char *path, int flags)
+{
+	int fd = open(path, flags);
+
+	return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * Takes the exclusive lock that keeps a second store (of this process or
+ * another) off a file the tier uses. The lock belongs to the open file: it
+ * ends when the tier closes it (uring_dev_close) or its process dies, and
+ * is not inherited by exec. Returns 0 or -EBUSY naming the holder.
+ */
+static int lock_file(int fd, const char *path)
+{
+	pid_t holder;
+	int r = while_holder_dead(try_flock, path, fd, &holder);
+
+	if (r == -EBUSY)
+		return busy(path, 0, holder);
+	if (r < 0)
+		return kvt_fail(r, "disk.path %s: cannot lock it: %s", path, strerror(-r));
+	return 0;
+}
+
+static int open_blockdev(const char *path, uint64_t want)
+{
+	uint64_t size = 0;
+	pid_t holder;
+	/* O_EXCL: the kernel refuses the device while another exclusive
+	 * opener (another store, a mount, a RAID or LVM member) has it. A flock
+	 * on top names this process to the next opener that is refused. */
+	int fd = while_holder_dead(try_open_excl, path,
+				   O_RDWR | O_DIRECT | O_EXCL | O_CLOEXEC, &holder);
+	int err;
+
+	if (fd == -EBUSY)
+		return busy(path, 1, holder);
+	if (fd < 0)
+		return kvt_fail(fd, "disk.path %s: %s", path, strerror(-fd));
+	flock(fd, LOCK_EX | LOCK_NB);
+	err = blockdev_size(fd, &size);
+	if (err < 0) {
+		close(fd);
+		return kvt_fail(err, "disk.path %s: cannot read device size: %s",
+				path, strerror(-err));
+	}
+	if (size < want) {
+		close(fd);
+		return kvt_fail(-ENOSPC, "disk.path %s: device holds %llu bytes, "
+				"its share of disk.capacity needs %llu", path,
+				(unsigned long long)size, (unsigned long long)want);
+	}
+	return fd;
+}
+
+/* Grows the file to want bytes (preallocated where the file system can). */
+static int preallocate(int fd, const char *path, uint64_t want)
+{
+	if (fallocate(fd, 0, 0, (off_t)want) == 0)
+		return 0;
+	int e = errno;
+
+	if (e == EOPNOTSUPP && ftruncate(fd, (off_t)want) == 0) {
+		kvt_log(KVT_LOG_WARN, "disk.path %s: file system cannot "
+			"preallocate, using a sparse file", path);
+		return 0;
+	}
+	if (e == ENOSPC || e == EFBIG)
+		return kvt_fail(-ENOSPC, "disk.path %s: no space for %llu bytes on its "
+				"file system", path, (unsigned long long)want);
+	return kvt_fail(-e, "disk.path %s: preallocating %llu bytes: %s", path,
+			(unsigned long long)want, strerror(e));
+}
+
 static int uring_dev_open(const char *path, uint64_t want)
 {
 	struct stat st;
-	int created = 0;
+	int created = 0, flags, err;
 
-	if (stat(path, &st) == 0 && S_ISBLK(st.st_mode)) {
-		uint64_t size = 0;
-		int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
-		int err;
+	if (stat(path, &st) == 0 && S_ISBLK(st.st_mode))
+		return open_blockdev(path, want);
 
-		if (fd < 0)
-			return kvt_fail(-errno, "disk.path %s: %s", path,
-					strerror(errno));
-		err = blockdev_size(fd, &size);
-		if (err < 0) {
-			close(fd);
-			return kvt_fail(err, "disk.path %s: cannot read device size: %s",
-					path, strerror(-err));
-		}
-		if (size < want) {
-			close(fd);
-			return kvt_fail(-ENOSPC, "disk.path %s: device holds %llu bytes, "
-					"its share of disk.capacity needs %llu", path,
-					(unsigned long long)size, (unsigned long long)want);
-		}
-		return fd;
-	}
-
-	/* A file: create it if missing, then preallocate with a plain fd. */
-	int pfd = open(path, O_RDWR | O_CLOEXEC);
-	if (pfd < 0 && errno == ENOENT) {
-		pfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (pfd < 0 && errno == ENOENT)
+	/* A file: create it if missing, lock it, then preallocate and switch
+	 * the same descriptor (which holds the lock) to O_DIRECT. */
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0 && errno == ENOENT)
 			return kvt_fail(-ENOENT, "disk.path %s: directory does not exist",
 					path);
-		created = pfd >= 0;
+		created = fd >= 0;
 	}
-	if (pfd < 0)
+	if (fd < 0)
 		return kvt_fail(-errno, "disk.path %s: %s", path, strerror(errno));
-	if (fstat(pfd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(pfd);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
 		return kvt_fail(-EINVAL, "disk.path %s: neither a regular file nor a "
 				"block device", path);
 	}
-	if ((uint64_t)st.st_size < want || created) {
-		if (fallocate(pfd, 0, 0, (off_t)want) < 0) {
-			int e = errno;
-
-			if (e == EOPNOTSUPP && ftruncate(pfd, (off_t)want) == 0) {
-				kvt_log(KVT_LOG_WARN, "disk.path %s: file system cannot "
-					"preallocate, using a sparse file", path);
-			} else {
-				close(pfd);
-				if (created)
-					unlink(path);
-				if (e == ENOSPC || e == EFBIG)
-					return kvt_fail(-ENOSPC, "disk.path %s: no space for "
-							"%llu bytes on its file system", path,
-							(unsigned long long)want);
-				return kvt_fail(-e, "disk.path %s: preallocating %llu bytes: %s",
-						path, (unsigned long long)want, strerror(e));
-			}
-		}
+	err = lock_file(fd, path);
+	if (err) {
+		close(fd); /* not unlinked even if created: the holder uses it */
+		return err;
 	}
-	close(pfd);
-
-	int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-
+	if ((uint64_t)st.st_size < want || created)
+		err = preallocate(fd, path, want);
+	if (!err && ((flags = fcntl(fd, F_GETFL)) < 0 ||
+		     fcntl(fd, F_SETFL, flags | O_DIRECT) < 0)) {
+		err = -errno;
+		if (err == -EINVAL)
+			kvt_fail(-EINVAL, "disk.path %s: this file system does not "
+				 "support O_DIRECT (tmpfs?); refusing buffered I/O", path);
+		else
+			kvt_fail(err, "disk.path %s: %s", path, strerror(-err));
+	}
+	if (err) {
 		if (created)
-			unlink(path);
-		if (e == EINVAL)
-			return kvt_fail(-EINVAL, "disk.path %s: this file system does not "
-					"support O_DIRECT (tmpfs?); refusing buffered I/O", path);
-		return kvt_fail(-e, "disk.path %s: %s", path, strerror(e));
+			unlink(path); /* before close: still ours under the lock */
+		close(fd);
+		return err;
 	}
 	return fd;
 }
 
 static void uring_dev_close(int fd)
 {
-	if (fd >= 0)
-		close(fd);
+	if (fd < 0)
+		return;
+	/* The lock ends now, even if a child forked since holds a copy of fd. */
+	flock(fd, LOCK_UN);
+	close(fd);
 }
 
 static int uring_dev_sync(int fd)
@@ -132,6 +308,8 @@ struct uring_queue {
 	unsigned nfds;
 	int fds[];
 };
+
+static void uring_queue_close(void *qp);
 
 static int uring_queue_open(const int *fds, unsigned nfds, unsigned entries,
 			    void *fixed_base, size_t fixed_len, unsigned *nfixed,
@@ -162,8 +340,7 @@ static int uring_queue_open(const int *fds, unsigned nfds, unsigned entries,
 		struct iovec *iov = calloc(n, sizeof(*iov));
 
 		if (!iov) {
-			io_uring_queue_exit(&q->ring);
-			free(q);
+			uring_queue_close(q);
 			return -ENOMEM;
 		}
 		for (unsigned i = 0; i < n; i++) {
@@ -191,6 +368,12 @@ static void uring_queue_close(void *qp)
 
 	if (!q)
 		return;
+	/* The ring's registered files are released by the kernel only after
+	 * the ring itself is gone, which it finishes in the background; drop
+	 * them here, so that closing the devices right after closes them now
+	 * (ending an O_EXCL claim: another store may open them at once). */
+	if (q->files_registered)
+		io_uring_unregister_files(&q->ring);
 	io_uring_queue_exit(&q->ring);
 	free(q);
 }

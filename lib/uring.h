@@ -42,14 +42,22 @@ struct dev_io {
  */
 struct kvt_dev_ops {
 	/*
-	 * Opens path for O_DIRECT read/write. A missing file is created and
-	 * preallocated to want bytes (a shorter existing file is extended);
-	 * a block device is used raw and must hold want bytes. Returns an fd
-	 * or a negative errno with kvt_last_error() set: -ENOENT (missing
-	 * directory), -ENOSPC (no space, device too small), -EINVAL (no
-	 * O_DIRECT on this file system), others from open(2).
+	 * Opens path for O_DIRECT read/write, exclusively: a file is locked
+	 * (flock LOCK_EX on the returned open file), a block device opened
+	 * with O_EXCL, so no second store of any process can open it until
+	 * dev_close (or the process dies and the kernel has finished its
+	 * I/O; a holder that has exited is waited for, up to 10 s). A
+	 * missing file is created and preallocated to want bytes (a shorter
+	 * existing file is extended); a block device is used raw and must
+	 * hold want bytes. Returns an fd or a negative errno with
+	 * kvt_last_error() set: -EBUSY (in use; the text names the holding
+	 * process where /proc/locks tells it), -ENOENT (missing directory),
+	 * -ENOSPC (no space, device too small), -EINVAL (no O_DIRECT on this
+	 * file system), others from open(2).
 	 */
 	int (*dev_open)(const char *path, uint64_t want);
+	/* Ends the lock and closes fd. Close the queues over fd first: their
+	 * registered files would keep the device open (and locked). */
 	void (*dev_close)(int fd);
 	/* Makes completed writes on fd durable (fdatasync). 0 or -errno. */
 	int (*dev_sync)(int fd);

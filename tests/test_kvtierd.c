@@ -354,6 +354,27 @@ static void disk_section(char *out, size_t cap)
 		 " \"write_policy\": \"write_through\"}", g.dir);
 }
 
+/*
+ * Writes the daemon's configuration to path: member d with the disk
+ * section, member a, on two free ports (*pa, *pd). No peers.listen: the
+ * daemon listens on, and names, d's member address.
+ */
+static void daemon_config(const char *path, int *pa, int *pd)
+{
+	char cfg[2048], m[256], disk[512];
+
+	*pa = free_port();
+	do
+		*pd = free_port();
+	while (*pd == *pa);
+	members(m, sizeof(m), *pa, *pd);
+	disk_section(disk, sizeof(disk));
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"32MiB\", \"max_block\": \"2MiB\", \"mlock\": false},"
+		 " %s, \"peers\": {\"self\": \"d\", %s, " TIMEOUTS "}}", disk, m);
+	write_file(path, cfg);
+}
+
 static char logged[8192]; /* written under the library's log lock */
 static size_t nlogged;
 
@@ -370,7 +391,7 @@ static void capture_log(int level, const char *msg, void *arg)
 
 static void test_serves_blocks_and_checkpoints(void **state)
 {
-	char cfg[2048], m[256], disk[512], line[512], want[128];
+	char cfg[2048], disk[512], line[512], want[128];
 	const char *cfg_path = path_in("d.json"), *err_path = path_in("d.err");
 	kvt_key kd[NBLK], ka[2];
 	kvt_op ops[NBLK];
@@ -378,17 +399,8 @@ static void test_serves_blocks_and_checkpoints(void **state)
 	(void)state;
 	TEST_NEED_DISK();
 
-	pa = free_port();
-	do
-		pd = free_port();
-	while (pd == pa);
-	members(m, sizeof(m), pa, pd);
+	daemon_config(cfg_path, &pa, &pd);
 	disk_section(disk, sizeof(disk));
-	/* No peers.listen: the daemon listens on, and names, d's member address. */
-	snprintf(cfg, sizeof(cfg),
-		 "{\"ram\": {\"capacity\": \"32MiB\", \"max_block\": \"2MiB\", \"mlock\": false},"
-		 " %s, \"peers\": {\"self\": \"d\", %s, " TIMEOUTS "}}", disk, m);
-	write_file(cfg_path, cfg);
 
 	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
 	int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -525,6 +537,7 @@ static void test_refuses_bad_usage(void **state)
 		{ { "--config", "@CFG", "--stats", "soon", NULL }, NULL, "{}", 2, "--stats" },
 		{ { "--config", "@CFG", "--stats", "-1", NULL }, NULL, "{}", 2, "--stats" },
 		{ { "--config", "@CFG", "--log-level", "loud", NULL }, NULL, "{}", 2, "--log-level" },
+		{ { "--config", "@CFG", "--busy-wait", "-5", NULL }, NULL, "{}", 2, "--busy-wait" },
 		{ { "--config", "@CFG", "extra", NULL }, NULL, "{}", 2, "extra" },
 		{ { "--config", "@CFG", NULL }, NULL,
 		  "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false}, \"peers\": {\"self\": \"d\","
@@ -589,6 +602,71 @@ static void test_refuses_bad_usage(void **state)
 	close(lfd);
 }
 
+/*
+ * A restart that overlaps the store it replaces. While another store (here
+ * one of this process, in place of the old kvtierd) holds the disk, kvtierd
+ * with --busy-wait 0 exits 1 at once naming the holder; by default it logs
+ * the holder, waits, and serves as soon as the disk is released.
+ */
+static void test_waits_for_a_disk_in_use(void **state)
+{
+	char text[1024], disk[512], line[512], want[128], holder[64];
+	const char *cfg_path = path_in("busy.json"), *err_path = path_in("busy.err");
+	const char *err0_path = path_in("busy0.err");
+	kvt_store *old = NULL;
+	int out[2], pa, pd, st, r;
+	(void)state;
+
+	daemon_config(cfg_path, &pa, &pd);
+	disk_section(disk, sizeof(disk));
+	snprintf(text, sizeof(text), "{\"ram\": {\"capacity\": \"32MiB\", \"max_block\":"
+		 " \"2MiB\", \"mlock\": false}, %s}", disk);
+	r = kvt_open(text, &old);
+	if (r)
+		fail_msg("kvt_open of the disk here: %s: %s", kvt_strerror(r), kvt_last_error());
+	snprintf(holder, sizeof(holder), "in use by process %d", (int)getpid());
+
+	int e = open(err0_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(e >= 0);
+	const char *args0[] = { "--config", cfg_path, "--busy-wait", "0", NULL };
+	pid_t pid = spawn(args0, NULL, e, e);
+	close(e);
+	st = wait_exit(pid, USAGE_MS, "--busy-wait 0", err0_path);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(tail_of(err0_path), holder))
+		fail_msg("--busy-wait 0 on a disk in use: status %#x, expected exit 1 and "
+			 "\"%s\"; output:\n%s", st, holder, tail_of(err0_path));
+
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(e >= 0);
+	const char *args[] = { "--config", cfg_path, NULL };
+	g.pid = spawn(args, NULL, out[1], e);
+	close(out[1]);
+	close(e);
+	g.out = out[0];
+	long long end = now_ms() + START_MS;
+	while (!strstr(tail_of(err_path), "retrying") && now_ms() < end)
+		usleep(20000);
+	if (!strstr(tail_of(err_path), holder))
+		fail_msg("no warning naming the holder (\"%s\"); stderr:\n%s", holder,
+			 tail_of(err_path));
+	assert_int_equal(read_line(line, sizeof(line), 300), -ETIMEDOUT); /* not serving */
+
+	kvt_close(old); /* the old store is gone: kvtierd starts */
+	r = read_line(line, sizeof(line), START_MS);
+	snprintf(want, sizeof(want), "kvtierd: serving as d on 127.0.0.1:%d", pd);
+	if (r || strcmp(line, want))
+		fail_msg("after the disk was released: %s \"%s\", expected \"%s\"; stderr:\n%s",
+			 r ? strerror(-r) : "line", r ? "" : line, want, tail_of(err_path));
+	assert_int_equal(kill(g.pid, SIGTERM), 0);
+	st = wait_exit(g.pid, EXIT_MS, "SIGTERM", err_path);
+	g.pid = 0;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("kvtierd after SIGTERM: status %#x; stderr:\n%s", st, tail_of(err_path));
+	close(g.out);
+	g.out = -1;
+}
+
 static int test_teardown(void **state)
 {
 	(void)state;
@@ -601,6 +679,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_serves_blocks_and_checkpoints, test_teardown),
 		cmocka_unit_test_teardown(test_refuses_bad_usage, test_teardown),
+		cmocka_unit_test_teardown(test_waits_for_a_disk_in_use, test_teardown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,9 +3,13 @@
  * eviction spills to disk and gets come back verified, lookups span tiers,
  * write-around when RAM holds only leased blocks (and refusal under
  * ram.refuse_when_leased), removal from both tiers, a restart that keeps
- * the disk's blocks, and many threads under TSan.
+ * the disk's blocks, many threads under TSan, and one device per store:
+ * a second store on a device in use, and one device listed twice, are
+ * refused.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -372,6 +381,221 @@ static void test_threads_across_tiers(void **state)
 	kvt_close(s);
 }
 
+/* kvt_open over disk.path = paths (JSON text); returns its result. */
+static int open_on(const char *paths, kvt_store **s)
+{
+	char cfg[9300]; /* paths: up to 9000 bytes */
+
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"4MiB\", \"mlock\": false},"
+		 " \"disk\": {\"path\": %s, \"capacity\": \"32MiB\","
+		 " \"region_size\": \"2MiB\"}}", paths);
+	*s = NULL;
+	return kvt_open(cfg, s);
+}
+
+static void put_spilling(kvt_store *s, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		store_put_block(s, test_key(i), 512 * 1024);
+	assert_true(store_stat(s, "disk", "objects") > 0);
+}
+
+static void get_all(kvt_store *s, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		assert_int_equal(store_get_block(s, test_key(i), 512 * 1024), 0);
+}
+
+/* Two stores of one process on one file: the second is refused with
+ * -EBUSY naming the file, the first keeps every block, and once it is
+ * closed the file opens again with its blocks. */
+static void test_a_disk_serves_one_store_at_a_time(void **state)
+{
+	(void)state;
+	char paths[4200];
+	kvt_store *s, *t;
+
+	snprintf(paths, sizeof(paths), "\"%s/excl.dat\"", dir);
+	assert_int_equal(open_on(paths, &s), 0);
+	put_spilling(s, 24);
+	assert_int_equal(open_on(paths, &t), -EBUSY);
+	assert_null(t);
+	assert_non_null(strstr(kvt_last_error(), "excl.dat"));
+	assert_non_null(strstr(kvt_last_error(), "another store of this process"));
+	get_all(s, 24);
+	kvt_close(s);
+	assert_int_equal(open_on(paths, &t), 0);
+	assert_true(store_stat(t, "disk", "objects") > 0);
+	kvt_close(t);
+}
+
+/* A store in another process holds the file: -EBUSY names that process;
+ * after it closes its store, the file opens here. */
+static void test_a_disk_held_by_another_process_is_refused(void **state)
+{
+	(void)state;
+	char paths[4200], want[64];
+	int up[2], down[2], status = 0, rc;
+	kvt_store *t;
+	char c = 0;
+
+	snprintf(paths, sizeof(paths), "\"%s/other.dat\"", dir);
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		kvt_store *s;
+
+		close(up[0]);
+		close(down[1]);
+		if (open_on(paths, &s))
+			_exit(1);
+		if (write(up[1], "o", 1) != 1 || read(down[0], &c, 1) < 0)
+			_exit(2);
+		kvt_close(s);
+		_exit(0);
+	}
+	close(up[1]);
+	close(down[0]);
+	assert_int_equal(read(up[0], &c, 1), 1);
+	rc = open_on(paths, &t);
+	snprintf(want, sizeof(want), "in use by process %d", (int)pid);
+	int named = strstr(kvt_last_error(), want) != NULL;
+	if (rc == 0)
+		kvt_close(t);
+	/* let the child close its store before any check can fail */
+	assert_int_equal(write(down[1], "c", 1), 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	close(up[0]);
+	close(down[1]);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(rc, -EBUSY);
+	if (!named)
+		fail_msg("no \"%s\" in: %s", want, kvt_last_error());
+	assert_int_equal(open_on(paths, &t), 0);
+	kvt_close(t);
+}
+
+/* One file under two names ("d" and "./d", a symlink, a hard link) would
+ * give two devices whose regions overlap: refused with -EINVAL naming both
+ * entries. Two distinct files are fine. */
+static void test_one_file_listed_twice_is_refused(void **state)
+{
+	(void)state;
+	char paths[9000], a[4200], b[4200];
+	kvt_store *s;
+
+	snprintf(paths, sizeof(paths), "[\"%s/dup.dat\", \"%s/./dup.dat\"]", dir, dir);
+	assert_int_equal(open_on(paths, &s), -EINVAL);
+	assert_null(s);
+	snprintf(a, sizeof(a), "disk.path[0] \"%s/dup.dat\"", dir);
+	snprintf(b, sizeof(b), "disk.path[1] \"%s/./dup.dat\"", dir);
+	assert_non_null(strstr(kvt_last_error(), a));
+	assert_non_null(strstr(kvt_last_error(), b));
+	assert_non_null(strstr(kvt_last_error(), "same file"));
+
+	snprintf(a, sizeof(a), "%s/dup.dat", dir);
+	snprintf(b, sizeof(b), "%s/dup.link", dir);
+	assert_int_equal(symlink(a, b), 0);
+	snprintf(paths, sizeof(paths), "[\"%s/dup.link\", \"%s/dup.dat\"]", dir, dir);
+	assert_int_equal(open_on(paths, &s), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "dup.link\" and disk.path[1]"));
+	snprintf(b, sizeof(b), "%s/dup.hard", dir);
+	assert_int_equal(link(a, b), 0);
+	snprintf(paths, sizeof(paths), "[\"%s/dup.dat\", \"%s/one.dat\", \"%s/dup.hard\"]",
+		 dir, dir, dir);
+	assert_int_equal(open_on(paths, &s), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "disk.path[0]"));
+	assert_non_null(strstr(kvt_last_error(), "disk.path[2]"));
+
+	snprintf(paths, sizeof(paths), "[\"%s/dup.dat\", \"%s/one.dat\"]", dir, dir);
+	assert_int_equal(open_on(paths, &s), 0);
+	put_spilling(s, 24);
+	get_all(s, 24);
+	kvt_close(s);
+}
+
+/*
+ * A loop device over a file in dir, detached by the kernel when its last
+ * user closes it. Returns an fd on it and its path, or -1 when this machine
+ * cannot make one (not root, no loop driver, no node in /dev).
+ */
+static int loop_device(const char *name, char *dev, size_t cap)
+{
+	char back[4200];
+	int ctl, n, bfd, lfd = -1;
+
+	snprintf(back, sizeof(back), "%s/%s", dir, name);
+	bfd = open(back, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (bfd < 0 || ftruncate(bfd, 40 * MiB) < 0) {
+		if (bfd >= 0)
+			close(bfd);
+		return -1;
+	}
+	ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	n = ctl >= 0 ? ioctl(ctl, LOOP_CTL_GET_FREE) : -1;
+	if (n >= 0) {
+		snprintf(dev, cap, "/dev/loop%d", n);
+		lfd = open(dev, O_RDWR | O_CLOEXEC);
+	}
+	if (lfd >= 0 && ioctl(lfd, LOOP_SET_FD, bfd) < 0) {
+		close(lfd);
+		lfd = -1;
+	}
+	if (lfd >= 0) {
+		struct loop_info64 info;
+
+		memset(&info, 0, sizeof(info));
+		info.lo_flags = LO_FLAGS_AUTOCLEAR;
+		ioctl(lfd, LOOP_SET_STATUS64, &info);
+	}
+	if (ctl >= 0)
+		close(ctl);
+	close(bfd);
+	return lfd;
+}
+
+/* The same for block devices: a second store on a device in use is
+ * refused (O_EXCL), and so is one device reached by two names (st_rdev). */
+static void test_block_device_excl_and_twice(void **state)
+{
+	(void)state;
+	char dev[64], node[4200], paths[9000];
+	kvt_store *s, *t;
+	int lfd = loop_device("loop.img", dev, sizeof(dev));
+
+	if (lfd < 0)
+		skip(); /* needs root and a loop device */
+	snprintf(paths, sizeof(paths), "\"%s\"", dev);
+	int rc = open_on(paths, &s);
+	if (rc)
+		close(lfd);
+	if (rc == -ENOTSUP || rc == -EINVAL) /* no O_DIRECT on the loop device */
+		skip();
+	assert_int_equal(rc, 0);
+	assert_int_equal(open_on(paths, &t), -EBUSY);
+	assert_non_null(strstr(kvt_last_error(), dev));
+	assert_non_null(strstr(kvt_last_error(), "block device in use by another store of this process"));
+	put_spilling(s, 24);
+	kvt_close(s);
+	assert_int_equal(open_on(paths, &t), 0);
+	get_all(t, 8);
+	kvt_close(t);
+
+	struct stat st;
+	assert_int_equal(stat(dev, &st), 0);
+	snprintf(node, sizeof(node), "%s/node", dir);
+	assert_int_equal(mknod(node, S_IFBLK | 0600, st.st_rdev), 0);
+	snprintf(paths, sizeof(paths), "[\"%s\", \"%s\"]", dev, node);
+	assert_int_equal(open_on(paths, &t), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "same block device"));
+	unlink(node);
+	close(lfd);
+}
+
 int main(void)
 {
 	test_skip_without_disk();
@@ -385,6 +609,10 @@ int main(void)
 		cmocka_unit_test(test_batch_ops_sharing_a_buffer_promote_their_own_bytes),
 		cmocka_unit_test(test_remove_wins_over_a_disk_read_in_flight),
 		cmocka_unit_test(test_size_query_of_a_disk_only_block),
+		cmocka_unit_test(test_a_disk_serves_one_store_at_a_time),
+		cmocka_unit_test(test_a_disk_held_by_another_process_is_refused),
+		cmocka_unit_test(test_one_file_listed_twice_is_refused),
+		cmocka_unit_test(test_block_device_excl_and_twice),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
