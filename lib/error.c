@@ -72,7 +72,7 @@ static const char *table_text(int err)
 	case ETIMEDOUT: return "timed out";
 	case ENOMEM: return "out of memory";
 	case ENOTSUP: return "not supported by this build or machine";
-	case EBUSY: return "busy";
+	case EBUSY: return "in use by another store or program";
 	case EINPROGRESS: return "still in progress";
 	case ESHUTDOWN: return "store is closing";
 	case EEXIST: return "already exists";

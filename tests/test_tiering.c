@@ -423,6 +423,7 @@ static void test_a_disk_serves_one_store_at_a_time(void **state)
 	assert_null(t);
 	assert_non_null(strstr(kvt_last_error(), "excl.dat"));
 	assert_non_null(strstr(kvt_last_error(), "another store of this process"));
+	assert_non_null(strstr(kvt_strerror(-EBUSY), "in use"));
 	get_all(s, 24);
 	kvt_close(s);
 	assert_int_equal(open_on(paths, &t), 0);
