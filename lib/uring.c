@@ -172,7 +172,8 @@ static int try_open_excl(const char *path, int flags)
  * Takes the exclusive lock that keeps a second store (of this process or
  * another) off a file the tier uses. The lock belongs to the open file: it
  * ends when the tier closes it (uring_dev_close) or its process dies, and
- * is not inherited by exec. Returns 0 or -EBUSY naming the holder.
+ * is not inherited by exec. Returns 0 (also, with a warning, where the file
+ * system cannot lock) or -EBUSY naming the holder.
  */
 static int lock_file(int fd, const char *path)
 {
@@ -181,8 +182,9 @@ static int lock_file(int fd, const char *path)
 
 	if (r == -EBUSY)
 		return busy(path, 0, holder);
-	if (r < 0)
-		return kvt_fail(r, "disk.path %s: cannot lock it: %s", path, strerror(-r));
+	if (r < 0) /* a file system without flock (ENOLCK, EOPNOTSUPP) */
+		kvt_log(KVT_LOG_WARN, "disk.path %s: cannot lock it (%s): a second store "
+			"on it would not be refused", path, strerror(-r));
 	return 0;
 }
 
