@@ -38,12 +38,16 @@ static int blockdev_size(int fd, uint64_t *size)
 	return 0;
 }
 
+/* flock_holder(): a lock is listed, but its process is not visible here. */
+#define HOLDER_HIDDEN ((pid_t)-1)
+
 /*
  * Who holds a flock on the file st describes, from /proc/locks ("1: FLOCK
  * ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF", device numbers in
- * hex). Returns the pid, or 0 when it cannot be told (no /proc, a holder in
- * another pid namespace, a file system that lists locks under another
- * device number).
+ * hex). Returns the pid; HOLDER_HIDDEN when the lock is listed with pid 0,
+ * which the kernel shows for an owner outside this pid namespace or one that
+ * has exited and been reaped (inside a container); 0 when no lock is listed
+ * (no /proc, or a file system that lists locks under another device number).
  */
 static pid_t flock_holder(const struct stat *st)
 {
@@ -53,17 +57,17 @@ static pid_t flock_holder(const struct stat *st)
 
 	if (!f)
 		return 0;
-	while (!pid && fgets(line, sizeof(line), f)) {
+	while (pid <= 0 && fgets(line, sizeof(line), f)) {
 		char kind[16];
 		unsigned maj, min;
 		unsigned long long ino;
 		int p;
 
 		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%llu", kind, &p, &maj,
-			   &min, &ino) == 5 && !strcmp(kind, "FLOCK") && p > 0 &&
+			   &min, &ino) == 5 && !strcmp(kind, "FLOCK") &&
 		    ino == (unsigned long long)st->st_ino && maj == major(st->st_dev) &&
 		    min == minor(st->st_dev))
-			pid = p;
+			pid = p > 0 ? p : HOLDER_HIDDEN;
 	}
 	fclose(f);
 	return pid;
@@ -109,6 +113,11 @@ static int busy(const char *path, int blockdev, pid_t pid)
 		return kvt_fail(-EBUSY, "disk.path %s: %s in use by another store of "
 				"this process (a device serves one store at a time)",
 				path, what);
+	if (pid == HOLDER_HIDDEN)
+		return kvt_fail(-EBUSY, "disk.path %s: %s in use by a process not visible "
+				"here (in another pid namespace, or exited with I/O still "
+				"in flight) (a device serves one store at a time)", path,
+				what);
 	if (pid <= 0)
 		return kvt_fail(-EBUSY, "disk.path %s: %s in use by another store or "
 				"program%s (a device serves one store at a time)", path,
@@ -133,6 +142,7 @@ static int while_holder_dead(int (*try)(const char *, int), const char *path, in
 			     pid_t *holder)
 {
 	struct stat st;
+	unsigned unlisted = 0;
 	int r;
 
 	for (unsigned waited = 0;; waited += 10) {
@@ -142,12 +152,20 @@ static int while_holder_dead(int (*try)(const char *, int), const char *path, in
 			return r;
 		if (stat(path, &st) == 0)
 			*holder = flock_holder(&st);
-		if (*holder <= 0 || *holder == getpid() || !process_gone(*holder) ||
-		    waited >= DEAD_HOLDER_WAIT_MS)
+		/* Waited for: a holder that has exited, and one the kernel
+		 * lists without a pid (reaped; or alive in another pid
+		 * namespace, which costs that one the wait before -EBUSY).
+		 * No lock listed at all: released since the try, so try again,
+		 * a few times (a file system that lists its locks under another
+		 * device, or a block device claimed without a flock, is never
+		 * listed). */
+		if ((*holder == 0 && ++unlisted > 3) || *holder == getpid() ||
+		    waited >= DEAD_HOLDER_WAIT_MS ||
+		    (*holder > 0 && !process_gone(*holder)))
 			return r;
-		if (waited == 0)
+		if (*holder != 0 && waited == 0)
 			kvt_log(KVT_LOG_INFO, "disk.path %s: waiting for the kernel to "
-				"release it from exited process %d", path, (int)*holder);
+				"release it from a process that has exited", path);
 		usleep(10000);
 	}
 }
