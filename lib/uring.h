@@ -46,7 +46,8 @@ struct kvt_dev_ops {
 	 * (flock LOCK_EX on the returned open file), a block device opened
 	 * with O_EXCL, so no second store of any process can open it until
 	 * dev_close (or the process dies and the kernel has finished its
-	 * I/O; a holder that has exited is waited for, up to 10 s). A
+	 * I/O; a holder that has exited, or that /proc/locks lists without
+	 * a pid, is waited for, up to 10 s). A
 	 * missing file is created and preallocated to want bytes (a shorter
 	 * existing file is extended); a block device is used raw and must
 	 * hold want bytes. Returns an fd or a negative errno with
