@@ -1,0 +1,208 @@
+/*
+ * peer_int.h - the insides of the peer tier shared by its files (not a
+ * public header): the wire's constants and frame header, the member and
+ * tier state, little-endian packing, deadlines, and the functions one file
+ * of the tier calls in another:
+ *   peer.c        membership and owners, the client, open, close, stats
+ *   peer_server.c the member-only server: listener, connection threads,
+ *                 HELLO, requests served from the local tiers
+ *   peer_net.c    TCP: addresses, the node's own source address, bounded
+ *                 non-blocking I/O, socket options
+ * The protocol itself is described in peer.h and kvtier-peer(7).
+ */
+#ifndef KVT_PEER_INT_H
+#define KVT_PEER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+#include "peer.h"
+
+#define MAGIC 0x3150564bu          /* "KVP1" little-endian */
+#define VERSION 1u
+#define HDR 24u
+#define ITEM 32u                   /* PUT item and GET_R item headers */
+#define NAME_MAX_WIRE 255u
+#define ERRMSG_MAX 1024u
+#define CONNS_MAX 1024u            /* server connections at once, all members */
+#define NOBODY UINT32_MAX          /* a slot's member before HELLO */
+
+enum { T_HELLO = 1, T_LOOKUP = 2, T_GET = 3, T_PUT = 4, T_RELEASE = 5,
+       T_REPLY = 0x80, T_ERROR = 0xff };
+
+struct hdr {
+	uint32_t magic;
+	uint16_t version, type;
+	uint32_t count, flags;
+	uint64_t body_len;
+};
+
+struct member {
+	char *name, *addr;
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	uint64_t seed;            /* XXH3-64 of the name */
+	unsigned host;            /* the first other member at this host */
+	unsigned at_host;         /* other members at this host (of host's) */
+	/* client side */
+	pthread_mutex_t lock;     /* one request at a time on fd */
+	int fd;
+	int unanswered;           /* fd reused, nothing read back yet */
+	_Atomic uint64_t down_until;
+	_Atomic uint64_t requests, failures, timeouts;
+};
+
+struct peer_tier {
+	struct member *m;
+	unsigned n, self;
+	/* where outgoing connections leave from: this node's own address,
+	 * the one the others list for it (port 0) */
+	struct sockaddr_storage src;
+	socklen_t srclen;
+	struct peer_local local;
+	uint64_t max_block;
+	uint32_t connect_ms, request_ms, down_ms, log_ms, idle_ms;
+	unsigned max_conns;       /* per member */
+	/* server */
+	int lfd;
+	int wake[2];              /* readable once closing */
+	pthread_t listener;
+	int listener_started;
+	pthread_mutex_t clock;    /* conns below */
+	pthread_cond_t ccv;
+	unsigned nconns;
+	struct slot {
+		int fd;           /* -1: free */
+		unsigned member;  /* after HELLO, else NOBODY */
+		unsigned host;    /* member.host of the source address */
+		int idle;         /* waiting for a request */
+		int closing;      /* shut down to make room: not counted */
+		uint64_t since;   /* accepted, or idle since (ns) */
+	} slots[CONNS_MAX];
+	/* refused strangers: each counted, the first logged, then at most one
+	 * summary line per log_ms */
+	pthread_mutex_t slock;
+	uint64_t slog_next;       /* ns: no line about strangers before this */
+	uint64_t slog_quiet;      /* strangers refused since the last line */
+	char slog_last[192];      /* the latest of them */
+	_Atomic uint64_t strangers;
+	/* counters */
+	_Atomic uint64_t served_lookups, served_gets, served_puts, served_bytes;
+	_Atomic uint64_t refused_conns, bad_messages, conns_accepted;
+	_Atomic uint64_t conns_reaped, conns_evicted;
+	_Atomic uint64_t hits, misses, bytes_in, bytes_out, checksum_failures;
+};
+
+/* --- little-endian packing ------------------------------------------------ */
+
+static inline void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+static inline uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static inline void hdr_pack(uint8_t *b, unsigned type, uint32_t count, uint32_t flags,
+		     uint64_t body_len)
+{
+	put32(b, MAGIC);
+	put16(b + 4, VERSION);
+	put16(b + 6, (uint16_t)type);
+	put32(b + 8, count);
+	put32(b + 12, flags);
+	put64(b + 16, body_len);
+}
+
+static inline void hdr_unpack(const uint8_t *b, struct hdr *h)
+{
+	h->magic = get32(b);
+	h->version = get16(b + 4);
+	h->type = get16(b + 6);
+	h->count = get32(b + 8);
+	h->flags = get32(b + 12);
+	h->body_len = get64(b + 16);
+}
+
+static inline void key_pack(uint8_t *b, kvt_key k)
+{
+	put64(b, k.lo);
+	put64(b + 8, k.hi);
+}
+
+static inline kvt_key key_unpack(const uint8_t *b)
+{
+	kvt_key k = { get64(b), get64(b + 8) };
+	return k;
+}
+
+/* --- deadlines ------------------------------------------------------------- */
+
+static inline uint64_t req_deadline(const struct peer_tier *p)
+{
+	return kvt_now_ns() + (uint64_t)p->request_ms * 1000000ull;
+}
+
+/* A whole round trip that moves up to bytes of blocks: request_timeout_ms,
+ * plus the time those bytes take at 100 MB/s. */
+static inline uint64_t trip_deadline(const struct peer_tier *p, uint64_t bytes)
+{
+	return req_deadline(p) + bytes * 10;
+}
+
+/* --- peer_net.c -------------------------------------------------------------- */
+
+/* Resolves "host:port" ([v6]:port too) into sa; what names the setting. */
+int peer_resolve(const char *what, const char *addr, struct sockaddr_storage *sa,
+		 socklen_t *salen);
+/* The same host (address without port), IPv4-mapped IPv6 included. */
+int peer_same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+/* 1 for the wildcard address (0.0.0.0 or ::). */
+int peer_any_host(const struct sockaddr_storage *a);
+/* The host of a, in numbers, for messages. */
+const char *peer_host_str(const struct sockaddr_storage *a, char *buf, size_t n);
+/* Binds fd to this node's own address (p->src) before it connects. */
+int peer_bind_source(const struct peer_tier *p, int fd);
+/* Whole ms until deadline, 0 once passed. */
+int peer_ms_left(uint64_t deadline);
+/* Moves n bytes on a non-blocking fd before deadline (0: none, but give up
+ * once wake is readable): 0, -ETIMEDOUT, -ECONNRESET (peer closed),
+ * -ECANCELED (closing) or -errno. */
+int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake);
+/* TCP_NODELAY, keepalive, non-blocking. */
+void peer_sock_opts(int fd);
+
+/* --- peer_server.c ----------------------------------------------------------- */
+
+/* The listener thread (started by peer_open with the tier). */
+void *peer_listener_main(void *arg);
+/* Counts (and logs, rate-limited) a connection refused as a stranger's. */
+void peer_stranger(struct peer_tier *p, const char *from, const char *why);
+/* Logs the pending summary of quiet strangers when due (or now, with
+ * force); returns the ms until it is due, or -1 when none is pending. */
+int peer_strangers_summary(struct peer_tier *p, int force);
+
+#endif
