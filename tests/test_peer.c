@@ -1593,7 +1593,8 @@ static void test_idle_connections_are_reaped(void **state)
 /*
  * A server may close a connection just as a request is on its way (idle,
  * or to make room): nothing of it was answered, so the client dials again
- * and asks again instead of failing and marking the member down.
+ * and asks again instead of failing and marking the member down. Each kind
+ * of request crosses such a close once: GET, LOOKUP, PUT, RELEASE.
  */
 static void test_close_crossing_a_request_is_redialled(void **state)
 {
@@ -1617,6 +1618,13 @@ static void test_close_crossing_a_request_is_redialled(void **state)
 	assert_int_equal(kvt_lookup(f->a, kb, 3, 0, &found), 0);
 	assert_int_equal(found, 3);
 	assert_int_equal(atomic_load(&f->fake->conns), 3);
+	/* and a put, and a release */
+	store_put_block(f->a, kb[2], 4096);
+	assert_int_equal(store_stat(f->a, "store", "peer_puts"), 1);
+	assert_int_equal(store_stat(f->a, "store", "peer_put_failures"), 0);
+	assert_int_equal(atomic_load(&f->fake->conns), 4);
+	kvt_release(f->a, kb, 1);
+	assert_int_equal(atomic_load(&f->fake->conns), 5);
 	free(buf);
 	assert_true(kvt_stats_json(f->a, st, sizeof(st)) > 0);
 	if (!strstr(st, "\"failures\":0"))
