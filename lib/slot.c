@@ -34,7 +34,7 @@
 #include "slot.h"
 #include "stats.h"
 
-#define LOAD_GROUP 8u         /* disk loads per submission */
+#define LOAD_GROUP 4u         /* disk loads per submission */
 #define LOADERS_MAX 8u        /* loader threads */
 #define LOAD_WAIT_MS 500      /* a load waits this long for arena space */
 #define REGION_MAX (1ull << 30)
