@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvconn.cuh"
 
@@ -142,9 +143,11 @@ static void pick_blocks(int *ids, int n, int num_blocks, uint32_t seed)
 /* Pushes every block out of the RAM tier (to disk) with filler puts. */
 static void push_out_of_ram(kvt_store *s, size_t ram_bytes, size_t block_bytes)
 {
+	static uint64_t nround; /* new fillers each time: stored ones would not push */
 	char *fill = (char *)calloc(1, block_bytes);
+	nround++;
 	for (uint64_t i = 0; i < 2 * ram_bytes / block_bytes + 8; i++) {
-		kvt_key k = { 0xf111e7ull, i };
+		kvt_key k = { 0xf111e7ull + (nround << 32), i };
 		memcpy(fill, &i, sizeof(i));
 		KVT_CK(kvt_put(s, k, fill, block_bytes));
 	}
@@ -249,6 +252,11 @@ int main(int argc, char **argv)
 		snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %zu, \"max_block\": %zu}}",
 			 4 * (size_t)nblocks * bb + ram, bb);
 	kvt_store *s;
+	if (disk) { /* a fresh tier: blocks of an earlier run would be "stored already" */
+		char path[600];
+		snprintf(path, sizeof(path), "%s/kv_connector.tier", disk);
+		unlink(path);
+	}
 	KVT_CK(kvt_open(cfg, &s));
 	kvt_key root = conn_root("example/model@rev1", &sh, 0, 1);
 	void *arena = conn_register(s);

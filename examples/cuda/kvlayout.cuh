@@ -140,6 +140,7 @@ static inline void kv_cache_alloc(struct kv_cache *c, enum kv_kind kind,
 		CK(cudaMalloc((void **)&c->cross, layer_bytes * s->layers));
 		CK(cudaMemset(c->cross, 0, layer_bytes * s->layers));
 	}
+	CK(cudaDeviceSynchronize()); /* other streams do not wait for the memsets */
 	CK(cudaMalloc((void **)&c->d_layer, (size_t)s->layers * sizeof(char *)));
 	CK(cudaMemcpy(c->d_layer, c->layer, (size_t)s->layers * sizeof(char *),
 		      cudaMemcpyHostToDevice));
