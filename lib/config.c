@@ -32,7 +32,7 @@
 #define MAX_BLOCK_MIN     4096u
 #define MAX_BLOCK_DEFAULT (256 * MiB)
 /* A disk record is a 4 KiB header and the block, within one region; its
- * length field holds at most 256 MiB (kvtier-disk(5); disk.c's MAX_LEN). */
+ * length field holds at most 256 MiB (kvtier-disk(5); disk_impl.h's MAX_LEN). */
 #define DISK_RECORD_HEADER 4096u
 #define DISK_BLOCK_MAX    (256 * MiB)
 #define NUMA_NODE_MAX     1023

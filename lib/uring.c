@@ -7,7 +7,7 @@
  * that keeps a batch's I/Os in flight together and runs the caller's hooks
  * (prepare an io before it goes out, finish one as it completes) under the
  * I/O still in flight.
- * Knows nothing about regions, records, keys or the index (disk.c).
+ * Knows nothing about regions, records, keys or the index (the disk tier, disk*.c).
  */
 #include <errno.h>
 #include <fcntl.h>

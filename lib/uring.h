@@ -6,7 +6,7 @@
  * I/Os through any implementation with a bounded number in flight, running
  * the caller's per-io work (dev_hooks: checksums) while the rest is in
  * flight.
- * Knows nothing about regions, records, keys or the index: that is disk.c.
+ * Knows nothing about regions, records, keys or the index: that is the disk tier (disk*.c).
  * Tests wrap uring_dev_ops to inject errors, short transfers and latency.
  */
 #ifndef KVT_URING_H

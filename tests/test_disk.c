@@ -1,5 +1,5 @@
 /*
- * test_disk.c - the NVMe tier (lib/disk.c) on files in a temp dir: round
+ * test_disk.c - the NVMe tier (lib/disk*.c) on files in a temp dir: round
  * trips, batches, reclaim, leases, restart from the checkpoint and from a
  * region scan after kill -9, damaged files, injected device faults (through
  * a wrapper around the real io_uring ops), full devices, foreign superblocks,

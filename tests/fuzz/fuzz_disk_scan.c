@@ -1,11 +1,11 @@
 /*
  * fuzz_disk_scan.c - libFuzzer target for the NVMe tier's recovery
- * (lib/disk.c): the superblock check, the checkpoint loader and the region
- * scan, run by disk_open() on a damaged copy of a small valid tier.
+ * (lib/disk_format.c): the superblock check, the checkpoint loader and the
+ * region scan, run by disk_open() on a damaged copy of a small valid tier.
  *
  * Once per process it builds two images of a small tier (512 KiB, seven
- * regions of 64 KiB, the smallest disk.c takes: config_parse's 1 MiB floor is
- * bypassed so that an input costs well under a millisecond) on an in-memory
+ * regions of 64 KiB, the smallest the disk tier takes: config_parse's 1 MiB
+ * floor is bypassed so that an input costs well under a millisecond) on an in-memory
  * device behind the kvt_dev_ops seam: one closed cleanly (a checkpoint) and
  * one taken while open after more puts (no checkpoint: the scan path). The
  * log has wrapped, so regions hold records of older generations past their

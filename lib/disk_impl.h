@@ -1,0 +1,210 @@
+/*
+ * disk_impl.h - what the files of the NVMe tier share and nothing outside
+ * it sees: the record header's layout, the geometry and packing of index
+ * entries, struct disk_tier itself, and the functions one file of the tier
+ * calls in another (disk.c: put, leases, open and close; disk_read.c: get;
+ * disk_io.c: staging buffers and the queue pool; disk_index.c: the index;
+ * disk_region.c: regions, reclaim and the reinsertion decision;
+ * disk_format.c: superblock, checkpoint and recovery).
+ */
+#ifndef KVT_DISK_IMPL_H
+#define KVT_DISK_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* XXH3 inline, for the small header checksums; payloads: kvt_checksum(). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "disk.h"
+#include "internal.h"
+#include "stats.h"
+#include "uring.h"
+
+#define PAGE 4096u
+#define FORMAT_VERSION 1u
+#define SB_MAGIC 0x314b534452544b56ull  /* "VKTRDSK1" little-endian */
+#define REC_MAGIC 0x31434552524b564bull /* "KVKRREC1" */
+#define CK_MAGIC 0x31544b43504b564bull  /* "KVKPCKT1" */
+
+#define NIL UINT32_MAX
+#define NQUEUES 8                 /* batches that can run at once */
+#define PAGE_BITS 34              /* global page numbers: 64 TiB of regions */
+#define LEN_BITS 28               /* block length - 1: blocks up to 256 MiB */
+#define MAX_LEN (1ull << LEN_BITS)
+#define LEASE_BIT (1ull << 62)
+#define REGION_MIN_BYTES (64u * 1024)
+#define DATA_ALIGN (64u * 1024)
+#define IO_CHUNK (8u << 20)       /* metadata I/O is split into pieces this big */
+#define STAGE_CACHE (64u << 20)   /* staging bytes kept for reuse */
+
+struct rec_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_bytes;       /* PAGE */
+	uint64_t key_lo, key_hi;
+	uint64_t len;             /* payload bytes */
+	uint64_t seq;             /* record sequence number, tier-wide */
+	uint64_t region_seq;      /* the region's generation when written */
+	uint64_t instance;        /* sb.instance[0] */
+	uint64_t payload_sum;     /* XXH3-64 of the payload */
+	uint64_t checksum;        /* XXH3-64 of the bytes above */
+};
+
+/* --- in-memory state ------------------------------------------------------ */
+
+/*
+ * One stored block: 28 bytes. w packs the global page of its header
+ * (PAGE_BITS), its length - 1 (LEN_BITS) and the lease flag. next chains the
+ * entries written into the same region, so reclaim finds them without I/O.
+ */
+struct disk_ent {
+	uint64_t lo, hi;
+	uint64_t w;
+	uint32_t next;
+} __attribute__((packed, aligned(4)));
+
+enum { R_FREE = 0, R_OPEN = 1, R_SEALED = 2 };
+
+struct region {
+	uint64_t seq;             /* generation: order of opening */
+	uint64_t lease_until;     /* ns; leased blocks inside protect it */
+	uint32_t wp;              /* pages reserved from its start */
+	uint32_t head;            /* entry chain */
+	uint32_t pins;            /* reads and writes in flight */
+	uint32_t nleased;
+	uint8_t state;
+};
+
+struct disk_tier {
+	const struct kvt_dev_ops *ops;
+	unsigned ndev;
+	int *fds;
+	char **paths;
+	/* geometry */
+	uint64_t region_size, dev_bytes, data_off, ckpt_off, ckpt_bytes;
+	uint32_t region_pages, nregions;
+	uint64_t instance[2];
+	unsigned qd;
+	/* queues */
+	void *queues[NQUEUES];
+	void *qfree[NQUEUES];
+	unsigned nqfree, nqueues;
+	pthread_mutex_t qlock;
+	pthread_cond_t qcv;
+	char *fixed_base;
+	size_t fixed_len;
+	unsigned nfixed;
+	/* staging buffers: free lists by power-of-two class */
+	pthread_mutex_t slock;
+	void *sfree[64];
+	uint64_t scached;
+	/* everything below is under lock */
+	pthread_mutex_t lock;
+	struct region *regions;
+	uint32_t cur;             /* open region or NIL */
+	uint32_t nfree;           /* regions never written */
+	uint64_t rec_seq, region_seq;
+	struct disk_ent *ents;
+	size_t ents_map;          /* bytes mapped for ents */
+	uint32_t max_ents, ents_hwm, ent_free;
+	uint32_t *slots;
+	uint32_t nslots, count;
+	uint64_t bytes_used;
+	/* counters */
+	_Atomic uint64_t hits, misses, puts, reclaims, reinsertions;
+	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
+	_Atomic uint64_t queue_failures;
+	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
+};
+
+static inline uint64_t pad_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static inline uint32_t rec_pages(uint64_t len)
+{
+	return (uint32_t)(1 + pad_up(len, PAGE) / PAGE);
+}
+
+static inline uint64_t w_page(uint64_t w) { return w & ((1ull << PAGE_BITS) - 1); }
+static inline uint64_t w_len(uint64_t w) { return ((w >> PAGE_BITS) & (MAX_LEN - 1)) + 1; }
+static inline uint64_t w_make(uint64_t page, uint64_t len)
+{
+	return page | ((len - 1) << PAGE_BITS);
+}
+
+static inline uint32_t page_region(const struct disk_tier *d, uint64_t page)
+{
+	return (uint32_t)(page / d->region_pages);
+}
+
+/* Device and byte offset of a global page. */
+static inline void page_addr(const struct disk_tier *d, uint64_t page,
+			     uint16_t *dev, uint64_t *off)
+{
+	uint32_t r = page_region(d, page);
+	uint64_t in = page % d->region_pages;
+
+	*dev = (uint16_t)(r % d->ndev);
+	*off = d->data_off + (uint64_t)(r / d->ndev) * d->region_size + in * PAGE;
+}
+
+/* One record to append (disk_append), of a put or of a reinsertion. */
+struct wr {
+	kvt_key key;
+	const void *data;
+	uint64_t len;
+	int result;
+	int active;               /* space reserved, I/O to run */
+	uint64_t page, seq, region_seq;
+	uint32_t old_e;           /* reinsertion: the entry being moved */
+	uint64_t old_w;
+	uint64_t sum;             /* with have_sum: the payload's verified sum */
+	int have_sum;             /* data is not trusted: the copy must match sum */
+	int direct;               /* payload written from data itself */
+	int prep_err;             /* staging failed: nothing was written */
+	void *stage;
+	size_t stage_bytes;
+	struct dev_io io[2];
+	unsigned nio;
+};
+
+/* disk_io.c */
+void *disk_stage_get(struct disk_tier *d, size_t bytes);
+void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
+void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
+	      const struct dev_hooks *hooks);
+int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len);
+void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,
+		 void *buf, uint32_t len, int8_t fixed);
+int disk_meta_rw(struct disk_tier *d, int op, uint16_t dev, void *buf,
+		 uint64_t len, uint64_t off);
+
+/* disk_index.c */
+uint32_t disk_idx_find(const struct disk_tier *d, kvt_key k);
+void disk_ent_drop(struct disk_tier *d, uint32_t e);
+int disk_ent_add(struct disk_tier *d, kvt_key k, uint64_t page, uint64_t len);
+
+/* disk_region.c */
+void disk_lease_ent(struct disk_tier *d, uint32_t e, uint64_t deadline);
+int disk_reserve(struct disk_tier *d, uint32_t pages, uint64_t *page);
+int disk_near_tail(const struct disk_tier *d, uint32_t r);
+
+/* disk_format.c */
+void disk_hdr_fill(struct disk_tier *d, struct rec_hdr *h, kvt_key k,
+		   uint64_t len, uint64_t seq, uint64_t region_seq, uint64_t sum);
+int disk_hdr_ok(const struct disk_tier *d, const struct rec_hdr *h);
+void disk_index_reset(struct disk_tier *d);
+int disk_write_checkpoint(struct disk_tier *d);
+int disk_recover(struct disk_tier *d);
+int disk_geometry(struct disk_tier *d, const struct kvt_config *cfg);
+
+/* disk.c */
+void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert);
+int disk_fail_all(kvt_op *ops, size_t n, int err);
+
+#endif

@@ -1,0 +1,216 @@
+/*
+ * disk_io.c - the NVMe tier's I/O plumbing: staging buffers (page-aligned,
+ * cached by power-of-two class), the pool of device queues, running a
+ * batch of ios on one of them (counting and logging failures), and
+ * synchronous metadata I/O. Knows nothing about records, regions or keys.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disk_impl.h"
+
+/* --- staging buffers ---------------------------------------------------------- */
+
+static unsigned stage_class(size_t bytes)
+{
+	unsigned c = 12;
+
+	while ((1ull << c) < bytes)
+		c++;
+	return c;
+}
+
+void *disk_stage_get(struct disk_tier *d, size_t bytes)
+{
+	unsigned c = stage_class(bytes);
+	void *p = NULL;
+
+	pthread_mutex_lock(&d->slock);
+	if (d->sfree[c]) {
+		p = d->sfree[c];
+		memcpy(&d->sfree[c], p, sizeof(void *));
+		d->scached -= 1ull << c;
+	}
+	pthread_mutex_unlock(&d->slock);
+	if (!p && posix_memalign(&p, PAGE, (size_t)1 << c))
+		p = NULL;
+	return p;
+}
+
+void disk_stage_put(struct disk_tier *d, void *p, size_t bytes)
+{
+	unsigned c = stage_class(bytes);
+
+	/* Once a failed queue kept I/O we could not reap, the kernel may still
+	 * write into a buffer handed back after that: keep them all alive. */
+	if (!p || atomic_load_explicit(&d->lost, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&d->slock);
+	if (d->scached + (1ull << c) <= STAGE_CACHE) {
+		memcpy(p, &d->sfree[c], sizeof(void *));
+		d->sfree[c] = p;
+		d->scached += 1ull << c;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&d->slock);
+	free(p);
+}
+
+/* --- queues ------------------------------------------------------------------ */
+
+/* A free queue, or NULL when every queue failed and none could replace it. */
+static void *queue_get(struct disk_tier *d)
+{
+	void *q = NULL;
+
+	pthread_mutex_lock(&d->qlock);
+	while (d->nqfree == 0 && d->nqueues > 0)
+		pthread_cond_wait(&d->qcv, &d->qlock);
+	if (d->nqfree)
+		q = d->qfree[--d->nqfree];
+	pthread_mutex_unlock(&d->qlock);
+	return q;
+}
+
+static void queue_put(struct disk_tier *d, void *q)
+{
+	pthread_mutex_lock(&d->qlock);
+	d->qfree[d->nqfree++] = q;
+	pthread_cond_signal(&d->qcv);
+	pthread_mutex_unlock(&d->qlock);
+}
+
+/*
+ * A queue that failed (dev_run_hooks says so) is never used again: it is
+ * closed (dev_run_hooks drained it) and a fresh one takes its place in the
+ * pool; when none can be opened, the pool is one queue smaller.
+ */
+static void queue_replace(struct disk_tier *d, void *q)
+{
+	void *nq = NULL;
+	unsigned nf = 0;
+
+	ctr_add(&d->queue_failures, 1);
+	d->ops->queue_close(q);
+	int err = d->ops->queue_open(d->fds, d->ndev, 2 * d->qd, d->fixed_base,
+				     d->fixed_len, &nf, &nq);
+	if (!err && nf < d->nfixed) { /* it must take the same fixed buffers */
+		d->ops->queue_close(nq);
+		err = -ENOMEM;
+	}
+	pthread_mutex_lock(&d->qlock);
+	for (unsigned i = 0; i < d->nqueues; i++)
+		if (d->queues[i] == q) {
+			d->queues[i] = err ? d->queues[--d->nqueues] : nq;
+			break;
+		}
+	if (!err)
+		d->qfree[d->nqfree++] = nq;
+	pthread_cond_broadcast(&d->qcv);
+	pthread_mutex_unlock(&d->qlock);
+	kvt_log(KVT_LOG_ERR, "disk: an I/O queue failed; %s", err ?
+		"no new one could be opened, fewer batches run at once" :
+		"a new one replaces it");
+}
+
+/* The ios of a batch that found no queue left: each fails, hooks run. */
+static void fail_ios(struct dev_io **ios, unsigned n, const struct dev_hooks *hooks)
+{
+	for (unsigned i = 0; i < n; i++) {
+		ios[i]->res = -EIO;
+		ios[i]->lost = 0;
+		if (hooks && hooks->done)
+			hooks->done(hooks->arg, i, ios[i]);
+	}
+}
+
+/*
+ * Runs ios on a free queue with hooks (NULL: none); counts failures. An io
+ * its prep hook declined (-ECANCELED) never reached the device and is not
+ * an I/O error.
+ */
+void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
+	      const struct dev_hooks *hooks)
+{
+	void *q;
+
+	if (!n)
+		return;
+	q = queue_get(d);
+	if (!q) {
+		fail_ios(ios, n, hooks);
+	} else if (dev_run_hooks(d->ops, q, ios, n, 2 * d->qd, &d->inflight, hooks) < 0) {
+		for (unsigned i = 0; i < n; i++)
+			if (ios[i]->lost)
+				atomic_store(&d->lost, 1);
+		queue_replace(d, q);
+	} else {
+		queue_put(d, q);
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (ios[i]->res < 0 && ios[i]->res != -ECANCELED) {
+			ctr_add(&d->io_errors, 1);
+			kvt_log(KVT_LOG_ERR, "disk: %s of %u bytes at %llu on %s: %s",
+				ios[i]->op == DEV_READ ? "read" : "write", ios[i]->len,
+				(unsigned long long)ios[i]->off, d->paths[ios[i]->dev],
+				strerror(-ios[i]->res));
+		}
+}
+
+/* The registered buffer holding [p, p+len), or -1. */
+int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len)
+{
+	const char *c = p;
+
+	if (!d->nfixed || c < d->fixed_base || c + len > d->fixed_base + d->fixed_len)
+		return -1;
+	uint64_t a = (uint64_t)(c - d->fixed_base), b = a + len - 1;
+	if (a / DEV_FIXED_CHUNK != b / DEV_FIXED_CHUNK || a / DEV_FIXED_CHUNK > 127)
+		return -1;
+	return (int8_t)(a / DEV_FIXED_CHUNK);
+}
+
+void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,
+		 void *buf, uint32_t len, int8_t fixed)
+{
+	memset(io, 0, sizeof(*io));
+	io->op = (uint8_t)op;
+	io->dev = dev;
+	io->off = off;
+	io->buf = buf;
+	io->len = len;
+	io->fixed = fixed;
+}
+
+/* Synchronous metadata I/O of len bytes (page multiple) at off on dev. */
+int disk_meta_rw(struct disk_tier *d, int op, uint16_t dev, void *buf,
+		 uint64_t len, uint64_t off)
+{
+	unsigned n = (unsigned)((len + IO_CHUNK - 1) / IO_CHUNK);
+	struct dev_io *io = calloc(n, sizeof(*io));
+	struct dev_io **p = calloc(n, sizeof(*p));
+	int err = 0;
+
+	if (!io || !p) {
+		free(io);
+		free(p);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t o = (uint64_t)i * IO_CHUNK;
+		uint64_t l = len - o < IO_CHUNK ? len - o : IO_CHUNK;
+
+		disk_io_set(&io[i], op, dev, off + o, (char *)buf + o, (uint32_t)l, -1);
+		p[i] = &io[i];
+	}
+	disk_run(d, p, n, NULL);
+	for (unsigned i = 0; i < n; i++)
+		if (io[i].res < 0 && !err)
+			err = io[i].res;
+	free(io);
+	free(p);
+	return err;
+}

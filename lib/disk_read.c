@@ -1,0 +1,344 @@
+/*
+ * disk_read.c - the NVMe tier's read path: a batch of gets in phases (find
+ * and pin under the lock; reads set up, payloads straight into the
+ * caller's buffers where they can go; each block verified as its reads
+ * complete, while the others are in flight; results; unpin, dropping
+ * damaged records and picking hits near the log's tail for reinsertion).
+ * Knows nothing about io_uring, the RAM tier or the store.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disk_impl.h"
+
+/* --- reads ------------------------------------------------------------------- */
+
+struct rd {
+	uint32_t e;
+	uint64_t w;
+	int active;
+	int direct;
+	void *stage;
+	size_t stage_bytes;
+	struct dev_io io[2];
+	unsigned nio;
+	unsigned left;            /* ios not complete yet */
+	int err;                  /* the outcome once left is 0 */
+	uint64_t sum;             /* the payload's checksum, once verified */
+};
+
+struct load_ctx {
+	struct disk_tier *d;
+	struct rd *rd;
+	kvt_op *ops;
+	const uint32_t *own;      /* io index -> op */
+};
+
+/* Checks a record just read for op: header sound and naming op's key and
+ * length, payload checksum right; copies a staged payload out. */
+static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
+{
+	const struct rec_hdr *h = r->stage;
+	uint64_t len = w_len(r->w);
+	const void *payload = r->direct ? op->buf : (char *)r->stage + PAGE;
+
+	if (!disk_hdr_ok(d, h) || h->key_lo != op->key.lo || h->key_hi != op->key.hi ||
+	    h->len != len || h->payload_sum != kvt_checksum(payload, len))
+		return -EBADMSG;
+	if (!r->direct)
+		memcpy(op->buf, payload, len);
+	r->sum = h->payload_sum;
+	return 0;
+}
+
+/* dev_run's done hook for loads: verifies each block as soon as its last
+ * read completes, while the batch's other reads are in flight. */
+static void load_done(void *arg, unsigned i, struct dev_io *io)
+{
+	struct load_ctx *c = arg;
+	uint32_t b = c->own[i];
+	struct rd *r = &c->rd[b];
+
+	if (io->res < 0)
+		r->err = -EIO;
+	if (--r->left == 0 && !r->err)
+		r->err = rd_verify(c->d, r, &c->ops[b]);
+}
+
+/* Sets up the reads of block i (rd[i] active, its stage not taken yet):
+ * header and payload into a stage, or the header into a stage and the
+ * payload straight into the op's buffer (direct). Returns ios added to
+ * ios/own at nios, 0 when no stage memory could be had. */
+static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int direct,
+			 uint32_t i, struct dev_io **ios, uint32_t *own)
+{
+	uint64_t len = w_len(r->w), pad = pad_up(len, PAGE);
+	uint16_t dev;
+	uint64_t off;
+
+	page_addr(d, w_page(r->w), &dev, &off);
+	r->direct = direct;
+	r->stage_bytes = direct ? PAGE : PAGE + pad;
+	r->stage = disk_stage_get(d, r->stage_bytes);
+	r->nio = 0;
+	if (!r->stage)
+		return 0;
+	disk_io_set(&r->io[0], DEV_READ, dev, off, r->stage, (uint32_t)r->stage_bytes, -1);
+	r->nio = 1;
+	if (direct) {
+		disk_io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
+		       disk_fixed_index(d, op->buf, pad));
+		r->nio = 2;
+	}
+	r->left = r->nio;
+	r->err = 0;
+	for (unsigned j = 0; j < r->nio; j++) {
+		own[j] = i;
+		ios[j] = &r->io[j];
+	}
+	return r->nio;
+}
+
+/*
+ * A payload read straight into a caller's buffer can fail its check only
+ * because something else wrote there meanwhile (ops of the batch sharing
+ * the buffer, another thread): such blocks are read again into memory of
+ * the tier's own before they are called damaged.
+ */
+static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, size_t n,
+			    struct dev_io **ios, uint32_t *own)
+{
+	unsigned nios = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct rd *r = &rd[i];
+
+		if (!r->active || !r->nio || !r->direct || r->err != -EBADMSG)
+			continue;
+		disk_stage_put(d, r->stage, r->stage_bytes);
+		nios += rd_setup(d, r, &ops[i], 0, (uint32_t)i, ios + nios, own + nios);
+		if (!r->nio)
+			r->err = -ENOMEM;
+	}
+	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
+	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
+	disk_run(d, ios, nios, &hooks);
+}
+
+int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
+{
+	return disk_get_batch_sums(d, ops, n, NULL);
+}
+/*
+ * Phase 1 of a get batch, under the lock: finds each op's entry, pins its
+ * region (rd[i] active), and sets the result of ops that will read nothing
+ * (-EINVAL, -ENOENT, -ENOBUFS with the size).
+ */
+static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
+{
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < n; i++) {
+		/* A NULL buf with len 0 asks for the size (-ENOBUFS). */
+		uint32_t e = ops[i].buf || !ops[i].len ? disk_idx_find(d, ops[i].key) : NIL;
+
+		if (!ops[i].buf && ops[i].len) {
+			ops[i].result = -EINVAL;
+			continue;
+		}
+		if (e == NIL) {
+			ops[i].result = -ENOENT;
+			ctr_add(&d->misses, 1);
+			continue;
+		}
+		uint64_t len = w_len(d->ents[e].w);
+		if (len > ops[i].len) {
+			ops[i].result = -ENOBUFS;
+			ops[i].len = len;
+			continue;
+		}
+		rd[i].e = e;
+		rd[i].w = d->ents[e].w;
+		rd[i].active = 1;
+		d->regions[page_region(d, w_page(rd[i].w))].pins++;
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * Phase 2: the reads of each active op, into ios/own (io -> op). Payloads
+ * go straight into the caller's buffers, except where ops share one: those
+ * are staged, verified in the tier's own memory and copied. Returns the
+ * number of ios.
+ */
+static unsigned get_ios(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd,
+			struct dev_io **ios, uint32_t *own)
+{
+	uint8_t *shared = malloc(n);
+	unsigned nios = 0;
+
+	if (shared)
+		kvt_ops_shared(ops, n, shared);
+	for (size_t i = 0; i < n; i++) {
+		struct rd *r = &rd[i];
+
+		if (!r->active)
+			continue;
+		uint64_t pad = pad_up(w_len(r->w), PAGE);
+		int direct = shared && !shared[i] && ((uintptr_t)ops[i].buf % PAGE) == 0 &&
+			     ops[i].len >= pad;
+		nios += rd_setup(d, r, &ops[i], direct, (uint32_t)i, ios + nios, own + nios);
+	}
+	free(shared);
+	return nios;
+}
+
+/* Phase 3: each active op's result, length, sum and counters, and the
+ * error text of a damaged or unreadable block. */
+static void get_report(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd,
+		       uint64_t *sums)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct rd *r = &rd[i];
+		char ks[34];
+
+		if (!r->active)
+			continue;
+		uint64_t len = w_len(r->w);
+		int err = r->nio ? r->err : -ENOMEM;
+
+		if (err == -EBADMSG) {
+			ctr_add(&d->checksum_failures, 1);
+			kvt_log(KVT_LOG_WARN, "disk: block %s failed its checksum or "
+				"header check; dropped", kvt_key_str(ops[i].key, ks));
+			kvt_set_error("disk: block %s is damaged on disk (checksum)",
+				      kvt_key_str(ops[i].key, ks));
+		} else if (err == -EIO) {
+			kvt_set_error("disk: reading block %s failed (I/O error)",
+				      kvt_key_str(ops[i].key, ks));
+		}
+		ops[i].result = err;
+		if (!err) {
+			ops[i].len = len;
+			if (sums)
+				sums[i] = r->sum;
+			ctr_add(&d->hits, 1);
+		} else {
+			ctr_add(&d->misses, 1);
+		}
+	}
+}
+
+/*
+ * Phase 4, under the lock: unpins, drops the entries of damaged records,
+ * and picks the hits near the log's tail to move to its head (into re[],
+ * which may be NULL). Returns how many were picked.
+ */
+static size_t get_unpin(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd,
+			struct wr *re)
+{
+	size_t nre = 0;
+
+	pthread_mutex_lock(&d->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct rd *r = &rd[i];
+
+		if (!r->active)
+			continue;
+		uint32_t reg = page_region(d, w_page(r->w));
+		d->regions[reg].pins--;
+		int same = disk_idx_find(d, ops[i].key) == r->e &&
+			   (d->ents[r->e].w & ~LEASE_BIT) == (r->w & ~LEASE_BIT);
+		if (ops[i].result == -EBADMSG && same)
+			disk_ent_drop(d, r->e);
+		else if (ops[i].result == 0 && same && re && disk_near_tail(d, reg)) {
+			/* From the tier's own copy where there is one; a caller's
+			 * buffer may have changed, so the copy must match the sum. */
+			re[nre].key = ops[i].key;
+			re[nre].data = r->direct ? ops[i].buf : (char *)r->stage + PAGE;
+			re[nre].sum = r->sum;
+			re[nre].have_sum = 1;
+			re[nre].len = ops[i].len;
+			re[nre].old_e = r->e;
+			re[nre].old_w = d->ents[r->e].w;
+			nre++;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	return nre;
+}
+
+int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums)
+{
+	struct rd *rd;
+	struct dev_io **ios;
+	int first = 0;
+
+	if (!d || (!ops && n))
+		return kvt_fail(-EINVAL, "disk_get_batch: %s is NULL", d ? "ops" : "tier");
+	if (!n)
+		return 0;
+	rd = calloc(n, sizeof(*rd));
+	ios = calloc(2 * n, sizeof(*ios));
+	uint32_t *own = calloc(2 * n, sizeof(*own));
+	if (!rd || !ios || !own) {
+		free(rd);
+		free(ios);
+		free(own);
+		return disk_fail_all(ops, n, -ENOMEM);
+	}
+	get_find(d, ops, n, rd);
+	unsigned nios = get_ios(d, ops, n, rd, ios, own);
+	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
+	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
+	disk_run(d, ios, nios, &hooks);
+	rd_again_staged(d, rd, ops, n, ios, own);
+	get_report(d, ops, n, rd, sums);
+
+	struct wr *re = calloc(n, sizeof(*re));
+	size_t nre = get_unpin(d, ops, n, rd, re);
+	if (nre)
+		disk_append(d, re, nre, 1);
+	free(re);
+
+	for (size_t i = 0; i < n; i++) {
+		if (rd[i].active)
+			disk_stage_put(d, rd[i].stage, rd[i].stage_bytes);
+		if (ops[i].result && !first)
+			first = ops[i].result;
+	}
+	free(ios);
+	free(own);
+	free(rd);
+	return first;
+}
+
+int disk_get(struct disk_tier *d, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	return disk_get_sum(d, key, buf, cap, len, NULL);
+}
+
+int disk_get_sum(struct disk_tier *d, kvt_key key, void *buf, size_t cap,
+		 size_t *len, uint64_t *sum)
+{
+	kvt_op op = { .key = key, .buf = buf, .len = cap };
+	int err;
+
+	if (!d || (!buf && cap))
+		return kvt_fail(-EINVAL, "disk_get: %s", d ? "buf is NULL but cap is not 0"
+							: "tier is NULL");
+	err = disk_get_batch_sums(d, &op, 1, sum);
+	if (len && (err == 0 || err == -ENOBUFS))
+		*len = op.len;
+	if (err == -ENOENT) {
+		char ks[34];
+		kvt_set_error("disk: key %s not stored", kvt_key_str(key, ks));
+	} else if (err == -ENOBUFS) {
+		char ks[34];
+		kvt_set_error("disk_get: cap %zu too small for block %s of %zu bytes",
+			      cap, kvt_key_str(key, ks), op.len);
+	}
+	return err;
+}
