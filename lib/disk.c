@@ -4,8 +4,9 @@
  * and removal, statistics, and open and close. The read path is in
  * disk_read.c; index, regions, I/O plumbing and the on-disk format are in
  * disk_index.c, disk_region.c, disk_io.c and disk_format.c (disk_impl.h).
- * I/O goes through the device seam of uring.h; the tier knows nothing about
- * io_uring itself, nor about the RAM tier, peers or the store facade.
+ * I/O goes through the device seam of dev.h (io_uring's, uring.h, unless the
+ * opener passes another); the tier knows nothing about io_uring itself, nor
+ * about the RAM tier, peers or the store facade.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "disk_impl.h"
+#include "uring.h"
 
 /* --- writes ---------------------------------------------------------------- */
 

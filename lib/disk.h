@@ -1,7 +1,8 @@
 /*
  * disk.h - the NVMe tier: blocks on one or more block devices or
- * preallocated files, written through io_uring (uring.c) in a log of regions,
- * each record self-describing and checksummed, surviving restarts.
+ * preallocated files, written through the device seam (dev.h; io_uring in
+ * uring.c) in a log of regions, each record self-describing and
+ * checksummed, surviving restarts.
  * Knows nothing about the RAM tier, peers or the store facade: the store
  * calls it, never the other way round.
  */
@@ -17,7 +18,7 @@
 #include "kvtier.h"
 
 struct disk_tier;
-struct kvt_dev_ops; /* the device seam, see uring.h */
+struct kvt_dev_ops; /* the device seam, see dev.h */
 
 /*
  * Opens the tier described by cfg (cfg->ndisk > 0). fixed_base/fixed_len is

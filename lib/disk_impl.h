@@ -21,7 +21,7 @@
 #include "disk.h"
 #include "internal.h"
 #include "stats.h"
-#include "uring.h"
+#include "dev.h"
 
 #define PAGE 4096u
 #define FORMAT_VERSION 1u

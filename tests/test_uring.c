@@ -1,8 +1,8 @@
 /*
- * test_uring.c - the device layer (lib/uring.c): dev_run() driven through a
- * fake in-memory device that completes out of order, cuts transfers short
- * and fails on demand; and the real io_uring ops on a file in a temp dir
- * (round trip, fixed buffers, device opening errors).
+ * test_uring.c - the device layer (lib/dev.c, lib/uring.c): dev_run()
+ * driven through a fake in-memory device that completes out of order, cuts
+ * transfers short and fails on demand; and the real io_uring ops on a file
+ * in a temp dir (round trip, fixed buffers, device opening errors).
  */
 #include <errno.h>
 #include <fcntl.h>
