@@ -1,93 +1,20 @@
 /*
  * store.c - the facade: validates every public call, routes it across the
- * tiers (RAM first, then disk), keeps store-wide counters and latencies, and
- * owns the library's threads: async batch workers and the evictor that
- * brings the RAM tier from its high watermark down to its low one.
- * Tiers know nothing of each other; only this file connects them.
+ * tiers (RAM first, then disk, then the key's owner among the peers),
+ * keeps store-wide counters and latencies, and owns the evictor thread
+ * that brings the RAM tier from its high watermark down to its low one.
+ * Asynchronous batches and their workers are batch.c's; routing to peers
+ * and serving them, store_peer.c's (store_impl.h). Tiers know nothing of
+ * each other; only the facade connects them.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include "config.h"
-#include "disk.h"
-#include "internal.h"
-#include "peer.h"
-#include "ram.h"
-#include "slot.h"
-#include "stats.h"
+#include "store_impl.h"
 
-struct kvt_batch {
-	kvt_store *s;
-	int opcode;
-	kvt_op *ops;
-	size_t n;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int done;
-	int result;
-	int efd;
-	struct kvt_batch *qnext;
-};
-
-struct kvt_store {
-	struct kvt_config cfg;
-	struct ram_tier *ram;
-	struct disk_tier *disk;
-	struct peer_tier *peer;   /* NULL: no peers configured */
-	struct slot_table *slots; /* zero-copy slots (slot.c) */
-
-	/* async workers */
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;
-	struct kvt_batch *qhead, *qtail;
-	int stopping;
-	pthread_t *workers;
-	unsigned nworkers;
-
-	/* evictor */
-	pthread_mutex_t elock;
-	pthread_cond_t econd;
-	int ekick, estop;
-	pthread_t evictor;
-	int evictor_started;
-
-	struct hist get_lat, put_lat;
-	_Atomic uint64_t gets, puts, hits_ram, hits_disk, hits_peer, misses, checksum_misses;
-	_Atomic uint64_t peer_puts, peer_put_failures;
-	_Atomic uint64_t refused_puts, write_arounds, write_through, promotions;
-	_Atomic uint64_t lookups, lookup_keys, lookup_found, batches, errors;
-};
-
-static void *worker_main(void *arg);
-
-/* Condition variables that time out on CLOCK_MONOTONIC, so a wall-clock
- * jump neither shortens nor stretches a wait. */
-static void cond_init_monotonic(pthread_cond_t *c)
-{
-	pthread_condattr_t a;
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(c, &a);
-	pthread_condattr_destroy(&a);
-}
-
-static struct timespec deadline_in_ms(long ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}
 static void store_teardown(kvt_store *s);
 
 /* --- tier glue -------------------------------------------------------------- */
@@ -131,7 +58,7 @@ static void *evictor_main(void *arg)
 	pthread_mutex_lock(&s->elock);
 	while (!s->estop) {
 		if (!s->ekick) {
-			struct timespec ts = deadline_in_ms(100);
+			struct timespec ts = kvt_deadline_in_ms(100);
 			pthread_cond_timedwait(&s->econd, &s->elock, &ts);
 			continue;
 		}
@@ -153,8 +80,8 @@ static void *evictor_main(void *arg)
  * disk verified (NULL for a peer's block), which the RAM copy must match:
  * buf is the caller's and may hold other bytes by now.
  */
-static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
-		    uint64_t gen, const uint64_t *sum)
+void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
+		   uint64_t gen, const uint64_t *sum)
 {
 	if (!s->cfg.promote)
 		return;
@@ -165,7 +92,7 @@ static void promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
 	}
 }
 
-static void count_get(kvt_store *s, int rc, int tier_disk)
+void store_count_get(kvt_store *s, int rc, int tier_disk)
 {
 	if (rc == 0)
 		ctr_add(tier_disk ? &s->hits_disk : &s->hits_ram, 1);
@@ -176,15 +103,6 @@ static void count_get(kvt_store *s, int rc, int tier_disk)
 		ctr_add(&s->checksum_misses, 1);
 	} else if (rc != -ENOBUFS)
 		ctr_add(&s->errors, 1);
-}
-
-/* The owner of key when it is another member, else -1. */
-static int remote_owner(kvt_store *s, kvt_key key)
-{
-	if (!s->peer)
-		return -1;
-	unsigned o = peer_owner(s->peer, key);
-	return o == peer_self(s->peer) ? -1 : (int)o;
 }
 
 /* A get from this node's own tiers; a miss is not counted when a peer is
@@ -198,61 +116,25 @@ static int get_local(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *l
 	if (rc == -ENOENT && s->disk) {
 		rc = disk_get_sum(s->disk, key, buf, cap, len, &sum);
 		if (rc != -ENOENT || !defer)
-			count_get(s, rc, 1);
+			store_count_get(s, rc, 1);
 		if (rc == 0)
-			promote(s, key, buf, *len, gen, &sum);
+			store_promote(s, key, buf, *len, gen, &sum);
 	} else if (rc != -ENOENT || !defer) {
-		count_get(s, rc, 0);
+		store_count_get(s, rc, 0);
 	}
 	return rc;
-}
-
-/* A peer's answer as a get result: a member that cannot answer makes its
- * keys misses; only a slow one (-ETIMEDOUT) says so. */
-static int peer_result(int rc)
-{
-	switch (rc) {
-	case 0:
-	case -ENOENT:
-	case -ENOBUFS:
-	case -EBADMSG:
-	case -ETIMEDOUT:
-		return rc;
-	default:
-		return -ENOENT;
-	}
-}
-
-/* After a local miss: the owner's copy, if another member owns key. */
-static int get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
-		    size_t *len)
-{
-	kvt_op op = { .key = key, .buf = buf, .len = cap };
-	uint64_t gen = ram_gen(s->ram, key);
-
-	peer_get_batch(s->peer, (unsigned)owner, &op, 1);
-	if (op.result == 0) {
-		ctr_add(&s->hits_peer, 1);
-		*len = op.len;
-		promote(s, key, buf, op.len, gen, NULL);
-	} else {
-		if (op.result == -ENOBUFS)
-			*len = op.len;
-		count_get(s, peer_result(op.result), 0);
-	}
-	return op.result;
 }
 
 static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len)
 {
 	char kb[34];
-	int owner = remote_owner(s, key);
+	int owner = store_owner(s, key);
 	int rc = get_local(s, key, buf, cap, len, owner >= 0);
 
 	if (rc == -ENOENT && owner >= 0) {
-		rc = get_peer(s, owner, key, buf, cap, len);
+		rc = store_get_peer(s, owner, key, buf, cap, len);
 		/* a member that cannot answer: its keys read as misses */
-		if (peer_result(rc) != rc) {
+		if (store_peer_result(rc) != rc) {
 			kvt_set_error("key %s is not stored here, and its owner %s "
 				      "cannot be asked", kvt_key_str(key, kb),
 				      peer_name(s->peer, (unsigned)owner));
@@ -288,11 +170,7 @@ static int check_get_args(const void *buf, size_t cap, const char *fn)
 	return 0;
 }
 
-/* Blocks handled together: one disk submission each (on the stack, so a
- * put never allocates). Above the disk's queue depth, so no I/O is lost. */
-#define CHUNK 128
-
-static int first_failure(const kvt_op *ops, size_t n)
+static int store_first_failure(const kvt_op *ops, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (ops[i].result)
@@ -359,75 +237,21 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 	}
 }
 
-/*
- * One round trip's worth: the entries from a on whose owner is owner[a]
- * (owner -1: none to ask) and that no earlier group took. Marks them taken,
- * writes their indexes to idx and returns how many (0 when a is taken).
- */
-static size_t owner_group(const int *owner, uint8_t *taken, size_t n, size_t a,
-			  size_t *idx)
-{
-	size_t k = 0;
-
-	if (taken[a] || owner[a] < 0)
-		return 0;
-	for (size_t b = a; b < n; b++)
-		if (!taken[b] && owner[b] == owner[a]) {
-			taken[b] = 1;
-			idx[k++] = b;
-		}
-	return k;
-}
-
-/*
- * Stores ops[0..n), n <= CHUNK, that this node stored (or could not) in
- * their owners' tiers too: one round trip per owner. A block the owner took
- * is stored, even where this node had no room for it.
- */
-static void put_to_peers(kvt_store *s, kvt_op *ops, size_t n)
-{
-	kvt_op pops[CHUNK];
-	size_t idx[CHUNK];
-	int owner[CHUNK], res[CHUNK];
-	uint8_t taken[CHUNK] = { 0 };
-
-	for (size_t i = 0; i < n; i++)
-		owner[i] = ops[i].result == 0 || ops[i].result == -ENOSPC ?
-			   remote_owner(s, ops[i].key) : -1;
-	for (size_t a = 0; a < n; a++) {
-		size_t k = owner_group(owner, taken, n, a, idx);
-
-		if (!k)
-			continue;
-		for (size_t j = 0; j < k; j++)
-			pops[j] = ops[idx[j]];
-		peer_put_batch(s->peer, (unsigned)owner[a], pops, k, res);
-		for (size_t j = 0; j < k; j++) {
-			if (res[j] == 0) {
-				ctr_add(&s->peer_puts, 1);
-				ops[idx[j]].result = 0;
-			} else {
-				ctr_add(&s->peer_put_failures, 1);
-			}
-		}
-	}
-}
-
 /* Puts ops[0..n) chunk by chunk (and in their owners' tiers when forward);
  * returns the first failure or 0, naming the block and the reason when no
  * tier could take it. */
-static int put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward)
+int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward)
 {
 	for (size_t i = 0; i < n; i += CHUNK) {
 		size_t k = n - i < CHUNK ? n - i : CHUNK;
 
 		put_chunk(s, ops + i, k, fn);
 		if (forward && s->peer)
-			put_to_peers(s, ops + i, k);
+			store_put_to_peers(s, ops + i, k);
 	}
 	if (ram_above_high(s->ram))
 		kick_evictor(s);
-	int rc = first_failure(ops, n);
+	int rc = store_first_failure(ops, n);
 	if (rc != -ENOSPC)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -446,12 +270,13 @@ static int put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int f
 
 static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 {
-	return put_ops_to(s, ops, n, fn, 1);
+	return store_put_ops_to(s, ops, n, fn, 1);
 }
 
-/* --- what this node serves its peers: its own tiers, never forwarding --- */
+/* --- the local tiers only (lookups and releases; what peers are served) ---- */
 
-static int local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
+/* 1 when RAM or disk holds k (leased until deadline with lease). */
+int store_local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
 {
 	if (ram_lookup(s->ram, k, lease, deadline) == 1)
 		return 1;
@@ -459,43 +284,8 @@ static int local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
 				 : disk_contains(s->disk, k, NULL)) == 1;
 }
 
-static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
-			 uint8_t *present)
-{
-	kvt_store *s = arg;
-	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
-
-	for (size_t i = 0; i < n; i++)
-		present[i] = (uint8_t)local_has(s, keys[i], lease, deadline);
-}
-
-/* Not counted in this node's gets and hits: the "peer" stats count what it
- * serves. */
-static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
-{
-	kvt_store *s = arg;
-	int rc = ram_get(s->ram, key, buf, cap, len);
-
-	if (rc == -ENOENT && s->disk)
-		rc = disk_get(s->disk, key, buf, cap, len);
-	return rc;
-}
-
-static int serve_visit(void *arg, kvt_key key, size_t cap,
-		       int (*fn)(void *fnarg, const void *block, size_t len),
-		       void *fnarg, size_t *len)
-{
-	kvt_store *s = arg;
-
-	return ram_visit(s->ram, key, cap, fn, fnarg, len);
-}
-
-static void serve_put(void *arg, kvt_op *ops, size_t n)
-{
-	put_ops_to(arg, ops, n, "peer put", 0);
-}
-
-static int release_local(kvt_store *s, const kvt_key *keys, size_t n)
+/* Ends the local leases of keys; returns how many were ended. */
+int store_release_local(kvt_store *s, const kvt_key *keys, size_t n)
 {
 	int ended = 0;
 
@@ -506,11 +296,6 @@ static int release_local(kvt_store *s, const kvt_key *keys, size_t n)
 		ended += r;
 	}
 	return ended;
-}
-
-static void serve_release(void *arg, const kvt_key *keys, size_t n)
-{
-	release_local(arg, keys, n);
 }
 
 /* --- public calls ------------------------------------------------------------- */
@@ -533,7 +318,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	pthread_mutex_init(&s->qlock, NULL);
 	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->elock, NULL);
-	cond_init_monotonic(&s->econd);
+	kvt_cond_init_monotonic(&s->econd);
 
 	rc = ram_open(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
 		      s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
@@ -549,9 +334,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	if (rc)
 		goto fail;
 	if (s->cfg.npeers) {
-		struct peer_local local = { .arg = s, .lookup = serve_lookup,
-			.get = serve_get, .visit = serve_visit, .put = serve_put,
-			.release = serve_release };
+		struct peer_local local = store_peer_local(s);
 		rc = peer_open(&s->cfg, &local, s->cfg.max_block, &s->peer);
 		if (rc)
 			goto fail;
@@ -561,18 +344,9 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		goto fail;
 	}
 	s->evictor_started = 1;
-	s->workers = calloc(s->cfg.threads, sizeof(*s->workers));
-	if (!s->workers) {
-		rc = kvt_fail(-ENOMEM, "kvt_open: out of memory");
+	rc = batch_workers_start(s);
+	if (rc)
 		goto fail;
-	}
-	for (; s->nworkers < s->cfg.threads; s->nworkers++) {
-		if (pthread_create(&s->workers[s->nworkers], NULL, worker_main, s)) {
-			rc = kvt_fail(-ENOMEM, "kvt_open: cannot start worker thread %u",
-				      s->nworkers);
-			goto fail;
-		}
-	}
 	*out = s;
 	return 0;
 fail: {
@@ -590,13 +364,7 @@ static void store_teardown(kvt_store *s)
 {
 	/* The workers first (their batches ask peers), then the peer server
 	 * (its connection threads serve from the tiers), then the tiers. */
-	pthread_mutex_lock(&s->qlock);
-	s->stopping = 1;
-	pthread_cond_broadcast(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
-	for (unsigned i = 0; i < s->nworkers; i++)
-		pthread_join(s->workers[i], NULL);
-	free(s->workers);
+	batch_workers_stop(s);
 	peer_close(s->peer);
 	s->peer = NULL;
 	slot_close(s->slots); /* its loaders read from the tiers */
@@ -654,59 +422,6 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *le
 	return rc;
 }
 
-/*
- * Extends a prefix that ends locally at keys[i] with the members that own
- * the keys: keys held here or by their owner, up to the first key that is
- * neither (or is its own here), one round trip per owner. Returns the new
- * prefix length.
- */
-static size_t lookup_peers(kvt_store *s, const kvt_key *keys, size_t n, size_t i,
-			   int lease, uint64_t deadline)
-{
-	size_t end = i, m = n - i < PEER_KEYS_MAX ? n - i : PEER_KEYS_MAX;
-	uint8_t *here = calloc(m, 1);     /* held here, or its owner said so */
-	uint8_t *taken = calloc(m, 1);
-	int *owner = calloc(m, sizeof(int)); /* -1: nobody to ask */
-	kvt_key *ask = calloc(m, sizeof(kvt_key));
-	size_t *idx = calloc(m, sizeof(size_t));
-	uint8_t *present = calloc(m, 1);
-
-	if (!here || !taken || !owner || !ask || !idx || !present)
-		goto out;
-	for (; end < i + m; end++) {
-		size_t j = end - i;
-
-		owner[j] = remote_owner(s, keys[end]);
-		if (end > i && local_has(s, keys[end], lease, deadline)) {
-			here[j] = 1;
-			owner[j] = -1;
-		} else if (owner[j] < 0) {
-			break;
-		}
-	}
-	for (size_t a = 0; a < end - i; a++) {
-		size_t k = owner_group(owner, taken, end - i, a, idx);
-
-		for (size_t j = 0; j < k; j++)
-			ask[j] = keys[i + idx[j]];
-		if (k && peer_lookup(s->peer, (unsigned)owner[a], ask, k, lease, present) == 0)
-			for (size_t j = 0; j < k; j++)
-				here[idx[j]] = present[j];
-	}
-	size_t j = 0;
-	while (i + j < end && here[j])
-		j++;
-	i += j;
-out:
-	free(here);
-	free(taken);
-	free(owner);
-	free(ask);
-	free(idx);
-	free(present);
-	return i;
-}
-
 KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 		       unsigned flags, size_t *found)
 {
@@ -726,10 +441,10 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 	/* Absent from RAM, or present but past the RAM lease cap: a disk copy
 	 * can still be leased (it holds no RAM); otherwise the prefix ends
 	 * here, unless another member owns the key. */
-	for (i = 0; i < n && local_has(s, keys[i], lease, deadline); i++)
+	for (i = 0; i < n && store_local_has(s, keys[i], lease, deadline); i++)
 		;
-	if (i < n && s->peer && remote_owner(s, keys[i]) >= 0)
-		i = lookup_peers(s, keys, n, i, lease, deadline);
+	if (i < n && s->peer && store_owner(s, keys[i]) >= 0)
+		i = store_lookup_peers(s, keys, n, i, lease, deadline);
 	*found = i;
 	ctr_add(&s->lookups, 1);
 	ctr_add(&s->lookup_keys, n);
@@ -745,7 +460,7 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 		return kvt_fail(-EINVAL, "kvt_release: keys is NULL but n is %zu", n);
 	if (n > INT32_MAX)
 		return kvt_fail(-EINVAL, "kvt_release: n %zu is too large", n);
-	int ended = release_local(s, keys, n);
+	int ended = store_release_local(s, keys, n);
 	/* leases the owners hold for this node end too (best effort) */
 	if (s->peer && n) {
 		int *owner = malloc(sizeof(int) * n);
@@ -753,9 +468,9 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 		size_t *idx = malloc(sizeof(size_t) * n);
 		kvt_key *ks = malloc(sizeof(*ks) * n);
 		for (size_t i = 0; owner && taken && idx && ks && i < n; i++)
-			owner[i] = remote_owner(s, keys[i]);
+			owner[i] = store_owner(s, keys[i]);
 		for (size_t a = 0; owner && taken && idx && ks && a < n; a++) {
-			size_t k = owner_group(owner, taken, n, a, idx);
+			size_t k = store_owner_group(owner, taken, n, a, idx);
 			for (size_t j = 0; j < k; j++)
 				ks[j] = keys[idx[j]];
 			if (k)
@@ -862,7 +577,7 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 
 /* --- batches ------------------------------------------------------------------- */
 
-static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
+int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
 	int rc = put_ops(s, ops, n, "kvt_put_batch");
@@ -880,7 +595,7 @@ static int run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
  * are loaded one at a time, each promoted from its buffer before the next
  * load overwrites it.
  */
-static size_t shared_last(kvt_op *ops, size_t *idx, size_t n)
+size_t store_shared_last(kvt_op *ops, size_t *idx, size_t n)
 {
 	uint8_t shared[CHUNK];
 	kvt_op t[CHUNK];
@@ -900,54 +615,6 @@ static size_t shared_last(kvt_op *ops, size_t *idx, size_t n)
 	memcpy(ops, t, n * sizeof(*ops));
 	memcpy(idx, ti, n * sizeof(*idx));
 	return nalone;
-}
-
-/* Sets op from its owner's answer p (gen: ram_gen before the ask); counts. */
-static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t gen)
-{
-	int rc = peer_result(p->result);
-
-	op->result = rc;
-	if (rc == 0 || rc == -ENOBUFS)
-		op->len = p->len;
-	if (rc == 0) {
-		ctr_add(&s->hits_peer, 1);
-		promote(s, op->key, op->buf, op->len, gen, NULL);
-	} else {
-		count_get(s, rc, 0);
-	}
-}
-
-/*
- * The local misses ops[miss[0..nmiss)] (each len its capacity again) from
- * their owners: one round trip per owner. Counts every outcome; a member
- * that cannot answer makes its keys misses (-ENOENT), a slow one
- * -ETIMEDOUT.
- */
-static void get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
-			   const int *owner, const uint64_t *gen, size_t nmiss)
-{
-	kvt_op pops[CHUNK];
-	size_t idx[CHUNK];
-	uint8_t taken[CHUNK] = { 0 };
-
-	for (size_t a = 0; a < nmiss; a++) {
-		size_t k = owner_group(owner, taken, nmiss, a, idx);
-
-		if (!k)
-			continue;
-		for (size_t j = 0; j < k; j++) {
-			idx[j] = miss[idx[j]];
-			pops[j] = ops[idx[j]];
-		}
-		size_t nalone = shared_last(pops, idx, k);
-		for (size_t j = 0, m; j < k; j += m) {
-			m = j < nalone ? nalone - j : 1;
-			peer_get_batch(s->peer, (unsigned)owner[a], pops + j, m);
-			for (size_t x = j; x < j + m; x++)
-				peer_result_to(s, &ops[idx[x]], &pops[x], gen[idx[x]]);
-		}
-	}
 }
 
 /*
@@ -971,7 +638,7 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 			continue;
 		}
 		cap[i] = ops[i].len;
-		owner[i] = remote_owner(s, ops[i].key);
+		owner[i] = store_owner(s, ops[i].key);
 		gen[i] = ram_gen(s->ram, ops[i].key);
 		rc = ram_get(s->ram, ops[i].key, ops[i].buf, cap[i], &ops[i].len);
 		if (rc == -ENOENT && s->disk) {
@@ -986,10 +653,10 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 			pmiss[npmiss++] = i;
 			continue;
 		}
-		count_get(s, rc, 0);
+		store_count_get(s, rc, 0);
 		ops[i].result = rc;
 	}
-	size_t nalone = shared_last(dops, miss, nmiss);
+	size_t nalone = store_shared_last(dops, miss, nmiss);
 	for (size_t j = 0, m; j < nmiss; j += m) {
 		m = j < nalone ? nalone - j : 1;
 		disk_get_batch_sums(s->disk, dops + j, m, sum + j);
@@ -1005,16 +672,16 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 				pmiss[npmiss++] = i;
 				continue;
 			}
-			count_get(s, op->result, 1);
+			store_count_get(s, op->result, 1);
 			if (op->result == 0)
-				promote(s, op->key, op->buf, op->len, gen[i], &sum[x]);
+				store_promote(s, op->key, op->buf, op->len, gen[i], &sum[x]);
 		}
 	}
 	if (npmiss)
-		get_from_peers(s, ops, pmiss, powner, gen, npmiss);
+		store_get_from_peers(s, ops, pmiss, powner, gen, npmiss);
 }
 
-static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
+int store_run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
 
@@ -1025,7 +692,7 @@ static int run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 		hist_record(&s->get_lat, dt);
 	ctr_add(&s->gets, n);
 	ctr_add(&s->batches, 1);
-	int rc = first_failure(ops, n);
+	int rc = store_first_failure(ops, n);
 	if (rc) {
 		char kb[34];
 		for (size_t i = 0; i < n; i++)
@@ -1044,7 +711,7 @@ KVT_API int kvt_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 		return kvt_fail(-EINVAL, "kvt_put_batch: store is NULL");
 	if (!ops && n)
 		return kvt_fail(-EINVAL, "kvt_put_batch: ops is NULL but n is %zu", n);
-	return run_put_batch(s, ops, n);
+	return store_run_put_batch(s, ops, n);
 }
 
 KVT_API int kvt_get_batch(kvt_store *s, kvt_op *ops, size_t n)
@@ -1053,165 +720,5 @@ KVT_API int kvt_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 		return kvt_fail(-EINVAL, "kvt_get_batch: store is NULL");
 	if (!ops && n)
 		return kvt_fail(-EINVAL, "kvt_get_batch: ops is NULL but n is %zu", n);
-	return run_get_batch(s, ops, n);
-}
-
-/* --- asynchronous batches ------------------------------------------------------ */
-
-static void batch_complete(struct kvt_batch *b, int result)
-{
-	pthread_mutex_lock(&b->lock);
-	b->result = result;
-	b->done = 1;
-	if (b->efd >= 0) {
-		uint64_t one = 1;
-		ssize_t w = write(b->efd, &one, sizeof(one));
-		(void)w; /* an eventfd counter far below its maximum cannot fail */
-	}
-	pthread_cond_broadcast(&b->cond);
-	pthread_mutex_unlock(&b->lock);
-}
-
-static void *worker_main(void *arg)
-{
-	kvt_store *s = arg;
-
-	for (;;) {
-		pthread_mutex_lock(&s->qlock);
-		while (!s->qhead && !s->stopping)
-			pthread_cond_wait(&s->qcond, &s->qlock);
-		struct kvt_batch *b = s->qhead;
-		if (!b) { /* stopping and drained */
-			pthread_mutex_unlock(&s->qlock);
-			return NULL;
-		}
-		s->qhead = b->qnext;
-		if (!s->qhead)
-			s->qtail = NULL;
-		pthread_mutex_unlock(&s->qlock);
-
-		int rc = b->opcode == KVT_OP_GET ? run_get_batch(s, b->ops, b->n)
-						 : run_put_batch(s, b->ops, b->n);
-		batch_complete(b, rc);
-	}
-}
-
-KVT_API int kvt_batch_submit(kvt_store *s, int opcode, kvt_op *ops, size_t n,
-			     kvt_batch **out)
-{
-	if (!s)
-		return kvt_fail(-EINVAL, "kvt_batch_submit: store is NULL");
-	if (!out)
-		return kvt_fail(-EINVAL, "kvt_batch_submit: out is NULL");
-	if (opcode != KVT_OP_GET && opcode != KVT_OP_PUT)
-		return kvt_fail(-EINVAL, "kvt_batch_submit: unknown opcode %d", opcode);
-	if (!ops && n)
-		return kvt_fail(-EINVAL, "kvt_batch_submit: ops is NULL but n is %zu", n);
-
-	struct kvt_batch *b = calloc(1, sizeof(*b));
-	if (!b)
-		return kvt_fail(-ENOMEM, "kvt_batch_submit: out of memory");
-	b->s = s;
-	b->opcode = opcode;
-	b->ops = ops;
-	b->n = n;
-	b->efd = -1;
-	b->result = -EINPROGRESS;
-	pthread_mutex_init(&b->lock, NULL);
-	cond_init_monotonic(&b->cond);
-
-	pthread_mutex_lock(&s->qlock);
-	if (s->stopping) {
-		pthread_mutex_unlock(&s->qlock);
-		pthread_mutex_destroy(&b->lock);
-		pthread_cond_destroy(&b->cond);
-		free(b);
-		return kvt_fail(-ESHUTDOWN, "kvt_batch_submit: the store is closing");
-	}
-	if (s->qtail)
-		s->qtail->qnext = b;
-	else
-		s->qhead = b;
-	s->qtail = b;
-	pthread_cond_signal(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
-	*out = b;
-	return 0;
-}
-
-KVT_API int kvt_batch_wait(kvt_batch *b, int timeout_ms)
-{
-	int rc = 0;
-
-	if (!b)
-		return kvt_fail(-EINVAL, "kvt_batch_wait: batch is NULL");
-	pthread_mutex_lock(&b->lock);
-	if (timeout_ms < 0) {
-		while (!b->done)
-			pthread_cond_wait(&b->cond, &b->lock);
-	} else {
-		struct timespec ts = deadline_in_ms(timeout_ms);
-		while (!b->done && rc == 0)
-			rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
-		rc = b->done ? 0 : -ETIMEDOUT;
-	}
-	pthread_mutex_unlock(&b->lock);
-	if (rc)
-		kvt_set_error("kvt_batch_wait: not complete after %d ms", timeout_ms);
-	return rc;
-}
-
-KVT_API int kvt_batch_poll(kvt_batch *b)
-{
-	if (!b)
-		return kvt_fail(-EINVAL, "kvt_batch_poll: batch is NULL");
-	pthread_mutex_lock(&b->lock);
-	int done = b->done;
-	pthread_mutex_unlock(&b->lock);
-	return done;
-}
-
-KVT_API int kvt_batch_fd(kvt_batch *b)
-{
-	if (!b)
-		return kvt_fail(-EINVAL, "kvt_batch_fd: batch is NULL");
-	pthread_mutex_lock(&b->lock);
-	if (b->efd < 0) {
-		b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (b->efd < 0) {
-			int e = errno;
-			pthread_mutex_unlock(&b->lock);
-			return kvt_fail(-e, "kvt_batch_fd: eventfd: %s", kvt_strerror(e));
-		}
-		if (b->done) {
-			uint64_t one = 1;
-			ssize_t w = write(b->efd, &one, sizeof(one));
-			(void)w;
-		}
-	}
-	int fd = b->efd;
-	pthread_mutex_unlock(&b->lock);
-	return fd;
-}
-
-KVT_API int kvt_batch_result(kvt_batch *b)
-{
-	if (!b)
-		return kvt_fail(-EINVAL, "kvt_batch_result: batch is NULL");
-	pthread_mutex_lock(&b->lock);
-	int rc = b->done ? b->result : -EINPROGRESS;
-	pthread_mutex_unlock(&b->lock);
-	return rc;
-}
-
-KVT_API void kvt_batch_free(kvt_batch *b)
-{
-	if (!b)
-		return;
-	kvt_batch_wait(b, -1);
-	if (b->efd >= 0)
-		close(b->efd);
-	pthread_mutex_destroy(&b->lock);
-	pthread_cond_destroy(&b->cond);
-	free(b);
+	return store_run_get_batch(s, ops, n);
 }

@@ -1,0 +1,115 @@
+/*
+ * store_impl.h - what the files of the store facade share: struct
+ * kvt_store (the tiers, the worker pool and the evictor, store-wide
+ * counters) and the functions one of them calls in another (store.c:
+ * validation and routing across the local tiers; batch.c: asynchronous
+ * batches and their workers; store_peer.c: routing to peers and serving
+ * them). Nothing outside the facade includes it.
+ */
+#ifndef KVT_STORE_IMPL_H
+#define KVT_STORE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+#include "disk.h"
+#include "internal.h"
+#include "peer.h"
+#include "ram.h"
+#include "slot.h"
+#include "stats.h"
+
+struct kvt_store {
+	struct kvt_config cfg;
+	struct ram_tier *ram;
+	struct disk_tier *disk;
+	struct peer_tier *peer;   /* NULL: no peers configured */
+	struct slot_table *slots; /* zero-copy slots (slot.c) */
+
+	/* async workers */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct kvt_batch *qhead, *qtail;
+	int stopping;
+	pthread_t *workers;
+	unsigned nworkers;
+
+	/* evictor */
+	pthread_mutex_t elock;
+	pthread_cond_t econd;
+	int ekick, estop;
+	pthread_t evictor;
+	int evictor_started;
+
+	struct hist get_lat, put_lat;
+	_Atomic uint64_t gets, puts, hits_ram, hits_disk, hits_peer, misses, checksum_misses;
+	_Atomic uint64_t peer_puts, peer_put_failures;
+	_Atomic uint64_t refused_puts, write_arounds, write_through, promotions;
+	_Atomic uint64_t lookups, lookup_keys, lookup_found, batches, errors;
+};
+
+/* Condition variables that time out on CLOCK_MONOTONIC, so a wall-clock
+ * jump neither shortens nor stretches a wait. */
+static inline void kvt_cond_init_monotonic(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static inline struct timespec kvt_deadline_in_ms(long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* Blocks handled together: one disk submission each (on the stack, so a
+ * put never allocates). Above the disk's queue depth, so no I/O is lost. */
+#define CHUNK 128
+
+/* batch.c */
+/* Starts cfg.threads workers (kvt_open: on failure, the text is set and
+ * batch_workers_stop still joins those started). */
+int batch_workers_start(kvt_store *s);
+/* Stops and joins the workers: every batch queued runs first. */
+void batch_workers_stop(kvt_store *s);
+
+/* store_peer.c */
+/* What this node serves its peers: its own tiers, never forwarding. */
+struct peer_local store_peer_local(kvt_store *s);
+int store_owner(kvt_store *s, kvt_key key);
+int store_peer_result(int rc);
+int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
+		   size_t *len);
+size_t store_owner_group(const int *owner, uint8_t *taken, size_t n, size_t a,
+			 size_t *idx);
+void store_put_to_peers(kvt_store *s, kvt_op *ops, size_t n);
+size_t store_lookup_peers(kvt_store *s, const kvt_key *keys, size_t n, size_t i,
+			  int lease, uint64_t deadline);
+void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
+			  const int *owner, const uint64_t *gen, size_t nmiss);
+
+/* store.c */
+void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
+		   uint64_t gen, const uint64_t *sum);
+void store_count_get(kvt_store *s, int rc, int tier_disk);
+int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward);
+int store_local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline);
+int store_release_local(kvt_store *s, const kvt_key *keys, size_t n);
+int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n);
+size_t store_shared_last(kvt_op *ops, size_t *idx, size_t n);
+int store_run_get_batch(kvt_store *s, kvt_op *ops, size_t n);
+
+#endif

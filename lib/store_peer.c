@@ -1,0 +1,263 @@
+/*
+ * store_peer.c - the store's routing to peers: the owner of a key, puts
+ * forwarded to owners, lookups and gets asked of them (results counted and
+ * promoted into RAM like any lower tier's), and what this node serves its
+ * peers (struct peer_local): its own tiers, never forwarding. The peer
+ * tier's protocol and transports are peer.c's.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_impl.h"
+
+/* The owner of key when it is another member, else -1. */
+int store_owner(kvt_store *s, kvt_key key)
+{
+	if (!s->peer)
+		return -1;
+	unsigned o = peer_owner(s->peer, key);
+	return o == peer_self(s->peer) ? -1 : (int)o;
+}
+
+/* A peer's answer as a get result: a member that cannot answer makes its
+ * keys misses; only a slow one (-ETIMEDOUT) says so. */
+int store_peer_result(int rc)
+{
+	switch (rc) {
+	case 0:
+	case -ENOENT:
+	case -ENOBUFS:
+	case -EBADMSG:
+	case -ETIMEDOUT:
+		return rc;
+	default:
+		return -ENOENT;
+	}
+}
+
+/* After a local miss: the owner's copy, if another member owns key. */
+int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
+		   size_t *len)
+{
+	kvt_op op = { .key = key, .buf = buf, .len = cap };
+	uint64_t gen = ram_gen(s->ram, key);
+
+	peer_get_batch(s->peer, (unsigned)owner, &op, 1);
+	if (op.result == 0) {
+		ctr_add(&s->hits_peer, 1);
+		*len = op.len;
+		store_promote(s, key, buf, op.len, gen, NULL);
+	} else {
+		if (op.result == -ENOBUFS)
+			*len = op.len;
+		store_count_get(s, store_peer_result(op.result), 0);
+	}
+	return op.result;
+}
+
+/*
+ * One round trip's worth: the entries from a on whose owner is owner[a]
+ * (owner -1: none to ask) and that no earlier group took. Marks them taken,
+ * writes their indexes to idx and returns how many (0 when a is taken).
+ */
+size_t store_owner_group(const int *owner, uint8_t *taken, size_t n, size_t a,
+			 size_t *idx)
+{
+	size_t k = 0;
+
+	if (taken[a] || owner[a] < 0)
+		return 0;
+	for (size_t b = a; b < n; b++)
+		if (!taken[b] && owner[b] == owner[a]) {
+			taken[b] = 1;
+			idx[k++] = b;
+		}
+	return k;
+}
+
+/*
+ * Stores ops[0..n), n <= CHUNK, that this node stored (or could not) in
+ * their owners' tiers too: one round trip per owner. A block the owner took
+ * is stored, even where this node had no room for it.
+ */
+void store_put_to_peers(kvt_store *s, kvt_op *ops, size_t n)
+{
+	kvt_op pops[CHUNK];
+	size_t idx[CHUNK];
+	int owner[CHUNK], res[CHUNK];
+	uint8_t taken[CHUNK] = { 0 };
+
+	for (size_t i = 0; i < n; i++)
+		owner[i] = ops[i].result == 0 || ops[i].result == -ENOSPC ?
+			   store_owner(s, ops[i].key) : -1;
+	for (size_t a = 0; a < n; a++) {
+		size_t k = store_owner_group(owner, taken, n, a, idx);
+
+		if (!k)
+			continue;
+		for (size_t j = 0; j < k; j++)
+			pops[j] = ops[idx[j]];
+		peer_put_batch(s->peer, (unsigned)owner[a], pops, k, res);
+		for (size_t j = 0; j < k; j++) {
+			if (res[j] == 0) {
+				ctr_add(&s->peer_puts, 1);
+				ops[idx[j]].result = 0;
+			} else {
+				ctr_add(&s->peer_put_failures, 1);
+			}
+		}
+	}
+}
+
+static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
+		  uint8_t *present)
+{
+	kvt_store *s = arg;
+	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
+
+	for (size_t i = 0; i < n; i++)
+		present[i] = (uint8_t)store_local_has(s, keys[i], lease, deadline);
+}
+
+/* Not counted in this node's gets and hits: the "peer" stats count what it
+ * serves. */
+static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	kvt_store *s = arg;
+	int rc = ram_get(s->ram, key, buf, cap, len);
+
+	if (rc == -ENOENT && s->disk)
+		rc = disk_get(s->disk, key, buf, cap, len);
+	return rc;
+}
+
+static int serve_visit(void *arg, kvt_key key, size_t cap,
+		int (*fn)(void *fnarg, const void *block, size_t len),
+		void *fnarg, size_t *len)
+{
+	kvt_store *s = arg;
+
+	return ram_visit(s->ram, key, cap, fn, fnarg, len);
+}
+
+static void serve_put(void *arg, kvt_op *ops, size_t n)
+{
+	store_put_ops_to(arg, ops, n, "peer put", 0);
+}
+
+static void serve_release(void *arg, const kvt_key *keys, size_t n)
+{
+	store_release_local(arg, keys, n);
+}
+
+/*
+ * Extends a prefix that ends locally at keys[i] with the members that own
+ * the keys: keys held here or by their owner, up to the first key that is
+ * neither (or is its own here), one round trip per owner. Returns the new
+ * prefix length.
+ */
+size_t store_lookup_peers(kvt_store *s, const kvt_key *keys, size_t n, size_t i,
+			  int lease, uint64_t deadline)
+{
+	size_t end = i, m = n - i < PEER_KEYS_MAX ? n - i : PEER_KEYS_MAX;
+	uint8_t *here = calloc(m, 1);     /* held here, or its owner said so */
+	uint8_t *taken = calloc(m, 1);
+	int *owner = calloc(m, sizeof(int)); /* -1: nobody to ask */
+	kvt_key *ask = calloc(m, sizeof(kvt_key));
+	size_t *idx = calloc(m, sizeof(size_t));
+	uint8_t *present = calloc(m, 1);
+
+	if (!here || !taken || !owner || !ask || !idx || !present)
+		goto out;
+	for (; end < i + m; end++) {
+		size_t j = end - i;
+
+		owner[j] = store_owner(s, keys[end]);
+		if (end > i && store_local_has(s, keys[end], lease, deadline)) {
+			here[j] = 1;
+			owner[j] = -1;
+		} else if (owner[j] < 0) {
+			break;
+		}
+	}
+	for (size_t a = 0; a < end - i; a++) {
+		size_t k = store_owner_group(owner, taken, end - i, a, idx);
+
+		for (size_t j = 0; j < k; j++)
+			ask[j] = keys[i + idx[j]];
+		if (k && peer_lookup(s->peer, (unsigned)owner[a], ask, k, lease, present) == 0)
+			for (size_t j = 0; j < k; j++)
+				here[idx[j]] = present[j];
+	}
+	size_t j = 0;
+	while (i + j < end && here[j])
+		j++;
+	i += j;
+out:
+	free(here);
+	free(taken);
+	free(owner);
+	free(ask);
+	free(idx);
+	free(present);
+	return i;
+}
+
+/* Sets op from its owner's answer p (gen: ram_gen before the ask); counts. */
+static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t gen)
+{
+	int rc = store_peer_result(p->result);
+
+	op->result = rc;
+	if (rc == 0 || rc == -ENOBUFS)
+		op->len = p->len;
+	if (rc == 0) {
+		ctr_add(&s->hits_peer, 1);
+		store_promote(s, op->key, op->buf, op->len, gen, NULL);
+	} else {
+		store_count_get(s, rc, 0);
+	}
+}
+
+/*
+ * The local misses ops[miss[0..nmiss)] (each len its capacity again) from
+ * their owners: one round trip per owner. Counts every outcome; a member
+ * that cannot answer makes its keys misses (-ENOENT), a slow one
+ * -ETIMEDOUT.
+ */
+void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
+			  const int *owner, const uint64_t *gen, size_t nmiss)
+{
+	kvt_op pops[CHUNK];
+	size_t idx[CHUNK];
+	uint8_t taken[CHUNK] = { 0 };
+
+	for (size_t a = 0; a < nmiss; a++) {
+		size_t k = store_owner_group(owner, taken, nmiss, a, idx);
+
+		if (!k)
+			continue;
+		for (size_t j = 0; j < k; j++) {
+			idx[j] = miss[idx[j]];
+			pops[j] = ops[idx[j]];
+		}
+		size_t nalone = store_shared_last(pops, idx, k);
+		for (size_t j = 0, m; j < k; j += m) {
+			m = j < nalone ? nalone - j : 1;
+			peer_get_batch(s->peer, (unsigned)owner[a], pops + j, m);
+			for (size_t x = j; x < j + m; x++)
+				peer_result_to(s, &ops[idx[x]], &pops[x], gen[idx[x]]);
+		}
+	}
+}
+
+struct peer_local store_peer_local(kvt_store *s)
+{
+	struct peer_local local = { .arg = s, .lookup = serve_lookup,
+		.get = serve_get, .visit = serve_visit, .put = serve_put,
+		.release = serve_release };
+	return local;
+}
