@@ -35,6 +35,7 @@
 #include "bench.h"
 #include "config.h"
 #include "disk.h"
+#include "stats.h"
 #include "uring.h"
 
 #define CMD "disk"
@@ -376,7 +377,8 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	if (tier_open(r, &d))
 		return;
 	json_t *st = json_object();
-	disk_stats(d, st);
+	struct stat_visitor sv = stats_json_visitor(st);
+	disk_stats(d, &sv);
 	*bpb = json_number_value(json_object_get(st, "index_bytes_per_block"));
 	json_decref(st);
 	disk_close(d);
@@ -576,7 +578,8 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 	per_region = r->cfg.region_size / (r->o.bs + 4096);
 	if (tier_open(r, &probe) == 0) {
 		json_t *st = json_object();
-		disk_stats(probe, st);
+		struct stat_visitor sv = stats_json_visitor(st);
+		disk_stats(probe, &sv);
 		nregions = (uint64_t)json_integer_value(json_object_get(st, "regions"));
 		json_decref(st);
 		disk_close(probe);

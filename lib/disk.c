@@ -400,11 +400,11 @@ int disk_remove(struct disk_tier *d, kvt_key key)
 	return err;
 }
 
-void disk_stats(struct disk_tier *d, json_t *obj)
+void disk_stats(struct disk_tier *d, const struct stat_visitor *v)
 {
 	uint64_t objects, used, idx_bytes;
 
-	if (!d || !obj)
+	if (!d || !v)
 		return;
 	pthread_mutex_lock(&d->lock);
 	objects = d->count;
@@ -412,32 +412,28 @@ void disk_stats(struct disk_tier *d, json_t *obj)
 	idx_bytes = (uint64_t)d->ents_hwm * sizeof(struct disk_ent) +
 		    (uint64_t)d->nslots * sizeof(uint32_t);
 	pthread_mutex_unlock(&d->lock);
-	json_object_set_new(obj, "capacity",
-			    json_integer((json_int_t)((uint64_t)d->nregions * d->region_size)));
-	json_object_set_new(obj, "bytes_used", json_integer((json_int_t)used));
-	json_object_set_new(obj, "objects", json_integer((json_int_t)objects));
-	json_object_set_new(obj, "hits", json_integer((json_int_t)ctr_get(&d->hits)));
-	json_object_set_new(obj, "misses", json_integer((json_int_t)ctr_get(&d->misses)));
-	json_object_set_new(obj, "puts", json_integer((json_int_t)ctr_get(&d->puts)));
-	json_object_set_new(obj, "spills", json_integer((json_int_t)ctr_get(&d->puts)));
-	json_object_set_new(obj, "refused_puts", json_integer((json_int_t)ctr_get(&d->refused)));
-	json_object_set_new(obj, "reclaims", json_integer((json_int_t)ctr_get(&d->reclaims)));
-	json_object_set_new(obj, "reinsertions",
-			    json_integer((json_int_t)ctr_get(&d->reinsertions)));
-	json_object_set_new(obj, "checksum_failures",
-			    json_integer((json_int_t)ctr_get(&d->checksum_failures)));
-	json_object_set_new(obj, "io_errors", json_integer((json_int_t)ctr_get(&d->io_errors)));
-	json_object_set_new(obj, "queue_failures",
-			    json_integer((json_int_t)ctr_get(&d->queue_failures)));
-	json_object_set_new(obj, "queue_depth", json_integer((json_int_t)d->qd));
-	json_object_set_new(obj, "inflight", json_integer((json_int_t)ctr_get(&d->inflight)));
-	json_object_set_new(obj, "regions", json_integer((json_int_t)d->nregions));
-	json_object_set_new(obj, "region_size", json_integer((json_int_t)d->region_size));
-	json_object_set_new(obj, "devices", json_integer((json_int_t)d->ndev));
-	json_object_set_new(obj, "fixed_buffers", json_integer((json_int_t)d->nfixed));
-	json_object_set_new(obj, "index_entry_bytes", json_integer((json_int_t)sizeof(struct disk_ent)));
-	json_object_set_new(obj, "index_bytes_per_block",
-			    json_real(objects ? (double)idx_bytes / (double)objects : 0.0));
+	stat_int(v, "capacity", (int64_t)((uint64_t)d->nregions * d->region_size));
+	stat_int(v, "bytes_used", (int64_t)used);
+	stat_int(v, "objects", (int64_t)objects);
+	stat_int(v, "hits", (int64_t)ctr_get(&d->hits));
+	stat_int(v, "misses", (int64_t)ctr_get(&d->misses));
+	stat_int(v, "puts", (int64_t)ctr_get(&d->puts));
+	stat_int(v, "spills", (int64_t)ctr_get(&d->puts));
+	stat_int(v, "refused_puts", (int64_t)ctr_get(&d->refused));
+	stat_int(v, "reclaims", (int64_t)ctr_get(&d->reclaims));
+	stat_int(v, "reinsertions", (int64_t)ctr_get(&d->reinsertions));
+	stat_int(v, "checksum_failures", (int64_t)ctr_get(&d->checksum_failures));
+	stat_int(v, "io_errors", (int64_t)ctr_get(&d->io_errors));
+	stat_int(v, "queue_failures", (int64_t)ctr_get(&d->queue_failures));
+	stat_int(v, "queue_depth", (int64_t)d->qd);
+	stat_int(v, "inflight", (int64_t)ctr_get(&d->inflight));
+	stat_int(v, "regions", (int64_t)d->nregions);
+	stat_int(v, "region_size", (int64_t)d->region_size);
+	stat_int(v, "devices", (int64_t)d->ndev);
+	stat_int(v, "fixed_buffers", (int64_t)d->nfixed);
+	stat_int(v, "index_entry_bytes", (int64_t)(sizeof(struct disk_ent)));
+	stat_real(v, "index_bytes_per_block",
+		  objects ? (double)idx_bytes / (double)objects : 0.0);
 }
 
 /*

@@ -12,8 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "config.h"
 #include "kvtier.h"
 
@@ -87,8 +85,10 @@ int disk_release(struct disk_tier *d, kvt_key key);
 /* Removes key. Returns 0 or -ENOENT. */
 int disk_remove(struct disk_tier *d, kvt_key key);
 
-/* Adds the tier's counters to obj (capacity, used, objects, hits, misses,
- * spills, reclaims, reinsertions, checksum_failures, io_errors, ...). */
-void disk_stats(struct disk_tier *d, json_t *obj);
+/* Reports the tier's counters through v (stats.h): capacity, used,
+ * objects, hits, misses, spills, reclaims, reinsertions, checksum_failures,
+ * io_errors, ... */
+struct stat_visitor;
+void disk_stats(struct disk_tier *d, const struct stat_visitor *v);
 
 #endif

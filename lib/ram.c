@@ -687,7 +687,7 @@ size_t ram_arena_size(struct ram_tier *r)
 	return (size_t)r->capacity;
 }
 
-void ram_stats(struct ram_tier *r, json_t *o)
+void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 {
 	struct arena_stats as;
 	uint64_t idx_bytes = 0;
@@ -704,37 +704,35 @@ void ram_stats(struct ram_tier *r, json_t *o)
 	uint64_t used = ctr_get(&r->used);
 	uint64_t free_bytes = as.capacity > as.used ? as.capacity - as.used : 0;
 
-#define SET_U(name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
-	SET_U("capacity", r->capacity);
-	SET_U("bytes_used", used);
-	SET_U("objects", objects);
-	SET_U("hits", ctr_get(&r->hits));
-	SET_U("misses", ctr_get(&r->misses));
-	SET_U("puts", ctr_get(&r->puts));
-	SET_U("duplicate_puts", ctr_get(&r->dup_puts));
-	SET_U("refused_puts", ctr_get(&r->refused_puts));
-	SET_U("evictions", ctr_get(&r->evictions));
-	SET_U("evicted_bytes", ctr_get(&r->evicted_bytes));
-	SET_U("spills", ctr_get(&r->spills));
-	SET_U("spill_failures", ctr_get(&r->spill_failures));
-	SET_U("leased_bytes", ctr_get(&r->leased_bytes));
-	SET_U("leased_objects", ctr_get(&r->leased_objects));
-	SET_U("lease_cap_bytes", r->lease_cap_bytes);
-	SET_U("leases", ctr_get(&r->leases));
-	SET_U("lease_expiries", ctr_get(&r->lease_expiries));
-	SET_U("lease_refusals", ctr_get(&r->lease_refusals));
-	SET_U("lease_releases", ctr_get(&r->releases));
-	SET_U("pinned", ctr_get(&r->pinned));
-	SET_U("high_watermark_bytes", r->high_bytes);
-	SET_U("low_watermark_bytes", r->low_bytes);
-	SET_U("largest_free", as.largest_free);
-	json_object_set_new(o, "fragmentation",
-			    json_real(free_bytes ? 1.0 - (double)as.largest_free / (double)free_bytes : 0.0));
-	SET_U("index_bytes", idx_bytes);
-	json_object_set_new(o, "index_bytes_per_block",
-			    json_real(objects ? (double)idx_bytes / (double)objects : 0.0));
-	json_object_set_new(o, "hugepages", json_boolean(as.hugepages));
-	json_object_set_new(o, "mlocked", json_boolean(as.mlocked));
-	SET_U("numa_node", as.numa_node);
-#undef SET_U
+	stat_int(v, "capacity", (int64_t)r->capacity);
+	stat_int(v, "bytes_used", (int64_t)used);
+	stat_int(v, "objects", (int64_t)objects);
+	stat_int(v, "hits", (int64_t)ctr_get(&r->hits));
+	stat_int(v, "misses", (int64_t)ctr_get(&r->misses));
+	stat_int(v, "puts", (int64_t)ctr_get(&r->puts));
+	stat_int(v, "duplicate_puts", (int64_t)ctr_get(&r->dup_puts));
+	stat_int(v, "refused_puts", (int64_t)ctr_get(&r->refused_puts));
+	stat_int(v, "evictions", (int64_t)ctr_get(&r->evictions));
+	stat_int(v, "evicted_bytes", (int64_t)ctr_get(&r->evicted_bytes));
+	stat_int(v, "spills", (int64_t)ctr_get(&r->spills));
+	stat_int(v, "spill_failures", (int64_t)ctr_get(&r->spill_failures));
+	stat_int(v, "leased_bytes", (int64_t)ctr_get(&r->leased_bytes));
+	stat_int(v, "leased_objects", (int64_t)ctr_get(&r->leased_objects));
+	stat_int(v, "lease_cap_bytes", (int64_t)r->lease_cap_bytes);
+	stat_int(v, "leases", (int64_t)ctr_get(&r->leases));
+	stat_int(v, "lease_expiries", (int64_t)ctr_get(&r->lease_expiries));
+	stat_int(v, "lease_refusals", (int64_t)ctr_get(&r->lease_refusals));
+	stat_int(v, "lease_releases", (int64_t)ctr_get(&r->releases));
+	stat_int(v, "pinned", (int64_t)ctr_get(&r->pinned));
+	stat_int(v, "high_watermark_bytes", (int64_t)r->high_bytes);
+	stat_int(v, "low_watermark_bytes", (int64_t)r->low_bytes);
+	stat_int(v, "largest_free", (int64_t)as.largest_free);
+	stat_real(v, "fragmentation",
+		  free_bytes ? 1.0 - (double)as.largest_free / (double)free_bytes : 0.0);
+	stat_int(v, "index_bytes", (int64_t)idx_bytes);
+	stat_real(v, "index_bytes_per_block",
+		  objects ? (double)idx_bytes / (double)objects : 0.0);
+	stat_bool(v, "hugepages", as.hugepages);
+	stat_bool(v, "mlocked", as.mlocked);
+	stat_int(v, "numa_node", (int64_t)as.numa_node);
 }

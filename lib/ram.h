@@ -10,8 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "config.h"
 #include "kvtier.h"
 
@@ -124,7 +122,8 @@ size_t ram_evict_to_low(struct ram_tier *r);
 void *ram_arena_base(struct ram_tier *r);
 size_t ram_arena_size(struct ram_tier *r);
 
-/* Adds the tier's counters to obj. */
-void ram_stats(struct ram_tier *r, json_t *obj);
+/* Reports the tier's counters through v (stats.h). */
+struct stat_visitor;
+void ram_stats(struct ram_tier *r, const struct stat_visitor *v);
 
 #endif

@@ -866,7 +866,7 @@ void slot_close(struct slot_table *t)
 	free(t);
 }
 
-void slot_stats(struct slot_table *t, json_t *o)
+void slot_stats(struct slot_table *t, const struct stat_visitor *v)
 {
 	uint64_t held, live = 0;
 
@@ -876,20 +876,18 @@ void slot_stats(struct slot_table *t, json_t *o)
 	for (uint32_t id = t->live_head; id != NIL; id = t->recs[id].next)
 		live++;
 	pthread_mutex_unlock(&t->lock);
-#define SET_U(name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
-	SET_U("held", live);
-	SET_U("held_bytes", held);
-	SET_U("cap_bytes", t->cap_bytes);
-	SET_U("reserves", ctr_get(&t->reserves));
-	SET_U("reserved_stored", ctr_get(&t->reserved_stored));
-	SET_U("reserve_refusals", ctr_get(&t->reserve_refusals));
-	SET_U("commits", ctr_get(&t->commits));
-	SET_U("aborts", ctr_get(&t->aborts));
-	SET_U("pins_ram", ctr_get(&t->pins_ram));
-	SET_U("loads", ctr_get(&t->loads));
-	SET_U("load_failures", ctr_get(&t->load_failures));
-	SET_U("unpins", ctr_get(&t->unpins));
-	SET_U("lapses", ctr_get(&t->lapses));
-	SET_U("stale", ctr_get(&t->stale));
-#undef SET_U
+	stat_int(v, "held", (int64_t)live);
+	stat_int(v, "held_bytes", (int64_t)held);
+	stat_int(v, "cap_bytes", (int64_t)t->cap_bytes);
+	stat_int(v, "reserves", (int64_t)ctr_get(&t->reserves));
+	stat_int(v, "reserved_stored", (int64_t)ctr_get(&t->reserved_stored));
+	stat_int(v, "reserve_refusals", (int64_t)ctr_get(&t->reserve_refusals));
+	stat_int(v, "commits", (int64_t)ctr_get(&t->commits));
+	stat_int(v, "aborts", (int64_t)ctr_get(&t->aborts));
+	stat_int(v, "pins_ram", (int64_t)ctr_get(&t->pins_ram));
+	stat_int(v, "loads", (int64_t)ctr_get(&t->loads));
+	stat_int(v, "load_failures", (int64_t)ctr_get(&t->load_failures));
+	stat_int(v, "unpins", (int64_t)ctr_get(&t->unpins));
+	stat_int(v, "lapses", (int64_t)ctr_get(&t->lapses));
+	stat_int(v, "stale", (int64_t)ctr_get(&t->stale));
 }

@@ -9,8 +9,6 @@
 #ifndef KVT_SLOT_H
 #define KVT_SLOT_H
 
-#include <jansson.h>
-
 #include "config.h"
 #include "disk.h"
 #include "ram.h"
@@ -31,8 +29,9 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
  * held; before the tiers close. NULL: no-op. */
 void slot_close(struct slot_table *t);
 
-/* Adds the slot counters to obj. */
-void slot_stats(struct slot_table *t, json_t *obj);
+/* Reports the slot counters through v (stats.h). */
+struct stat_visitor;
+void slot_stats(struct slot_table *t, const struct stat_visitor *v);
 
 /* The slot table of an open store (store.c). */
 struct slot_table *store_slots(kvt_store *s);

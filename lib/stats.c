@@ -1,10 +1,18 @@
 /*
  * stats.c - latency histograms: log-linear buckets (each power of two split
  * in HIST_SUB linear steps, so a quantile is within 12.5% of the truth),
- * recorded with relaxed atomics from any thread. Knows nothing about tiers.
+ * recorded with relaxed atomics from any thread; and the JSON rendering of
+ * every counter a component reports through a stat_visitor, the only place
+ * the library renders statistics. Knows nothing about tiers.
  */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include <jansson.h>
+
+#include "internal.h"
 #include "stats.h"
 
 static unsigned bucket_of(uint64_t v)
@@ -77,4 +85,87 @@ json_t *hist_json_us(const struct hist *h)
 	json_object_set_new(o, "p999_us", json_real((double)hist_quantile(h, 0.999) / 1e3));
 	json_object_set_new(o, "max_us", json_real((double)ctr_get((_Atomic uint64_t *)&h->max) / 1e3));
 	return o;
+}
+
+/* --- rendering ------------------------------------------------------------- */
+
+static void json_emit(void *arg, const char *name, struct stat_val v)
+{
+	json_t *o = arg, *x = NULL;
+
+	switch (v.kind) {
+	case STAT_INT:
+		x = json_integer((json_int_t)v.i);
+		break;
+	case STAT_REAL:
+		x = json_real(v.r);
+		break;
+	case STAT_BOOL:
+		x = json_boolean(v.i);
+		break;
+	case STAT_HIST:
+		x = hist_json_us(v.h);
+		break;
+	}
+	json_object_set_new(o, name, x);
+}
+
+struct stat_visitor stats_json_visitor(json_t *obj)
+{
+	return (struct stat_visitor){ .emit = json_emit, .arg = obj };
+}
+
+struct stats_doc {
+	json_t *root;
+};
+
+struct stats_doc *stats_doc_new(const char *version)
+{
+	struct stats_doc *d = malloc(sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->root = json_object();
+	if (!d->root) {
+		free(d);
+		return NULL;
+	}
+	json_object_set_new(d->root, "version", json_string(version));
+	return d;
+}
+
+json_t *stats_doc_json(struct stats_doc *d, const char *name)
+{
+	json_t *o = json_object_get(d->root, name);
+
+	if (!o) {
+		o = json_object();
+		json_object_set_new(d->root, name, o);
+	}
+	return o;
+}
+
+struct stat_visitor stats_doc_section(struct stats_doc *d, const char *name)
+{
+	return stats_json_visitor(stats_doc_json(d, name));
+}
+
+int stats_doc_render(struct stats_doc *d, char *buf, size_t cap)
+{
+	char *text = json_dumps(d->root, JSON_COMPACT | JSON_SORT_KEYS);
+
+	json_decref(d->root);
+	free(d);
+	if (!text)
+		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
+	size_t n = strlen(text);
+	if (cap) {
+		size_t c = n < cap - 1 ? n : cap - 1;
+		memcpy(buf, text, c);
+		buf[c] = 0;
+	}
+	free(text);
+	if (n > INT32_MAX)
+		return kvt_fail(-EOVERFLOW, "kvt_stats_json: document too large");
+	return (int)n;
 }

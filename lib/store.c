@@ -512,67 +512,56 @@ KVT_API int kvt_arena(kvt_store *s, void **base, size_t *len)
 	return 0;
 }
 
+/* The store's own counters and latencies. */
+static void store_stats(kvt_store *s, const struct stat_visitor *v)
+{
+	stat_int(v, "gets", (int64_t)ctr_get(&s->gets));
+	stat_int(v, "puts", (int64_t)ctr_get(&s->puts));
+	stat_int(v, "hits_ram", (int64_t)ctr_get(&s->hits_ram));
+	stat_int(v, "hits_disk", (int64_t)ctr_get(&s->hits_disk));
+	stat_int(v, "hits_peer", (int64_t)ctr_get(&s->hits_peer));
+	stat_int(v, "peer_puts", (int64_t)ctr_get(&s->peer_puts));
+	stat_int(v, "peer_put_failures", (int64_t)ctr_get(&s->peer_put_failures));
+	stat_int(v, "misses", (int64_t)ctr_get(&s->misses));
+	stat_int(v, "checksum_misses", (int64_t)ctr_get(&s->checksum_misses));
+	stat_int(v, "errors", (int64_t)ctr_get(&s->errors));
+	stat_int(v, "refused_puts", (int64_t)ctr_get(&s->refused_puts));
+	stat_int(v, "write_arounds", (int64_t)ctr_get(&s->write_arounds));
+	stat_int(v, "write_throughs", (int64_t)ctr_get(&s->write_through));
+	stat_int(v, "promotions", (int64_t)ctr_get(&s->promotions));
+	stat_int(v, "lookups", (int64_t)ctr_get(&s->lookups));
+	stat_int(v, "lookup_keys", (int64_t)ctr_get(&s->lookup_keys));
+	stat_int(v, "lookup_found", (int64_t)ctr_get(&s->lookup_found));
+	stat_int(v, "batches", (int64_t)ctr_get(&s->batches));
+	stat_hist(v, "get_latency", &s->get_lat);
+	stat_hist(v, "put_latency", &s->put_lat);
+}
+
 KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 {
+	struct stats_doc *doc;
+	struct stat_visitor v;
+
 	if (!s)
 		return kvt_fail(-EINVAL, "kvt_stats_json: store is NULL");
 	if (!buf && cap)
 		return kvt_fail(-EINVAL, "kvt_stats_json: buf is NULL but cap is %zu", cap);
-
-	json_t *root = json_object(), *st = json_object(), *ram = json_object();
-#define SET_U(o, name, v) json_object_set_new(o, name, json_integer((json_int_t)(v)))
-	json_object_set_new(root, "version", json_string(kvt_version()));
-	SET_U(st, "gets", ctr_get(&s->gets));
-	SET_U(st, "puts", ctr_get(&s->puts));
-	SET_U(st, "hits_ram", ctr_get(&s->hits_ram));
-	SET_U(st, "hits_disk", ctr_get(&s->hits_disk));
-	SET_U(st, "hits_peer", ctr_get(&s->hits_peer));
-	SET_U(st, "peer_puts", ctr_get(&s->peer_puts));
-	SET_U(st, "peer_put_failures", ctr_get(&s->peer_put_failures));
-	SET_U(st, "misses", ctr_get(&s->misses));
-	SET_U(st, "checksum_misses", ctr_get(&s->checksum_misses));
-	SET_U(st, "errors", ctr_get(&s->errors));
-	SET_U(st, "refused_puts", ctr_get(&s->refused_puts));
-	SET_U(st, "write_arounds", ctr_get(&s->write_arounds));
-	SET_U(st, "write_throughs", ctr_get(&s->write_through));
-	SET_U(st, "promotions", ctr_get(&s->promotions));
-	SET_U(st, "lookups", ctr_get(&s->lookups));
-	SET_U(st, "lookup_keys", ctr_get(&s->lookup_keys));
-	SET_U(st, "lookup_found", ctr_get(&s->lookup_found));
-	SET_U(st, "batches", ctr_get(&s->batches));
-	json_object_set_new(st, "get_latency", hist_json_us(&s->get_lat));
-	json_object_set_new(st, "put_latency", hist_json_us(&s->put_lat));
-#undef SET_U
-	json_object_set_new(root, "store", st);
-	ram_stats(s->ram, ram);
-	json_object_set_new(root, "ram", ram);
-	if (s->disk) {
-		json_t *d = json_object();
-		disk_stats(s->disk, d);
-		json_object_set_new(root, "disk", d);
-	}
-	json_t *sl = json_object();
-	slot_stats(s->slots, sl);
-	json_object_set_new(root, "slots", sl);
-	if (s->peer) {
-		json_t *p = json_object();
-		peer_stats(s->peer, p);
-		json_object_set_new(root, "peer", p);
-	}
-	char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
-	json_decref(root);
-	if (!text)
+	doc = stats_doc_new(kvt_version());
+	if (!doc)
 		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
-	size_t n = strlen(text);
-	if (cap) {
-		size_t c = n < cap - 1 ? n : cap - 1;
-		memcpy(buf, text, c);
-		buf[c] = 0;
+	v = stats_doc_section(doc, "store");
+	store_stats(s, &v);
+	v = stats_doc_section(doc, "ram");
+	ram_stats(s->ram, &v);
+	if (s->disk) {
+		v = stats_doc_section(doc, "disk");
+		disk_stats(s->disk, &v);
 	}
-	free(text);
-	if (n > INT32_MAX)
-		return kvt_fail(-EOVERFLOW, "kvt_stats_json: document too large");
-	return (int)n;
+	v = stats_doc_section(doc, "slots");
+	slot_stats(s->slots, &v);
+	if (s->peer)
+		peer_stats(s->peer, stats_doc_json(doc, "peer"));
+	return stats_doc_render(doc, buf, cap);
 }
 
 /* --- batches ------------------------------------------------------------------- */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -28,6 +29,7 @@
 #include "config.h"
 #include "disk.h"
 #include "internal.h"
+#include "stats.h"
 #include "uring.h"
 #include "util.h"
 
@@ -229,7 +231,8 @@ static struct disk_tier *open_ok(struct fix *f, const struct kvt_dev_ops *ops)
 static long long stat_of(struct disk_tier *d, const char *name)
 {
 	json_t *o = json_object();
-	disk_stats(d, o);
+	struct stat_visitor sv = stats_json_visitor(o);
+	disk_stats(d, &sv);
 	json_t *v = json_object_get(o, name);
 	assert_non_null(v);
 	long long r = json_is_integer(v) ? json_integer_value(v)

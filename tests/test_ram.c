@@ -14,11 +14,11 @@
 #include <time.h>
 
 #include <cmocka.h>
-#include <jansson.h>
 
 #include "config.h"
 #include "internal.h"
 #include "ram.h"
+#include "stats.h"
 #include "util.h"
 
 #define BLK (64u * 1024)  /* 16 blocks fill the 1 MiB arena of these tests */
@@ -77,20 +77,32 @@ static void log_unspill(void *arg, kvt_key key)
 		l->unspilled[l->nunspilled++] = key;
 }
 
-/* An integer counter of ram_stats(). */
+/* Picks one integer counter out of what ram_stats() reports. */
+struct counter {
+	const char *name;
+	int64_t value;
+	int found;
+};
+
+static void pick_counter(void *arg, const char *name, struct stat_val v)
+{
+	struct counter *c = arg;
+
+	if (!strcmp(name, c->name)) {
+		assert_int_equal(v.kind, STAT_INT);
+		c->value = v.i;
+		c->found++;
+	}
+}
+
 static long long ram_counter(struct ram_tier *r, const char *name)
 {
-	json_t *o = json_object();
-	json_t *v;
-	long long x;
+	struct counter c = { .name = name };
+	struct stat_visitor v = { .emit = pick_counter, .arg = &c };
 
-	ram_stats(r, o);
-	v = json_object_get(o, name);
-	assert_non_null(v);
-	assert_true(json_is_integer(v));
-	x = (long long)json_integer_value(v);
-	json_decref(o);
-	return x;
+	ram_stats(r, &v);
+	assert_int_equal(c.found, 1);
+	return (long long)c.value;
 }
 
 static struct ram_tier *open_small(struct kvt_config *cfg, struct spill_log *l)

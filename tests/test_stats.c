@@ -1,6 +1,7 @@
 /*
  * test_stats.c - latency histograms: quantiles within one bucket (12.5%)
- * of the exact value, edge values, JSON rendering.
+ * of the exact value, edge values, JSON rendering; counters reported
+ * through a stat_visitor and rendered as the statistics document.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "stats.h"
 
@@ -59,12 +61,59 @@ static void test_json_has_percentiles(void **state)
 	json_decref(o);
 }
 
+static void report(const struct stat_visitor *v)
+{
+	stat_int(v, "big", INT64_MAX);
+	stat_int(v, "negative", -1);
+	stat_real(v, "ratio", 0.25);
+	stat_bool(v, "flag", 7);
+	stat_hist(v, "latency", &h);
+}
+
+static void test_visitor_renders_every_kind(void **state)
+{
+	char buf[1024], small[8];
+
+	(void)state;
+	memset(&h, 0, sizeof(h));
+	hist_record(&h, 2000);
+	struct stats_doc *d = stats_doc_new("9.9.9");
+	assert_non_null(d);
+	struct stat_visitor v = stats_doc_section(d, "tier");
+	report(&v);
+	int n = stats_doc_render(d, buf, sizeof(buf));
+	assert_true(n > 0 && (size_t)n < sizeof(buf));
+	assert_int_equal((size_t)n, strlen(buf));
+
+	json_t *o = json_loads(buf, 0, NULL);
+	assert_non_null(o);
+	assert_string_equal(json_string_value(json_object_get(o, "version")), "9.9.9");
+	json_t *t = json_object_get(o, "tier");
+	assert_true(json_is_integer(json_object_get(t, "big")));
+	assert_true(json_integer_value(json_object_get(t, "big")) == INT64_MAX);
+	assert_int_equal(json_integer_value(json_object_get(t, "negative")), -1);
+	assert_true(json_real_value(json_object_get(t, "ratio")) == 0.25);
+	assert_true(json_is_true(json_object_get(t, "flag")));
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(t, "latency"),
+							   "count")), 1);
+	json_decref(o);
+
+	/* like snprintf: cut to the buffer, the full length returned */
+	d = stats_doc_new("9.9.9");
+	v = stats_doc_section(d, "tier");
+	report(&v);
+	assert_int_equal(stats_doc_render(d, small, sizeof(small)), n);
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+	assert_memory_equal(small, buf, sizeof(small) - 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_quantiles_within_a_bucket),
 		cmocka_unit_test(test_empty_and_extreme_values),
 		cmocka_unit_test(test_json_has_percentiles),
+		cmocka_unit_test(test_visitor_renders_every_kind),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
