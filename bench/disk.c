@@ -37,6 +37,8 @@
 #include "disk.h"
 #include "stats.h"
 #include "uring.h"
+#include "opts.h"
+
 
 #define CMD "disk"
 
@@ -83,7 +85,7 @@ static kvt_key bkey(unsigned rep, size_t i)
 
 static int tier_open(struct run *r, struct disk_tier **d)
 {
-	int rc = disk_open(&r->cfg, r->arena, r->arena_len, NULL, d);
+	int rc = disk_open_cfg(&r->cfg, r->arena, r->arena_len, NULL, d);
 
 	if (rc)
 		fprintf(stderr, "kvbench disk: cannot open the tier: %s\n", kvt_last_error());
@@ -391,7 +393,7 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	pid_t pid = fork();
 	if (pid == 0) {
 		/* opening invalidates the checkpoint; then die without closing */
-		if (disk_open(&r->cfg, NULL, 0, NULL, &d) == 0)
+		if (disk_open_cfg(&r->cfg, NULL, 0, NULL, &d) == 0)
 			disk_put(d, bkey(999, 0), r->arena, r->o.bs);
 		kill(getpid(), SIGKILL);
 		_exit(1);

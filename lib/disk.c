@@ -491,27 +491,27 @@ static void tier_free(struct disk_tier *d)
 	free(d);
 }
 
-int disk_open(const struct kvt_config *cfg, void *fixed_base, size_t fixed_len,
+int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	      const struct kvt_dev_ops *ops, struct disk_tier **out)
 {
 	struct disk_tier *d;
 	int err;
 
-	if (!cfg || !out)
-		return kvt_fail(-EINVAL, "disk_open: %s is NULL", cfg ? "out" : "cfg");
+	if (!o || !out)
+		return kvt_fail(-EINVAL, "disk_open: %s is NULL", o ? "out" : "opts");
 	*out = NULL;
-	if (cfg->ndisk == 0 || !cfg->disk_paths)
+	if (o->ndev == 0 || !o->paths)
 		return kvt_fail(-EINVAL, "disk.path: no device configured");
-	if (cfg->ndisk > 64)
-		return kvt_fail(-EINVAL, "disk.path: %u devices, at most 64", cfg->ndisk);
-	for (unsigned i = 0; i < cfg->ndisk; i++)
-		if (!cfg->disk_paths[i] || !cfg->disk_paths[i][0])
+	if (o->ndev > 64)
+		return kvt_fail(-EINVAL, "disk.path: %u devices, at most 64", o->ndev);
+	for (unsigned i = 0; i < o->ndev; i++)
+		if (!o->paths[i] || !o->paths[i][0])
 			return kvt_fail(-EINVAL, "disk.path[%u]: empty path", i);
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	d->ops = ops ? ops : &uring_dev_ops;
-	d->ndev = cfg->ndisk;
+	d->ndev = o->ndev;
 	d->cur = NIL;
 	d->ent_free = NIL;
 	pthread_mutex_init(&d->lock, NULL);
@@ -526,11 +526,11 @@ int disk_open(const struct kvt_config *cfg, void *fixed_base, size_t fixed_len,
 	}
 	for (unsigned i = 0; i < d->ndev; i++)
 		d->fds[i] = -1;
-	err = disk_geometry(d, cfg);
+	err = disk_geometry(d, o);
 	if (err)
 		goto fail;
 	for (unsigned i = 0; i < d->ndev; i++) {
-		d->paths[i] = strdup(cfg->disk_paths[i]);
+		d->paths[i] = strdup(o->paths[i]);
 		if (!d->paths[i]) {
 			err = -ENOMEM;
 			goto fail;

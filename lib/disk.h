@@ -12,21 +12,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "kvtier.h"
 
 struct disk_tier;
 struct kvt_dev_ops; /* the device seam, see dev.h */
 
+/* What the disk tier is opened with (opts.c fills it from the store's
+ * configuration; its checks name the configuration keys). */
+struct disk_opts {
+	unsigned ndev;            /* disk.path: devices or files to stripe over */
+	char *const *paths;       /* ndev paths */
+	uint64_t capacity;        /* disk.capacity: bytes across all of them */
+	uint64_t region_size;     /* disk.region_size */
+	unsigned queue_depth;     /* disk.queue_depth */
+};
+
 /*
- * Opens the tier described by cfg (cfg->ndisk > 0). fixed_base/fixed_len is
+ * Opens the tier described by o (o->ndev > 0). fixed_base/fixed_len is
  * the RAM arena, registered with io_uring as fixed buffers so spills from it
  * and loads into it need no extra copy (NULL/0: none). ops NULL uses the real
  * io_uring device layer; tests pass their own to inject faults. Recovers the
  * index from the checkpoint or by scanning. Returns 0 or a negative errno
  * with kvt_last_error() set.
  */
-int disk_open(const struct kvt_config *cfg, void *fixed_base, size_t fixed_len,
+int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	      const struct kvt_dev_ops *ops, struct disk_tier **out);
 
 /* Flushes, writes the index checkpoint, closes devices, frees. NULL: no-op. */

@@ -510,20 +510,20 @@ int disk_recover(struct disk_tier *d)
 
 /* --- geometry ------------------------------------------------------------------------ */
 
-int disk_geometry(struct disk_tier *d, const struct kvt_config *cfg)
+int disk_geometry(struct disk_tier *d, const struct disk_opts *o)
 {
-	uint64_t rs = cfg->region_size;
+	uint64_t rs = o->region_size;
 
 	if (rs < REGION_MIN_BYTES || rs % PAGE || rs > (4ull << 30))
 		return kvt_fail(-EINVAL, "disk.region_size: %llu is not a multiple of "
 				"4096 between 64 KiB and 4 GiB", (unsigned long long)rs);
-	if (cfg->queue_depth == 0 || cfg->queue_depth > 4096)
+	if (o->queue_depth == 0 || o->queue_depth > 4096)
 		return kvt_fail(-EINVAL, "disk.queue_depth: %u not in 1..4096",
-				cfg->queue_depth);
+				o->queue_depth);
 	d->region_size = rs;
 	d->region_pages = (uint32_t)(rs / PAGE);
-	d->qd = cfg->queue_depth;
-	d->dev_bytes = cfg->disk_capacity / d->ndev / PAGE * PAGE;
+	d->qd = o->queue_depth;
+	d->dev_bytes = o->capacity / d->ndev / PAGE * PAGE;
 	/* The checkpoint holds 16 bytes per region and 32 per block (a block
 	 * takes at least two pages), so its area is sized from the capacity. */
 	uint64_t max_regions = d->dev_bytes / rs * d->ndev;
@@ -539,12 +539,12 @@ int disk_geometry(struct disk_tier *d, const struct kvt_config *cfg)
 		return kvt_fail(-EINVAL, "disk.capacity: %llu bytes over %u device(s) "
 				"holds fewer than two regions of %llu bytes (plus "
 				"%llu bytes of metadata per device)",
-				(unsigned long long)cfg->disk_capacity, d->ndev,
+				(unsigned long long)o->capacity, d->ndev,
 				(unsigned long long)rs, (unsigned long long)d->data_off);
 	if (nr * d->region_pages >= (1ull << PAGE_BITS) || nr > UINT32_MAX / 2)
 		return kvt_fail(-EINVAL, "disk.capacity: %llu bytes is more than the "
 				"64 TiB one tier addresses",
-				(unsigned long long)cfg->disk_capacity);
+				(unsigned long long)o->capacity);
 	d->nregions = (uint32_t)nr;
 	uint64_t me = nr * (d->region_pages / 2);
 	d->max_ents = me > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)me;

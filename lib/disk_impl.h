@@ -201,7 +201,7 @@ int disk_hdr_ok(const struct disk_tier *d, const struct rec_hdr *h);
 void disk_index_reset(struct disk_tier *d);
 int disk_write_checkpoint(struct disk_tier *d);
 int disk_recover(struct disk_tier *d);
-int disk_geometry(struct disk_tier *d, const struct kvt_config *cfg);
+int disk_geometry(struct disk_tier *d, const struct disk_opts *o);
 
 /* disk.c */
 void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert);

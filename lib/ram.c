@@ -72,14 +72,14 @@ static inline uint64_t next_tick(struct ram_tier *r)
 	return atomic_fetch_add_explicit(&r->tick, 1, memory_order_relaxed) + 1;
 }
 
-int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,
+int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 	     ram_unspill_fn unspill, void *arg, struct ram_tier **out)
 {
 	struct arena_opts ao = {
-		.capacity = cfg->ram_capacity,
-		.hugepages = cfg->hugepages,
-		.mlock = cfg->mlock,
-		.numa_node = cfg->numa_node,
+		.capacity = o->capacity,
+		.hugepages = o->hugepages,
+		.mlock = o->mlock,
+		.numa_node = o->numa_node,
 	};
 	struct ram_tier *r = calloc(1, sizeof(*r));
 	unsigned i;
@@ -98,10 +98,10 @@ int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,
 		goto fail;
 	r->base = arena_base(r->arena);
 	r->capacity = arena_size(r->arena);
-	r->high_bytes = (uint64_t)((double)r->capacity * cfg->high_watermark);
-	r->low_bytes = (uint64_t)((double)r->capacity * cfg->low_watermark);
-	r->lease_cap_bytes = (uint64_t)((double)r->capacity * cfg->lease_cap);
-	r->max_block = cfg->max_block;
+	r->high_bytes = (uint64_t)((double)r->capacity * o->high_watermark);
+	r->low_bytes = (uint64_t)((double)r->capacity * o->low_watermark);
+	r->lease_cap_bytes = (uint64_t)((double)r->capacity * o->lease_cap);
+	r->max_block = o->max_block;
 	r->spill = spill;
 	r->unspill = unspill;
 	r->arg = arg;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "config.h" /* enum kvt_tri */
 #include "kvtier.h"
 
 struct ram_tier;
@@ -32,7 +32,20 @@ typedef void (*ram_spill_fn)(void *arg, kvt_op *ops, size_t n);
  */
 typedef void (*ram_unspill_fn)(void *arg, kvt_key key);
 
-int ram_open(const struct kvt_config *cfg, ram_spill_fn spill,
+/* What the RAM tier is opened with (opts.c fills it from the store's
+ * configuration). */
+struct ram_opts {
+	uint64_t capacity;        /* bytes of the arena */
+	enum kvt_tri hugepages;   /* back the arena with huge pages */
+	enum kvt_tri mlock;       /* lock it in memory */
+	int numa_node;            /* bind it to this node; -1: none */
+	double high_watermark;    /* fractions of capacity: eviction starts */
+	double low_watermark;     /* above high and stops at low */
+	double lease_cap;         /* leased bytes at most */
+	uint64_t max_block;       /* the largest block a put takes */
+};
+
+int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 	     ram_unspill_fn unspill, void *arg, struct ram_tier **out);
 void ram_close(struct ram_tier *r);
 

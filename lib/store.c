@@ -320,13 +320,13 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	pthread_mutex_init(&s->elock, NULL);
 	kvt_cond_init_monotonic(&s->econd);
 
-	rc = ram_open(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
-		      s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
+	rc = ram_open_cfg(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
+			  s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
 	if (rc)
 		goto fail;
 	if (s->cfg.ndisk) {
-		rc = disk_open(&s->cfg, ram_arena_base(s->ram), ram_arena_size(s->ram),
-			       NULL, &s->disk);
+		rc = disk_open_cfg(&s->cfg, ram_arena_base(s->ram),
+				   ram_arena_size(s->ram), NULL, &s->disk);
 		if (rc)
 			goto fail;
 	}

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "disk.h"
 #include "internal.h"
+#include "opts.h"
 #include "peer.h"
 #include "ram.h"
 #include "slot.h"

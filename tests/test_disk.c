@@ -32,6 +32,8 @@
 #include "stats.h"
 #include "uring.h"
 #include "util.h"
+#include "opts.h"
+
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -219,7 +221,7 @@ static void fix_done(struct fix *f)
 static struct disk_tier *open_ok(struct fix *f, const struct kvt_dev_ops *ops)
 {
 	struct disk_tier *d = NULL;
-	int rc = disk_open(&f->cfg, NULL, 0, ops, &d);
+	int rc = disk_open_cfg(&f->cfg, NULL, 0, ops, &d);
 
 	if (rc)
 		fprintf(stderr, "disk_open: %d %s\n", rc, kvt_last_error());
@@ -600,7 +602,7 @@ static void kill9_during_writes_never_returns_wrong_bytes(void **st)
 	if (pid == 0) {
 		struct disk_tier *d = NULL;
 		close(pfd[0]);
-		if (disk_open(&f.cfg, NULL, 0, NULL, &d))
+		if (disk_open_cfg(&f.cfg, NULL, 0, NULL, &d))
 			_exit(1);
 		for (uint64_t i = 0;; i++) {
 			if (put_block(d, i, size_of(i)) != 0)
@@ -821,14 +823,14 @@ static void full_device_is_refused(void **st)
 	struct fix f;
 	struct disk_tier *d = NULL;
 	fix_init(&f, 32ull << 40, 64 * MiB); /* 32 TiB: more than the disk has */
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -ENOSPC);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -ENOSPC);
 	assert_null(d);
 	assert_non_null(strstr(kvt_last_error(), "no space"));
 	assert_int_equal(access(f.path, F_OK), -1); /* nothing left behind */
 	/* too small for two regions */
 	f.cfg.disk_capacity = 1 * MiB;
 	f.cfg.region_size = 1 * MiB;
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
 	assert_non_null(strstr(kvt_last_error(), "disk.capacity"));
 	fix_done(&f);
 }
@@ -843,20 +845,20 @@ static void bad_config_is_refused(void **st)
 
 	snprintf(missing, sizeof(missing), "%s/no/such/dir/file", f.dir);
 	f.paths[0] = missing;
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -ENOENT);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -ENOENT);
 	assert_non_null(strstr(kvt_last_error(), "directory does not exist"));
 	f.paths[0] = f.path;
 
 	f.cfg.region_size = 1 * MiB + 1;
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
 	assert_non_null(strstr(kvt_last_error(), "disk.region_size"));
 	f.cfg.region_size = 1 * MiB;
 	f.cfg.queue_depth = 0;
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
 	assert_non_null(strstr(kvt_last_error(), "disk.queue_depth"));
 	f.cfg.queue_depth = 8;
 	f.cfg.ndisk = 0;
-	assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
 	f.cfg.ndisk = 1;
 	assert_int_equal(disk_open(NULL, NULL, 0, NULL, &d), -EINVAL);
 
@@ -873,7 +875,7 @@ static void bad_config_is_refused(void **st)
 			"the no-O_DIRECT case is not exercised\n");
 	} else {
 		f.paths[0] = shm;
-		assert_int_equal(disk_open(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
+		assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -EINVAL);
 		assert_non_null(strstr(kvt_last_error(), "O_DIRECT"));
 		assert_int_equal(access(shm, F_OK), -1);
 		f.paths[0] = f.path;

@@ -22,6 +22,8 @@
 #include "pins.h"
 #include "ram.h"
 #include "util.h"
+#include "opts.h"
+
 
 #define BLK 65536u
 #define HOLD_MS 1000u
@@ -58,7 +60,7 @@ static int setup(void **state)
 	struct fx *f = calloc(1, sizeof(*f));
 
 	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\"}}", &f->cfg), 0);
-	assert_int_equal(ram_open(&f->cfg, NULL, NULL, NULL, &f->r), 0);
+	assert_int_equal(ram_open_cfg(&f->cfg, NULL, NULL, NULL, &f->r), 0);
 	assert_int_equal(pins_open(3, HOLD_MS, unpin_cb, f, &f->p), 0);
 	*state = f;
 	return 0;

@@ -20,6 +20,8 @@
 #include "ram.h"
 #include "stats.h"
 #include "util.h"
+#include "opts.h"
+
 
 #define BLK (64u * 1024)  /* 16 blocks fill the 1 MiB arena of these tests */
 #define FAR_NS (60ull * 1000000000ull)
@@ -110,7 +112,7 @@ static struct ram_tier *open_small(struct kvt_config *cfg, struct spill_log *l)
 	struct ram_tier *r;
 
 	assert_int_equal(config_parse(small_ram, cfg), 0);
-	assert_int_equal(ram_open(cfg, l ? log_spill : NULL, l ? log_unspill : NULL, l, &r), 0);
+	assert_int_equal(ram_open_cfg(cfg, l ? log_spill : NULL, l ? log_unspill : NULL, l, &r), 0);
 	if (l) {
 		memset(l, 0, sizeof(*l));
 		l->r = r;
@@ -208,7 +210,7 @@ static void put_refused_when_only_leased_blocks_remain(void **state)
 	(void)state;
 	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
 				      " \"mlock\": false}}", &cfg), 0);
-	assert_int_equal(ram_open(&cfg, NULL, NULL, NULL, &r), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
 	put_blocks(r, 0, 16);
 	for (uint64_t i = 0; i < 16; i++)
 		lease(r, i, 1);
@@ -367,7 +369,7 @@ static void visit_hands_over_pinned_blocks(void **state)
 
 	(void)state;
 	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"4MiB\"}}", &cfg), 0);
-	assert_int_equal(ram_open(&cfg, NULL, NULL, NULL, &r), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
 	struct visit v = { .r = r, .key = test_key(1), .want = sizeof(buf) };
 
 	fill_block(v.key, buf, sizeof(buf));

@@ -43,6 +43,8 @@
 #include "disk.h"
 #include "kvtier.h"
 #include "uring.h"
+#include "opts.h"
+
 
 #define DS_PAGE 4096u
 #define DS_DEV_BYTES (512u << 10)
@@ -315,7 +317,7 @@ static void ds_setup(void)
 		ds_block_init(i);
 
 	/* The clean image: enough puts to wrap the log, one removal, a close. */
-	r = disk_open(&ds_cfg, NULL, 0, &ds_ops, &d);
+	r = disk_open_cfg(&ds_cfg, NULL, 0, &ds_ops, &d);
 	DS_CHECK(r == 0, "building the image: open: %s", kvt_last_error());
 	for (unsigned i = 0; i < DS_NBASE; i++)
 		ds_build_put(d, i);
@@ -325,7 +327,7 @@ static void ds_setup(void)
 	ds_check_layout(ds_image[0]);
 
 	/* The crash image: reopened (the checkpoint is now void), more puts. */
-	r = disk_open(&ds_cfg, NULL, 0, &ds_ops, &d);
+	r = disk_open_cfg(&ds_cfg, NULL, 0, &ds_ops, &d);
 	DS_CHECK(r == 0, "building the image: reopen: %s", kvt_last_error());
 	for (unsigned i = DS_NBASE; i < DS_NBASE + DS_NMORE; i++)
 		ds_build_put(d, i);
@@ -488,7 +490,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(ds_work, base, DS_DEV_BYTES);
 	ds_damage(&in, base);
 
-	r = disk_open(&ds_cfg, NULL, 0, &ds_ops, &d);
+	r = disk_open_cfg(&ds_cfg, NULL, 0, &ds_ops, &d);
 	DS_CHECK(r == 0, "open of a damaged tier failed: %d %s (damage must read as "
 		 "misses or an empty tier)", r, kvt_last_error());
 	ds_read_all(d, DS_NBASE + DS_NMORE, "after recovery");
@@ -506,7 +508,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	disk_close(d);
 
 	/* And what the close wrote must reopen (from its checkpoint) as sound. */
-	r = disk_open(&ds_cfg, NULL, 0, &ds_ops, &d);
+	r = disk_open_cfg(&ds_cfg, NULL, 0, &ds_ops, &d);
 	DS_CHECK(r == 0, "reopen after a clean close failed: %d %s", r, kvt_last_error());
 	ds_read_all(d, DS_NKEYS, "after reopen");
 	disk_close(d);

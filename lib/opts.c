@@ -1,0 +1,46 @@
+/*
+ * opts.c - the tiers' options from the store's configuration (opts.h).
+ * Knows the configuration and the tiers' option structs, nothing else.
+ */
+#include "opts.h"
+
+struct ram_opts opts_ram(const struct kvt_config *c)
+{
+	return (struct ram_opts){
+		.capacity = c->ram_capacity,
+		.hugepages = c->hugepages,
+		.mlock = c->mlock,
+		.numa_node = c->numa_node,
+		.high_watermark = c->high_watermark,
+		.low_watermark = c->low_watermark,
+		.lease_cap = c->lease_cap,
+		.max_block = c->max_block,
+	};
+}
+
+struct disk_opts opts_disk(const struct kvt_config *c)
+{
+	return (struct disk_opts){
+		.ndev = c->ndisk,
+		.paths = c->disk_paths,
+		.capacity = c->disk_capacity,
+		.region_size = c->region_size,
+		.queue_depth = c->queue_depth,
+	};
+}
+
+int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,
+		 ram_unspill_fn unspill, void *arg, struct ram_tier **out)
+{
+	struct ram_opts o = opts_ram(c);
+
+	return ram_open(&o, spill, unspill, arg, out);
+}
+
+int disk_open_cfg(const struct kvt_config *c, void *fixed_base, size_t fixed_len,
+		  const struct kvt_dev_ops *ops, struct disk_tier **out)
+{
+	struct disk_opts o = opts_disk(c);
+
+	return disk_open(&o, fixed_base, fixed_len, ops, out);
+}
