@@ -465,8 +465,9 @@ KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n);
 /*
  * Reports the RAM arena, where every slot lies, as consecutive regions of
  * at most 1 GiB, each 4 KiB aligned, so an engine can register each once
- * (cudaHostRegister, in the background if it likes); the library registers
- * the same regions with io_uring as fixed buffers. A block may straddle two
+ * (cudaHostRegister, in the background if it likes); with a disk tier the
+ * library registers the same regions with io_uring as fixed buffers (as many
+ * as the kernel allows). A block may straddle two
  * regions. Writes up to max regions and returns the number the arena has
  * (call with max 0 to size the array); -EINVAL for a NULL store, or regions
  * NULL with max non-zero.
