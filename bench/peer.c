@@ -105,8 +105,7 @@ static int open_member(const struct run *r, const char *self, uint64_t capacity,
 		 (unsigned long long)capacity, self, r->request_ms, r->port_a, r->port_b);
 	rc = kvt_open(cfg, out);
 	if (rc)
-		fprintf(stderr, "kvbench peer: kvt_open(%s): %s (%s)\n", cfg,
-			kvt_strerror(rc), kvt_last_error());
+		fprintf(stderr, "kvbench peer: kvt_open(%s): %s\n", cfg, kvt_last_error());
 	return rc;
 }
 

@@ -1078,7 +1078,8 @@ static void cli_errors_without_a_command_name_kvbench(void **state)
 	proc_free(&p);
 }
 
-/* An explicit --dir that cannot be used is an error, not a fallback. */
+/* An explicit --dir (--disk-dir) that cannot be used is an error, not a
+ * fallback; a directory where a file belongs says so. */
 static void cli_unusable_dir_is_an_error(void **state)
 {
 	struct proc p;
@@ -1092,6 +1093,14 @@ static void cli_unusable_dir_is_an_error(void **state)
 	proc_free(&p);
 	kvbench_run(&p, (const char *const[]){ "disk", "--dir", "/nonexistent-kvt", NULL });
 	assert_usage_error(&p, "disk", "--dir /nonexistent-kvt");
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ "replay", "--disk-dir", "/nonexistent-kvt",
+					       NULL });
+	assert_usage_error(&p, "replay", "--disk-dir /nonexistent-kvt");
+	proc_free(&p);
+	/* a directory where a file belongs says so */
+	kvbench_run(&p, (const char *const[]){ "plot", "/tmp", "--out", "/tmp/x.png", NULL });
+	assert_usage_error(&p, "plot", "/tmp is a directory");
 	proc_free(&p);
 }
 

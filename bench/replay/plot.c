@@ -118,6 +118,8 @@ int bench_plot_main(int argc, char **argv)
 	if (optind + 1 != argc)
 		return bench_usage_error("plot", "give exactly one JSON file");
 	in = argv[optind];
+	if (stat(in, &st) == 0 && S_ISDIR(st.st_mode))
+		return bench_usage_error("plot", "%s is a directory, not a JSON file", in);
 	if (!out)
 		return bench_usage_error("plot", "--out is required");
 	ext = strrchr(out, '.');

@@ -530,9 +530,14 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 				BAD("disk");
 			c->o.disk_tokens = bytes_to_tokens(&c->o, u);
 			break;
-		case O_DISK_DIR:
+		case O_DISK_DIR: {
+			char why[256];
+
+			if (bench_dir_check(optarg, why, sizeof(why)))
+				return bench_usage_error(cmd, "--disk-dir %s: %s", optarg, why);
 			c->o.disk_dir = optarg;
 			break;
+		}
 		case O_LEASE:
 			if (parse_u64(optarg, 1, 1e10, &c->o.lease_ms))
 				BAD("lease-ms");
