@@ -79,24 +79,32 @@ static void gp_quote(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-int bench_plot_main(int argc, char **argv)
-{
+/* The command line. */
+struct plot_opts {
 	struct bench_common co;
-	const char *out = NULL, *title = NULL, *in = NULL, *ext, *param = NULL;
-	json_error_t je;
-	json_t *doc, *results, *r;
-	FILE *gp;
-	size_t i, k, n;
-	int ch, rc, sweep = 0, logx = 0, have_study = 0;
-	double xmin = INFINITY, xmax = -INFINITY;
-	struct sigaction sa, old;
+	const char *in, *out, *ext, *title;
+};
+
+/* The results to draw. */
+struct plot_data {
+	json_t *doc, *results;
+	size_t n;
+	int sweep, logx;
+	const char *param; /* the swept parameter, or NULL */
+};
+
+/* Parses the command line into o. Returns -1 to run, else the exit status. */
+static int plot_parse(int argc, char **argv, struct plot_opts *o)
+{
 	struct stat st;
 	char why[256];
+	int ch, rc;
 
-	bench_common_init(&co);
+	*o = (struct plot_opts){ 0 };
+	bench_common_init(&o->co);
 	bench_getopt_begin();
 	while ((ch = getopt_long(argc, argv, ":h", plot_opts, NULL)) != -1) {
-		rc = bench_common_option("plot", ch, optarg, argv, &co);
+		rc = bench_common_option("plot", ch, optarg, argv, &o->co);
 		if (rc < 0)
 			return BENCH_EXIT_USAGE;
 		if (rc > 0)
@@ -106,10 +114,10 @@ int bench_plot_main(int argc, char **argv)
 			fputs(usage_plot, stdout);
 			return BENCH_EXIT_OK;
 		case P_OUT:
-			out = optarg;
+			o->out = optarg;
 			break;
 		case P_TITLE:
-			title = optarg;
+			o->title = optarg;
 			break;
 		default:
 			return bench_usage_error("plot", "unexpected option");
@@ -117,75 +125,75 @@ int bench_plot_main(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		return bench_usage_error("plot", "give exactly one JSON file");
-	in = argv[optind];
-	if (stat(in, &st) == 0 && S_ISDIR(st.st_mode))
-		return bench_usage_error("plot", "%s is a directory, not a JSON file", in);
-	if (!out)
+	o->in = argv[optind];
+	if (stat(o->in, &st) == 0 && S_ISDIR(st.st_mode))
+		return bench_usage_error("plot", "%s is a directory, not a JSON file", o->in);
+	if (!o->out)
 		return bench_usage_error("plot", "--out is required");
-	ext = strrchr(out, '.');
-	if (!ext || (strcmp(ext, ".png") && strcmp(ext, ".svg")))
+	o->ext = strrchr(o->out, '.');
+	if (!o->ext || (strcmp(o->ext, ".png") && strcmp(o->ext, ".svg")))
 		return bench_usage_error("plot", "--out must end in .png or .svg");
-	if (bench_output_check(out, why, sizeof(why)))
-		return bench_usage_error("plot", "--out %s: %s", out, why);
+	if (bench_output_check(o->out, why, sizeof(why)))
+		return bench_usage_error("plot", "--out %s: %s", o->out, why);
+	return -1;
+}
 
-	doc = json_load_file(in, 0, &je);
-	if (!doc) {
+/* Loads and checks the replay or sweep results. Returns 0 or -1. */
+static int plot_load(const char *in, struct plot_data *d)
+{
+	double xmin = INFINITY, xmax = -INFINITY;
+	json_error_t je;
+	json_t *r;
+	size_t i;
+
+	*d = (struct plot_data){ 0 };
+	d->doc = json_load_file(in, 0, &je);
+	if (!d->doc) {
 		fprintf(stderr, "kvbench plot: %s:%d: %s\n", in, je.line, je.text);
-		return BENCH_EXIT_FAIL;
+		return -1;
 	}
-	results = json_object_get(doc, "results");
-	n = json_array_size(results);
-	if (!json_is_array(results) || n == 0) {
+	d->results = json_object_get(d->doc, "results");
+	d->n = json_array_size(d->results);
+	if (!json_is_array(d->results) || d->n == 0) {
 		fprintf(stderr, "kvbench plot: %s has no \"results\" of a replay or sweep\n", in);
-		json_decref(doc);
-		return BENCH_EXIT_FAIL;
+		return -1;
 	}
-	for (i = 0; i < n; i++) {
-		r = json_array_get(results, i);
+	for (i = 0; i < d->n; i++) {
+		r = json_array_get(d->results, i);
 		if (!json_is_object(r) || isnan(num(r, "gpu_share"))) {
 			fprintf(stderr, "kvbench plot: %s: result %zu is not a replay result\n", in, i);
-			json_decref(doc);
-			return BENCH_EXIT_FAIL;
+			return -1;
 		}
 		if (json_is_string(json_object_get(r, "sweep_param"))) {
 			double x = num(r, "sweep_value");
-			sweep = 1;
-			param = json_string_value(json_object_get(r, "sweep_param"));
+
+			d->sweep = 1;
+			d->param = json_string_value(json_object_get(r, "sweep_param"));
 			if (x < xmin)
 				xmin = x;
 			if (x > xmax)
 				xmax = x;
 		}
 	}
-	if (sweep && xmin > 0 && xmax / xmin >= 20)
-		logx = 1;
+	d->logx = d->sweep && xmin > 0 && xmax / xmin >= 20;
+	return 0;
+}
 
-	/* gnuplot runs as a child; a missing gnuplot shows as a failed close */
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, &old);
-	/* gnuplot's standard output is not ours: should "set output" fail, it
-	 * would write the image there */
-	gp = popen("exec gnuplot >/dev/null", "w");
-	if (!gp) {
-		fprintf(stderr, "kvbench plot: cannot run gnuplot: %s\n", strerror(errno));
-		sigaction(SIGPIPE, &old, NULL);
-		json_decref(doc);
-		return BENCH_EXIT_FAIL;
-	}
-	if (!strcmp(ext, ".png"))
-		fprintf(gp, "set terminal pngcairo size 1000,800 noenhanced\n");
-	else
-		fprintf(gp, "set terminal svg size 1000,800 noenhanced\n");
-	fprintf(gp, "set output ");
-	gp_quote(gp, out);
-	fprintf(gp, "\n$d << EOD\n");
-	for (i = 0; i < n; i++) {
-		r = json_array_get(results, i);
-		fprintf(gp, "%.17g", sweep ? num(r, "sweep_value") : (double)i);
+/* The data block: x, the series, the study's range, the label. Returns
+ * whether any run has the study's range. */
+static int plot_data_block(FILE *gp, const struct plot_data *d)
+{
+	int have_study = 0;
+	size_t i, k;
+
+	fprintf(gp, "$d << EOD\n");
+	for (i = 0; i < d->n; i++) {
+		json_t *r = json_array_get(d->results, i), *st = json_object_get(r, "study");
+		const char *label = json_string_value(json_object_get(r, "label"));
+
+		fprintf(gp, "%.17g", d->sweep ? num(r, "sweep_value") : (double)i);
 		for (k = 0; k < NSERIES + 2; k++) {
 			/* then the study's range, where a width sweep has one */
-			json_t *st = json_object_get(r, "study");
 			double v = k < NSERIES ? num(r, series[k].field)
 				   : json_is_object(st) ? num(st, k == NSERIES ? "saved_store_lo"
 									       : "saved_store_hi")
@@ -197,63 +205,122 @@ int bench_plot_main(int argc, char **argv)
 				fprintf(gp, "%.6g", v);
 		}
 		fputc(' ', gp);
-		gp_quote(gp, json_string_value(json_object_get(r, "label")) ?
-				     json_string_value(json_object_get(r, "label")) : "?");
+		gp_quote(gp, label ? label : "?");
 		fputc('\n', gp);
 	}
 	fprintf(gp, "EOD\n");
+	return have_study;
+}
+
+/* The whole gnuplot script: terminal, output, data, the two plots. */
+static void plot_script(FILE *gp, const struct plot_opts *o, const struct plot_data *d)
+{
+	const char *xtic = d->sweep ? "" : ":xtic(" LABEL_COL ")";
+	int have_study;
+	size_t k;
+
+	if (!strcmp(o->ext, ".png"))
+		fprintf(gp, "set terminal pngcairo size 1000,800 noenhanced\n");
+	else
+		fprintf(gp, "set terminal svg size 1000,800 noenhanced\n");
+	fprintf(gp, "set output ");
+	gp_quote(gp, o->out);
+	fprintf(gp, "\n");
+	have_study = plot_data_block(gp, d);
 	fprintf(gp, "set datafile missing 'NaN'\nset grid\nset key outside right top\n"
 		    "set multiplot layout 2,1 title ");
-	gp_quote(gp, title ? title : in);
+	gp_quote(gp, o->title ? o->title : o->in);
 	fprintf(gp, "\n");
-	if (logx)
+	if (d->logx)
 		fprintf(gp, "set logscale x\n");
-	if (sweep) {
+	if (d->sweep) {
 		fprintf(gp, "set xlabel ");
-		gp_quote(gp, param ? param : "value");
+		gp_quote(gp, d->param ? d->param : "value");
 		fprintf(gp, "\n");
 	} else {
-		fprintf(gp, "set xrange [-0.5:%zu.5]\nset xtics rotate by -20\n", n - 1);
+		fprintf(gp, "set xrange [-0.5:%zu.5]\nset xtics rotate by -20\n", d->n - 1);
 	}
 	/* columns: x, the series, study low, study high, label */
 	fprintf(gp, "set ylabel 'share of prompt tokens (%%)'\nset yrange [0:100]\nplot ");
 	for (k = 0; k < NSHARES; k++)
 		fprintf(gp, "%s$d using 1:%zu%s with linespoints lw 2 pt 7 title '%s'",
-			k ? ", " : "", k + 2, sweep ? "" : ":xtic(" LABEL_COL ")", series[k].title);
+			k ? ", " : "", k + 2, xtic, series[k].title);
 	fprintf(gp, "\nset ylabel 'endpoint busy time saved by the store (%%)'\nset yrange [*:*]\n"
 		    "plot ");
 	for (k = NSHARES; k < NSERIES; k++)
 		fprintf(gp, "%s$d using 1:%zu%s with linespoints lw 2 pt 7 title '%s'",
-			k > NSHARES ? ", " : "", k + 2, sweep ? "" : ":xtic(" LABEL_COL ")",
-			series[k].title);
+			k > NSHARES ? ", " : "", k + 2, xtic, series[k].title);
 	if (have_study)
 		fprintf(gp, ", $d using 1:(($%zu+$%zu)/2):%zu:%zu with yerrorbars lc rgb 'black' lw 2 pt 5 "
 			    "title 'agent-fleet study (range)'",
 			NSERIES + 2, NSERIES + 3, NSERIES + 2, NSERIES + 3);
 	fprintf(gp, "\nunset multiplot\n");
+}
+
+/* Runs gnuplot on the script. Returns 0, or -1 after saying why. */
+static int plot_draw(const struct plot_opts *o, const struct plot_data *d)
+{
+	struct sigaction sa, old;
+	struct stat st;
+	FILE *gp;
+	int rc;
+
+	/* gnuplot runs as a child; a missing gnuplot shows as a failed close */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, &old);
+	/* gnuplot's standard output is not ours: should "set output" fail, it
+	 * would write the image there */
+	gp = popen("exec gnuplot >/dev/null", "w");
+	if (!gp) {
+		fprintf(stderr, "kvbench plot: cannot run gnuplot: %s\n", strerror(errno));
+		sigaction(SIGPIPE, &old, NULL);
+		return -1;
+	}
+	plot_script(gp, o, d);
 	rc = pclose(gp);
 	sigaction(SIGPIPE, &old, NULL);
-	json_decref(doc);
 	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
 		fprintf(stderr, "kvbench plot: gnuplot failed (is it installed?)\n");
-		return BENCH_EXIT_FAIL;
+		return -1;
 	}
-	if (stat(out, &st) || st.st_size == 0) {
-		fprintf(stderr, "kvbench plot: gnuplot wrote nothing to %s\n", out);
-		return BENCH_EXIT_FAIL;
+	if (stat(o->out, &st) || st.st_size == 0) {
+		fprintf(stderr, "kvbench plot: gnuplot wrote nothing to %s\n", o->out);
+		return -1;
 	}
-	printf("kvbench plot: wrote %s (%zu runs)\n", out, n);
-	if (co.json_path) {
-		json_t *res = bench_json_new("plot");
+	return 0;
+}
 
-		bench_json_config(res, "input", json_string(in));
-		bench_json_result(res, json_pack("{s:s, s:s, s:s, s:I}", "name", "plot",
-						 "file", out, "format", ext + 1, "runs",
-						 (json_int_t)n));
-		rc = bench_json_write(res, co.json_path);
-		json_decref(res);
-		if (rc)
-			return BENCH_EXIT_FAIL;
-	}
-	return BENCH_EXIT_OK;
+/* What was written, and the JSON result. Returns the exit status. */
+static int plot_report(const struct plot_opts *o, size_t n)
+{
+	json_t *res;
+	int rc;
+
+	printf("kvbench plot: wrote %s (%zu runs)\n", o->out, n);
+	if (!o->co.json_path)
+		return BENCH_EXIT_OK;
+	res = bench_json_new("plot");
+	bench_json_config(res, "input", json_string(o->in));
+	bench_json_result(res, json_pack("{s:s, s:s, s:s, s:I}", "name", "plot", "file",
+					 o->out, "format", o->ext + 1, "runs", (json_int_t)n));
+	rc = bench_json_write(res, o->co.json_path);
+	json_decref(res);
+	return rc ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
+}
+
+int bench_plot_main(int argc, char **argv)
+{
+	struct plot_opts o;
+	struct plot_data d;
+	int rc = plot_parse(argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	if (plot_load(o.in, &d) || plot_draw(&o, &d))
+		rc = BENCH_EXIT_FAIL;
+	else
+		rc = plot_report(&o, d.n);
+	json_decref(d.doc);
+	return rc;
 }
