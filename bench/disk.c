@@ -612,8 +612,8 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 }
 
 /*
- * One repetition, each figure between two passes of its limit over the
- * same file:
+ * One repetition (left half-way, returning 0, when kvbench is asked to
+ * stop), each figure between two passes of its limit over the same file:
  *   new file: fio writes a new file | the tier spills into a new file |
  *             fio writes a new file
  *   the tier's file, written once (untimed), then:
@@ -635,7 +635,8 @@ static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
 	x[F_NEW] = spill(r, d, 2000 + rep, 1);
 	disk_close(d);
 	after[F_NEW] = pass_new(r, fresh);
-
+	if (bench_stop_signal())
+		return 0;
 	if (layout(r))
 		return BENCH_EXIT_FAIL;
 	before[F_ONE] = pass(r, r->tierpath, "write");
@@ -644,11 +645,15 @@ static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
 	x[F_ONE] = spill(r, d, 1000 + rep, 0);
 	disk_close(d);
 	after[F_ONE] = before[F_BATCH] = pass(r, r->tierpath, "write");
+	if (bench_stop_signal())
+		return 0;
 	if (tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_BATCH] = spill(r, d, rep, 1);
 	disk_close(d); /* cold: the next open reads nothing from the page cache */
 	before[F_LOAD] = pass(r, r->tierpath, "randread");
+	if (bench_stop_signal())
+		return 0;
 	if (tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_LOAD] = load(r, d, rep, lat, bad);
