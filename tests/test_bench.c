@@ -1123,6 +1123,29 @@ static void cli_help_speaks_to_users(void **state)
 	}
 }
 
+/* Whether process pid catches sig (its handler is installed), from
+ * /proc/PID/status; waits up to 30 s for it. */
+static int wait_until_caught(pid_t pid, int sig)
+{
+	char path[64], line[256];
+	unsigned long long mask = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	for (int i = 0; i < 3000 && !(mask >> (sig - 1) & 1); i++) {
+		FILE *f = fopen(path, "r");
+
+		if (!f)
+			return 0;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "SigCgt: %llx", &mask) == 1)
+				break;
+		fclose(f);
+		if (!(mask >> (sig - 1) & 1))
+			usleep(10000);
+	}
+	return mask >> (sig - 1) & 1;
+}
+
 /* A stopped run says so, keeps what it measured, and exits 128 + signal. */
 static void cli_interrupted_run_keeps_its_results(void **state)
 {
@@ -1139,6 +1162,9 @@ static void cli_interrupted_run_keeps_its_results(void **state)
 	pid = start_kvbench((const char *const[]){ "hash", "--reps", "100000", "--tokens",
 						   "4096", "--block-tokens", "16", "--json",
 						   path, NULL }, &o, &e);
+	/* once it catches SIGINT (and so finishes on its own), a repetition
+	 * or more later */
+	assert_true(wait_until_caught(pid, SIGINT));
 	finish_kvbench(&p, pid, o, e, SIGINT, 1500);
 	if (p.status != 130 || !strstr(p.err, "kvbench hash: interrupted by SIGINT"))
 		fail_msg("exit %d, stderr:\n%s", p.status, p.err);
