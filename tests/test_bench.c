@@ -920,6 +920,16 @@ static void assert_usage_error(const struct proc *p, const char *cmd, const char
 			 cmd, p->status, strlen(p->out), p->err, what);
 }
 
+/* Runs kvbench with args and expects the usage error of assert_usage_error(). */
+static void expect_usage_error(const char *const *args, const char *cmd, const char *what)
+{
+	struct proc p;
+
+	kvbench_run(&p, args);
+	assert_usage_error(&p, cmd, what);
+	proc_free(&p);
+}
+
 /* Fast arguments for each command, with --json FILE or - appended. */
 #define HASH_ARGS "hash", "--reps", "1", "--tokens", "4096", "--block-tokens", "16"
 #define RAM_ARGS "ram", "--sizes", "64KiB", "--threads", "1", "--working-set", "2MiB", \
@@ -1015,93 +1025,74 @@ static void cli_bad_output_paths_exit_2_before_any_work(void **state)
 {
 	static const char *const cmds[] = { "demo", "hash", "ram", "disk", "peer",
 					     "replay", "sweep", "plot" };
-	struct proc p;
 	size_t i;
 
 	(void)state;
 	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		kvbench_run(&p, (const char *const[]){ cmds[i], "--json",
-						       "/nonexistent-kvt/x.json", NULL });
-		assert_usage_error(&p, cmds[i], "--json /nonexistent-kvt/x.json: cannot write");
-		proc_free(&p);
-		kvbench_run(&p, (const char *const[]){ cmds[i], "--json", "/tmp", NULL });
-		assert_usage_error(&p, cmds[i], "is a directory");
-		proc_free(&p);
+		expect_usage_error((const char *const[]){
+					   cmds[i], "--json", "/nonexistent-kvt/x.json", NULL },
+				   cmds[i], "--json /nonexistent-kvt/x.json: cannot write");
+		expect_usage_error((const char *const[]){
+					   cmds[i], "--json", "/tmp", NULL },
+				   cmds[i], "is a directory");
 	}
-	kvbench_run(&p, (const char *const[]){ "--json", "/proc/x.json", NULL });
-	assert_usage_error(&p, "", "--json /proc/x.json");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "replay", "--csv", "/nonexistent-kvt/x.csv",
-					       NULL });
-	assert_usage_error(&p, "replay", "--csv /nonexistent-kvt/x.csv");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "plot", "in.json", "--out",
-					       "/nonexistent-kvt/x.png", NULL });
-	assert_usage_error(&p, "plot", "--out /nonexistent-kvt/x.png");
-	proc_free(&p);
+	expect_usage_error((const char *const[]){ "--json", "/proc/x.json", NULL },
+			   "", "--json /proc/x.json");
+	expect_usage_error((const char *const[]){
+				   "replay", "--csv", "/nonexistent-kvt/x.csv", NULL },
+			   "replay", "--csv /nonexistent-kvt/x.csv");
+	expect_usage_error((const char *const[]){
+				   "plot", "in.json", "--out", "/nonexistent-kvt/x.png", NULL },
+			   "plot", "--out /nonexistent-kvt/x.png");
 }
 
 /* Sizes follow the library's grammar and its error text, in one line. */
 static void cli_sizes_use_the_library_grammar(void **state)
 {
-	struct proc p;
-
 	(void)state;
-	kvbench_run(&p, (const char *const[]){ "ram", "--sizes", "1.5", NULL });
-	assert_usage_error(&p, "ram", "a fraction needs a unit");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "disk", "--size", "10XB", NULL });
-	assert_usage_error(&p, "disk", "unknown unit \"XB\"");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "disk", "--size", "1MiB", NULL });
-	assert_usage_error(&p, "disk", "at least 64MiB");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "demo", "--ram", "64XiB", NULL });
-	assert_usage_error(&p, "demo", "--ram");
-	proc_free(&p);
+	expect_usage_error((const char *const[]){ "ram", "--sizes", "1.5", NULL },
+			   "ram", "a fraction needs a unit");
+	expect_usage_error((const char *const[]){ "disk", "--size", "10XB", NULL },
+			   "disk", "unknown unit \"XB\"");
+	expect_usage_error((const char *const[]){ "disk", "--size", "1MiB", NULL },
+			   "disk", "at least 64MiB");
+	expect_usage_error((const char *const[]){ "demo", "--ram", "64XiB", NULL },
+			   "demo", "--ram");
 }
 
 /* Errors without a command are kvbench's own; each is one line. */
 static void cli_errors_without_a_command_name_kvbench(void **state)
 {
-	struct proc p;
-
 	(void)state;
-	kvbench_run(&p, (const char *const[]){ "-V", NULL });
-	assert_usage_error(&p, "", "kvbench: unknown option '-V'");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "frobnicate", NULL });
-	assert_usage_error(&p, "", "kvbench: unknown command 'frobnicate'");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "hash", "--bogus", NULL });
-	assert_usage_error(&p, "hash", "kvbench hash: unknown option '--bogus'");
-	proc_free(&p);
+	expect_usage_error((const char *const[]){ "-V", NULL },
+			   "", "kvbench: unknown option '-V'");
+	expect_usage_error((const char *const[]){ "frobnicate", NULL },
+			   "", "kvbench: unknown command 'frobnicate'");
+	expect_usage_error((const char *const[]){ "hash", "--bogus", NULL },
+			   "hash", "kvbench hash: unknown option '--bogus'");
 }
 
 /* An explicit --dir (--disk-dir) that cannot be used is an error, not a
  * fallback; a directory where a file belongs says so. */
 static void cli_unusable_dir_is_an_error(void **state)
 {
-	struct proc p;
-
 	(void)state;
-	kvbench_run(&p, (const char *const[]){ "demo", "--dir", "/nonexistent-kvt", NULL });
-	assert_usage_error(&p, "demo", "--dir /nonexistent-kvt");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "demo", "--dir", "/etc/hostname", NULL });
-	assert_usage_error(&p, "demo", "not a directory");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "disk", "--dir", "/nonexistent-kvt", NULL });
-	assert_usage_error(&p, "disk", "--dir /nonexistent-kvt");
-	proc_free(&p);
-	kvbench_run(&p, (const char *const[]){ "replay", "--disk-dir", "/nonexistent-kvt",
-					       NULL });
-	assert_usage_error(&p, "replay", "--disk-dir /nonexistent-kvt");
-	proc_free(&p);
+	expect_usage_error((const char *const[]){
+				   "demo", "--dir", "/nonexistent-kvt", NULL },
+			   "demo", "--dir /nonexistent-kvt");
+	expect_usage_error((const char *const[]){
+				   "demo", "--dir", "/etc/hostname", NULL },
+			   "demo", "not a directory");
+	expect_usage_error((const char *const[]){
+				   "disk", "--dir", "/nonexistent-kvt", NULL },
+			   "disk", "--dir /nonexistent-kvt");
+	expect_usage_error((const char *const[]){
+				   "replay", "--disk-dir", "/nonexistent-kvt", NULL },
+			   "replay", "--disk-dir /nonexistent-kvt");
 	/* a directory where a file belongs says so */
-	kvbench_run(&p, (const char *const[]){ "plot", "/tmp", "--out", "/tmp/x.png", NULL });
-	assert_usage_error(&p, "plot", "/tmp is a directory");
-	proc_free(&p);
+	expect_usage_error((const char *const[]){
+				   "plot", "/tmp", "--out", "/tmp/x.png", NULL },
+			   "plot", "/tmp is a directory");
 }
 
 /* Help and output speak to users. */
