@@ -142,10 +142,15 @@ static int list_item(const char **s, char *item, size_t cap)
 	return 1;
 }
 
-int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
-			  unsigned long *out, size_t max_n, size_t *n)
+/*
+ * Hands each comma-separated item of s to one(item, index, ctx), at most
+ * max_n of them, and sets *n. Returns 0, -EINVAL (NULL, an empty item),
+ * -E2BIG (too many) or what one() returned.
+ */
+static int parse_list(const char *s, size_t max_n, size_t *n,
+		      int (*one)(const char *item, size_t i, void *ctx), void *ctx)
 {
-	char item[32];
+	char item[64];
 	size_t count = 0;
 	int more = 1, err;
 
@@ -157,13 +162,32 @@ int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
 			return more;
 		if (count == max_n)
 			return -E2BIG;
-		err = bench_parse_uint(item, min, max, &out[count]);
+		err = one(item, count, ctx);
 		if (err)
 			return err;
 		count++;
 	}
 	*n = count;
 	return 0;
+}
+
+struct uint_list {
+	unsigned long min, max, *out;
+};
+
+static int one_uint(const char *item, size_t i, void *ctx)
+{
+	struct uint_list *l = ctx;
+
+	return bench_parse_uint(item, l->min, l->max, &l->out[i]);
+}
+
+int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
+			  unsigned long *out, size_t max_n, size_t *n)
+{
+	struct uint_list l = { min, max, out };
+
+	return parse_list(s, max_n, n, one_uint, &l);
 }
 
 /* --- sizes -------------------------------------------------------------------- */
@@ -190,30 +214,17 @@ int bench_size_arg(const char *cmd, const char *opt, const char *arg,
 	return 0;
 }
 
-int bench_parse_size_list(const char *s, uint64_t *out, size_t max_n,
-			  size_t *n)
+static int one_size(const char *item, size_t i, void *ctx)
 {
-	char item[64];
-	size_t count = 0;
-	int more = 1, err;
+	uint64_t *out = ctx;
+	int err = bench_parse_size(item, &out[i]);
 
-	if (!s)
-		return -EINVAL;
-	while (more) {
-		more = list_item(&s, item, sizeof(item));
-		if (more < 0)
-			return more;
-		if (count == max_n)
-			return -E2BIG;
-		err = bench_parse_size(item, &out[count]);
-		if (err)
-			return err;
-		if (out[count] == 0)
-			return -ERANGE;
-		count++;
-	}
-	*n = count;
-	return 0;
+	return err ? err : out[i] == 0 ? -ERANGE : 0;
+}
+
+int bench_parse_size_list(const char *s, uint64_t *out, size_t max_n, size_t *n)
+{
+	return parse_list(s, max_n, n, one_size, out);
 }
 
 const char *bench_fmt_size(uint64_t bytes, char *buf, size_t cap)
