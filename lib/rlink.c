@@ -51,9 +51,10 @@ static void on_request(struct rlink_node *n, struct rlink_ev *ev)
 	unsigned slot;
 
 	/* the members-only rule, before any queue pair exists */
+	/* counted before the dialler can learn of the refusal */
 	if (!n->admit(n->arg, (const struct sockaddr *)&ev->from)) {
-		n->ops->reject(n->dev, ev->req);
 		ctr_add(&n->ctr.refused, 1);
+		n->ops->reject(n->dev, ev->req);
 		kvt_log(KVT_LOG_WARN, "rdma: refused a connection from an address that "
 			"is no member's");
 		return;
@@ -63,8 +64,8 @@ static void on_request(struct rlink_node *n, struct rlink_ev *ev)
 		;
 	if (slot == ACCEPTED_MAX) {
 		pthread_mutex_unlock(&n->lock);
-		n->ops->reject(n->dev, ev->req);
 		ctr_add(&n->ctr.refused, 1);
+		n->ops->reject(n->dev, ev->req);
 		kvt_log(KVT_LOG_WARN, "rdma: refused a connection: %u queue pairs open",
 			ACCEPTED_MAX);
 		return;

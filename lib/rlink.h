@@ -110,7 +110,9 @@ struct rlink_ops {
 /* libibverbs and librdmacm (rlink_verbs.c). */
 extern const struct rlink_ops rlink_verbs_ops;
 
-/* Counters of a node, all links included. */
+/* Counters of a node, all links included. refused is counted before the
+ * dialler learns of the refusal; accepted once accept returned, which may
+ * be after the dialler's link is up. */
 struct rlink_counters {
 	_Atomic uint64_t bytes_read, bytes_written, work_requests, completion_errors;
 	_Atomic uint64_t links_dialled, links_broken, accepted, refused;
