@@ -217,7 +217,7 @@ clean:
 
 # --- fuzzing ---
 # Coverage-guided fuzz targets of tests/fuzz/ (config parser, trace readers,
-# disk-tier recovery) under libFuzzer with ASan+UBSan; needs clang.
+# disk-tier recovery, peer and local socket frames) under libFuzzer with ASan+UBSan; needs clang.
 #   make fuzz                  each target for FUZZ_SECONDS (default 60)
 #   make fuzz-build            just build them (build/fuzz/fuzz_*)
 #   make fuzz-replay           the seed corpora through tests/fuzz/driver.c,
@@ -229,7 +229,7 @@ clean:
 FUZZ_CC      ?= clang-14
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= build/fuzz
-FUZZ_TARGETS := config trace disk_scan peer_wire
+FUZZ_TARGETS := config trace disk_scan peer_wire local_wire
 FUZZ_SAN     := address,undefined
 FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -Iinclude -Ilib -Ibench -Ibench/replay -Icommon -pthread -g -O1 \
 		-fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra

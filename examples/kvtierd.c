@@ -4,13 +4,14 @@
  * GPU and no inference engine of its own.
  *
  * It opens the store its JSON configuration describes (which must have a
- * "peers" section: a node nobody can reach is of no use), prints one line
- * saying where it serves, and then does nothing but wait for signals; the
- * library's peer server thread answers the members. A disk held by another
- * store (the kvtierd it replaces, still closing) is waited for, up to
- * --busy-wait seconds. SIGINT and SIGTERM close the store (which writes the
- * disk tier's checkpoint) and exit 0; SIGUSR1
- * prints the statistics; SIGHUP is logged and ignored. It never forks or
+ * "peers" section, a "local" section or both: a node nobody can reach is of
+ * no use), prints one line for each place it serves, and then does nothing
+ * but wait for signals; the library's peer server thread answers the
+ * members, its local server the processes of this machine that attach to
+ * local.socket. A disk held by another store (the kvtierd it replaces,
+ * still closing) is waited for, up to --busy-wait seconds. SIGINT and
+ * SIGTERM close the store (which writes the disk tier's checkpoint) and
+ * exit 0; SIGUSR1 prints the statistics; SIGHUP is logged and ignored. It never forks or
  * detaches: run it under systemd or a similar supervisor. See kvtierd(1).
  *
  * Uses only the public header <kvtier.h>, plus jansson to read the member
@@ -31,7 +32,7 @@
 #include <kvtier.h>
 
 #define EXIT_RUNTIME 1 /* the store could not be opened or its config read */
-#define EXIT_USAGE 2   /* bad command line, or a config without peers */
+#define EXIT_USAGE 2   /* bad command line, or a config serving nobody */
 
 #define CONFIG_MAX (16u << 20) /* largest configuration read, bytes */
 
@@ -45,10 +46,12 @@ static void usage(FILE *f)
 		"       kvtierd --help | --version\n"
 		"\n"
 		"Serves this machine's RAM and disk tiers to the other members of a\n"
-		"libkvtier cluster until SIGINT or SIGTERM (see kvtierd(1)).\n"
+		"libkvtier cluster, or to the processes of this machine that attach\n"
+		"to its local socket, until SIGINT or SIGTERM (see kvtierd(1)).\n"
 		"\n"
 		"  --config FILE      the store's JSON configuration (kvtier-config(5)),\n"
-		"                     with a \"peers\" section; - reads standard input\n"
+		"                     with a \"peers\" or a \"local\" section, or both;\n"
+		"                     - reads standard input\n"
 		"  --stats SECONDS    print the statistics as one JSON line on standard\n"
 		"                     output every SECONDS (default 0: only on SIGUSR1)\n"
 		"  --log-level LEVEL  error, warn (default), info or debug: messages to\n"
@@ -300,7 +303,7 @@ int main(int argc, char **argv)
 	const char *config_path = NULL, *shown, *name, *addr;
 	long stats_s = 0, busy_s = 60;
 	json_error_t jerr;
-	json_t *root, *peers;
+	json_t *root, *peers, *local;
 	kvt_store *s = NULL;
 	sigset_t set;
 	char *text;
@@ -364,9 +367,12 @@ int main(int argc, char **argv)
 		ret = EXIT_RUNTIME;
 		goto out;
 	}
-	if (!(peers = json_object_get(root, "peers"))) {
-		fprintf(stderr, "kvtierd: %s: no \"peers\" section: a storage node that no "
-			"member can reach is of no use (see kvtier-peer(7))\n", shown);
+	peers = json_object_get(root, "peers");
+	local = json_object_get(root, "local");
+	if (!peers && !local) {
+		fprintf(stderr, "kvtierd: %s: no \"peers\" and no \"local\" section: a "
+			"store that no member and no local process can reach is of no use "
+			"(see kvtier-peer(7) and kvtier(7))\n", shown);
 		ret = EXIT_USAGE;
 		goto out;
 	}
@@ -394,11 +400,20 @@ int main(int argc, char **argv)
 		ret = EXIT_RUNTIME;
 		goto out;
 	}
-	serving_where(peers, &name, &addr);
-	printf("kvtierd: serving as %s on %s\n", name, addr);
+	if (peers) {
+		serving_where(peers, &name, &addr);
+		printf("kvtierd: serving as %s on %s\n", name, addr);
+		say(KVT_LOG_INFO, "kvtierd: libkvtier %s serving as %s on %s", kvt_version(),
+		    name, addr);
+	}
+	if (local) {
+		/* kvt_open() accepted it, so local.socket is a string. */
+		const char *path = json_string_value(json_object_get(local, "socket"));
+		printf("kvtierd: serving local processes on %s\n", path);
+		say(KVT_LOG_INFO, "kvtierd: libkvtier %s serving local processes on %s",
+		    kvt_version(), path);
+	}
 	fflush(stdout);
-	say(KVT_LOG_INFO, "kvtierd: libkvtier %s serving as %s on %s", kvt_version(),
-	    name, addr);
 
 	if (stats_s > 0) {
 		struct itimerval it = {

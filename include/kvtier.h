@@ -145,7 +145,15 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * reach the same file or block device; -EIO and others from opening disk
  * tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
  * -EADDRNOTAVAIL when this node's own address (the host of peers.listen, or
- * of its entry in peers.members) is not an address of this machine.
+ * of its entry in peers.members) is not an address of this machine. With
+ * local.socket the store also serves the processes of this machine on that
+ * Unix socket (-EADDRINUSE when another store serves it, -EEXIST when the
+ * path is not a socket). {"attach": PATH} alone returns a store attached to
+ * the node store serving PATH, with no tiers of its own: every call goes
+ * there (kvtier(7), "One store per node"); it fails with -ENOENT or
+ * -ECONNREFUSED when nothing serves PATH, -EACCES when this process may not
+ * attach, -EUSERS when local.max_clients are attached, -EPROTO when the
+ * other end does not speak the protocol.
  */
 KVT_API int kvt_open(const char *config_json, kvt_store **out);
 

@@ -61,6 +61,10 @@
 #define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
 #endif
 
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26)
+#endif
+
 #define HUGE_2M (2u << 20)
 
 #define SL_LOG2 4u
@@ -95,6 +99,7 @@ struct arena {
 	int hugepages;
 	int mlocked;
 	int numa_node;
+	int fd;                   /* memfd of a shared arena, or -1 */
 };
 
 static const char *tri_name(enum kvt_tri t)
@@ -128,8 +133,62 @@ static void *map_aligned(size_t len, size_t align, int extra_flags)
 	return (void *)start;
 }
 
+/*
+ * A shared arena: a memfd of cap bytes (of 2 MiB huge pages when asked and
+ * available) mapped MAP_SHARED, so that processes attached to this store map
+ * the same pages (see local_server.c).
+ */
+static int map_shared(struct arena *a, const struct arena_opts *o, uint64_t cap)
+{
+	int fd = -1;
+	uint64_t len = cap;
+
+	if (o->hugepages != KVT_OFF) {
+		len = (cap + HUGE_2M - 1) & ~(uint64_t)(HUGE_2M - 1);
+		fd = memfd_create("kvtier-arena", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
+		if (fd >= 0 && ftruncate(fd, (off_t)len) < 0) {
+			close(fd);
+			fd = -1;
+		}
+		if (fd >= 0)
+			a->hugepages = 1;
+		else if (o->hugepages == KVT_REQUIRE)
+			return kvt_fail(-ENOMEM, "ram.hugepages is true but a shared arena of "
+					"%" PRIu64 " bytes of 2 MiB huge pages could not be made: %s",
+					len, strerror(errno));
+	}
+	if (fd < 0) {
+		len = cap;
+		fd = memfd_create("kvtier-arena", MFD_CLOEXEC);
+		if (fd < 0)
+			return kvt_fail(-ENOMEM, "local.socket: memfd_create for the shared "
+					"arena: %s", strerror(errno));
+		if (ftruncate(fd, (off_t)len) < 0) {
+			int e = errno;
+			close(fd);
+			return kvt_fail(-ENOMEM, "local.socket: sizing the shared arena to %"
+					PRIu64 " bytes: %s", len, strerror(e));
+		}
+	}
+	void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return kvt_fail(-ENOMEM, "ram.capacity: cannot map %" PRIu64 " bytes of "
+				"shared arena: %s", len, strerror(e));
+	}
+	if (!a->hugepages && len >= HUGE_2M)
+		(void)madvise(p, (size_t)len, MADV_HUGEPAGE);
+	a->base = p;
+	a->size = (size_t)len;
+	a->fd = fd;
+	return 0;
+}
+
 static int map_arena(struct arena *a, const struct arena_opts *o, uint64_t cap)
 {
+	if (o->shared)
+		return map_shared(a, o, cap);
 	if (o->hugepages != KVT_OFF) {
 		size_t len = (size_t)((cap + HUGE_2M - 1) & ~(uint64_t)(HUGE_2M - 1));
 		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -421,6 +480,7 @@ int arena_open(const struct arena_opts *o, struct arena **out)
 	if (!a)
 		return kvt_fail(-ENOMEM, "arena_open: out of memory");
 	a->numa_node = -1;
+	a->fd = -1;
 	rc = map_arena(a, o, cap);
 	if (rc) {
 		free(a);
@@ -459,6 +519,8 @@ fail:
 	if (a->meta)
 		munmap(a->meta, a->meta_bytes);
 	munmap(a->base, a->size);
+	if (a->fd >= 0)
+		close(a->fd);
 	free(a);
 	return rc;
 }
@@ -472,7 +534,14 @@ void arena_close(struct arena *a)
 	if (a->mlocked)
 		munlock(a->base, a->size);
 	munmap(a->base, a->size);
+	if (a->fd >= 0)
+		close(a->fd);
 	free(a);
+}
+
+int arena_fd(const struct arena *a)
+{
+	return a ? a->fd : -1;
 }
 
 void *arena_base(const struct arena *a)

@@ -21,6 +21,8 @@ struct arena_opts {
 	enum kvt_tri hugepages;
 	enum kvt_tri mlock;
 	int numa_node;            /* -1: no binding */
+	int shared;               /* 1: backed by a memfd that other processes
+				     can map (arena_fd()); 0: private memory */
 };
 
 struct arena_stats {
@@ -43,6 +45,10 @@ int arena_open(const struct arena_opts *o, struct arena **out);
 void arena_close(struct arena *a);
 
 void *arena_base(const struct arena *a);
+
+/* The memfd behind a shared arena (arena_opts.shared), or -1. Owned by the
+ * arena and closed by arena_close(). */
+int arena_fd(const struct arena *a);
 size_t arena_size(const struct arena *a);
 
 /*

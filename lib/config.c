@@ -82,6 +82,9 @@ static void set_defaults(struct kvt_config *c)
 	c->peer_log_ms = 10000;
 	c->peer_idle_ms = 60000;
 	c->peer_max_conns = 64;
+	c->local_mode = 0660;
+	c->local_max_clients = 64;
+	c->local_max_held = 65536;
 }
 
 void config_free(struct kvt_config *cfg)
@@ -107,6 +110,13 @@ void config_free(struct kvt_config *cfg)
 	cfg->peer_names = cfg->peer_addrs = NULL;
 	cfg->peer_listen = NULL;
 	cfg->npeers = 0;
+	free(cfg->local_socket);
+	free(cfg->local_uids);
+	free(cfg->local_gids);
+	free(cfg->attach);
+	cfg->local_socket = cfg->attach = NULL;
+	cfg->local_uids = cfg->local_gids = NULL;
+	cfg->local_nuids = cfg->local_ngids = 0;
 }
 
 /* --- sizes ------------------------------------------------------------------ */
@@ -650,6 +660,94 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 	return 0;
 }
 
+/* --- local: the node store's Unix socket, and attaching to one ------------- */
+
+#define LOCAL_PATH_MAX 107u    /* sun_path holds 108 bytes with its NUL */
+#define LOCAL_IDS_MAX 256u
+#define LOCAL_CLIENTS_MAX 4096u
+#define LOCAL_HELD_MAX (1u << 24)
+
+static int get_socket_path(const char *key, const json_t *v, char **out)
+{
+	const char *p = json_string_value(v);
+
+	if (!p)
+		return bad_type(key, "a string (the socket's path)", v);
+	if (!*p)
+		return kvt_fail(-EINVAL, "%s: the path is empty", key);
+	if (strlen(p) > LOCAL_PATH_MAX)
+		return kvt_fail(-EINVAL, "%s: \"%.*s\" is longer than the %u bytes a Unix "
+				"socket's path may have", key, QUOTE_MAX, p, LOCAL_PATH_MAX);
+	free(*out);
+	if (!(*out = strdup(p)))
+		return kvt_fail(-ENOMEM, "%s: out of memory", key);
+	return 0;
+}
+
+/* An array of user or group ids. */
+static int get_ids(const char *key, const json_t *v, uint32_t **ids, unsigned *n)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(v))
+		return bad_type(key, "an array of numeric ids", v);
+	if (json_array_size(v) > LOCAL_IDS_MAX)
+		return kvt_fail(-EINVAL, "%s: more than %u ids", key, LOCAL_IDS_MAX);
+	free(*ids);
+	*ids = calloc(json_array_size(v) + 1, sizeof(**ids));
+	*n = 0;
+	if (!*ids)
+		return kvt_fail(-ENOMEM, "%s: out of memory", key);
+	json_array_foreach(v, i, e) {
+		long long id = 0;
+		char k[64];
+		snprintf(k, sizeof(k), "%s[%zu]", key, i);
+		int r = get_int(k, e, 0, UINT32_MAX - 1ll, &id);
+		if (r)
+			return r;
+		(*ids)[(*n)++] = (uint32_t)id;
+	}
+	return 0;
+}
+
+static int parse_local(const json_t *local, struct kvt_config *c)
+{
+	const char *k;
+	json_t *v;
+	long long i = 0;
+	int r = 0;
+
+	if (!json_is_object(local))
+		return bad_type("local", "an object", local);
+	json_object_foreach((json_t *)local, k, v) {
+		if (!strcmp(k, "socket")) {
+			r = get_socket_path("local.socket", v, &c->local_socket);
+		} else if (!strcmp(k, "mode")) {
+			r = get_int("local.mode", v, 0, 0777, &i);
+			c->local_mode = (unsigned)i;
+		} else if (!strcmp(k, "uids")) {
+			r = get_ids("local.uids", v, &c->local_uids, &c->local_nuids);
+		} else if (!strcmp(k, "gids")) {
+			r = get_ids("local.gids", v, &c->local_gids, &c->local_ngids);
+		} else if (!strcmp(k, "max_clients")) {
+			r = get_int("local.max_clients", v, 1, LOCAL_CLIENTS_MAX, &i);
+			c->local_max_clients = (unsigned)i;
+		} else if (!strcmp(k, "max_held")) {
+			r = get_int("local.max_held", v, 64, LOCAL_HELD_MAX, &i);
+			c->local_max_held = (unsigned)i;
+		} else {
+			r = kvt_fail(-EINVAL, "local.%.*s: unknown key (known: socket, mode, uids, gids, max_clients, max_held)",
+				     QUOTE_MAX, k);
+		}
+		if (r)
+			return r;
+	}
+	if (!c->local_socket)
+		return kvt_fail(-EINVAL, "local.socket: missing (the path of the Unix socket to serve)");
+	return 0;
+}
+
 /* Checks that involve several keys, and defaults that depend on others. */
 static int cross_check(struct kvt_config *c, const struct given *g)
 {
@@ -718,13 +816,25 @@ static int apply(const json_t *root, struct kvt_config *c)
 			r = parse_disk(v, c, &g);
 		} else if (!strcmp(k, "peers")) {
 			r = parse_peers(v, c);
+		} else if (!strcmp(k, "local")) {
+			r = parse_local(v, c);
+		} else if (!strcmp(k, "attach")) {
+			r = get_socket_path("attach", v, &c->attach);
 		} else {
-			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers)",
+			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers, local, attach)",
 				     QUOTE_MAX, k);
 		}
 		if (r)
 			return r;
 	}
+	/* An attached store is the node store's: its own tiers are configured
+	 * there, never here. */
+	if (c->attach && json_object_size(root) > 1)
+		json_object_foreach((json_t *)root, k, v)
+			if (strcmp(k, "attach"))
+				return kvt_fail(-EINVAL, "%.*s: not allowed beside \"attach\" (an "
+						"attached store uses the node store's configuration)",
+						QUOTE_MAX, k);
 	return cross_check(c, &g);
 }
 

@@ -52,6 +52,18 @@ struct kvt_config {
 	uint32_t peer_log_ms;     /* "peers.log_interval_ms", default 10000: at
 				     most one line a period about refused
 				     strangers */
+	/* local: processes of this node attached over a Unix socket
+	 * (local_socket NULL: none) */
+	char *local_socket;       /* "local.socket": the socket's path */
+	unsigned local_mode;      /* "local.mode": its permission bits, default 0660 */
+	unsigned local_nuids, local_ngids;
+	uint32_t *local_uids;     /* "local.uids": users allowed besides this one */
+	uint32_t *local_gids;     /* "local.gids": groups allowed */
+	unsigned local_max_clients; /* "local.max_clients", default 64 */
+	unsigned local_max_held;  /* "local.max_held": leases, pins and reservations
+				     one client may hold, default 65536 */
+	/* attach: this store is a client of the node store at this socket */
+	char *attach;             /* "attach" */
 };
 
 /*

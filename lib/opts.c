@@ -15,6 +15,7 @@ struct ram_opts opts_ram(const struct kvt_config *c)
 		.low_watermark = c->low_watermark,
 		.lease_cap = c->lease_cap,
 		.max_block = c->max_block,
+		.shared = c->local_socket != NULL,
 	};
 }
 

@@ -80,6 +80,7 @@ int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 		.hugepages = o->hugepages,
 		.mlock = o->mlock,
 		.numa_node = o->numa_node,
+		.shared = o->shared,
 	};
 	struct ram_tier *r = calloc(1, sizeof(*r));
 	unsigned i;
@@ -685,6 +686,11 @@ void *ram_arena_base(struct ram_tier *r)
 size_t ram_arena_size(struct ram_tier *r)
 {
 	return (size_t)r->capacity;
+}
+
+int ram_arena_fd(struct ram_tier *r)
+{
+	return arena_fd(r->arena);
 }
 
 void ram_stats(struct ram_tier *r, const struct stat_visitor *v)

@@ -43,6 +43,8 @@ struct ram_opts {
 	double low_watermark;     /* above high and stops at low */
 	double lease_cap;         /* leased bytes at most */
 	uint64_t max_block;       /* the largest block a put takes */
+	int shared;               /* a memfd arena other processes can map
+				     (ram_arena_fd): local.socket is set */
 };
 
 int ram_open(const struct ram_opts *o, ram_spill_fn spill,
@@ -134,6 +136,8 @@ size_t ram_evict_to_low(struct ram_tier *r);
 
 void *ram_arena_base(struct ram_tier *r);
 size_t ram_arena_size(struct ram_tier *r);
+/* The memfd of a shared arena (local.socket set), or -1. */
+int ram_arena_fd(struct ram_tier *r);
 
 /* Reports the tier's counters through v (stats.h). */
 struct stat_visitor;

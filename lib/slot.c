@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "local.h"
 #include "slot.h"
 #include "stats.h"
 
@@ -296,6 +297,8 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned fl
 		return rc;
 	if (flags)
 		return kvt_fail(-EINVAL, "kvt_put_reserve: unknown flags 0x%x", flags);
+	if (store_client(s)) /* attached: the node store reserves */
+		return local_reserve(store_client(s), slots, n);
 
 	struct slot_table *t = store_slots(s);
 	int reserved = 0, kick = 0;
@@ -385,6 +388,8 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 	int rc = check_slots(s, slots, n, fn);
 	if (rc)
 		return rc;
+	if (store_client(s))
+		return local_end(store_client(s), slots, n, publish);
 
 	struct slot_table *t = store_slots(s);
 	int done = 0;
@@ -680,6 +685,19 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 	b->efd = -1;
 	pthread_mutex_init(&b->lock, NULL);
 	cond_init_monotonic(&b->cond);
+	if (store_client(s)) {
+		/* Attached: the node store loads disk hits before it answers,
+		 * so every slot is ready at return and the batch has no loads. */
+		free(load);
+		free(rec);
+		rc = local_pin(store_client(s), slots, n);
+		if (rc < 0) {
+			batch_destroy(b);
+			return rc;
+		}
+		*out = b;
+		return rc;
+	}
 
 	size_t nload = 0;
 	int pinned = 0;
@@ -799,6 +817,8 @@ KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n)
 	int rc = check_slots(s, slots, n, "kvt_unpin");
 	if (rc)
 		return rc;
+	if (store_client(s))
+		return local_unpin(store_client(s), slots, n);
 
 	struct slot_table *t = store_slots(s);
 	int done = 0;
@@ -835,13 +855,16 @@ KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max)
 	if (!regions && max)
 		return kvt_fail(-EINVAL, "kvt_arena_regions: regions is NULL but max is %zu", max);
 
-	struct slot_table *t = store_slots(s);
-	size_t n = (t->arena_len + REGION_MAX - 1) / REGION_MAX;
+	void *vbase;
+	size_t alen;
+	kvt_arena(s, &vbase, &alen); /* this process's mapping, attached or not */
+	char *base = vbase;
+	size_t n = (alen + REGION_MAX - 1) / REGION_MAX;
 
 	for (size_t i = 0; i < n && i < max; i++) {
 		size_t off = i * REGION_MAX;
-		regions[i].base = t->base + off;
-		regions[i].len = t->arena_len - off < REGION_MAX ? t->arena_len - off : REGION_MAX;
+		regions[i].base = base + off;
+		regions[i].len = alen - off < REGION_MAX ? alen - off : REGION_MAX;
 	}
 	return (int)n;
 }

@@ -46,6 +46,11 @@ static void kick_evictor_cb(void *arg)
 	kick_evictor(arg);
 }
 
+struct local_client *store_client(kvt_store *s)
+{
+	return s->client;
+}
+
 struct slot_table *store_slots(kvt_store *s)
 {
 	return s->slots;
@@ -320,6 +325,12 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	pthread_mutex_init(&s->elock, NULL);
 	kvt_cond_init_monotonic(&s->econd);
 
+	if (s->cfg.attach) {
+		rc = local_client_open(s->cfg.attach, &s->client);
+		if (rc)
+			goto fail;
+		goto workers;
+	}
 	rc = ram_open_cfg(&s->cfg, s->cfg.ndisk ? spill_to_disk : NULL,
 			  s->cfg.ndisk ? unspill_from_disk : NULL, s, &s->ram);
 	if (rc)
@@ -344,9 +355,15 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		goto fail;
 	}
 	s->evictor_started = 1;
+workers:
 	rc = batch_workers_start(s);
 	if (rc)
 		goto fail;
+	if (s->cfg.local_socket) {
+		rc = local_server_open(&s->cfg, s, ram_arena_fd(s->ram), &s->local);
+		if (rc)
+			goto fail;
+	}
 	*out = s;
 	return 0;
 fail: {
@@ -362,9 +379,14 @@ fail: {
 
 static void store_teardown(kvt_store *s)
 {
-	/* The workers first (their batches ask peers), then the peer server
-	 * (its connection threads serve from the tiers), then the tiers. */
+	/* The attached processes first (their threads call the store), then
+	 * the workers (their batches ask peers), then the peer server (its
+	 * connection threads serve from the tiers), then the tiers. */
+	local_server_close(s->local);
+	s->local = NULL;
 	batch_workers_stop(s);
+	local_client_close(s->client);
+	s->client = NULL;
 	peer_close(s->peer);
 	s->peer = NULL;
 	slot_close(s->slots); /* its loaders read from the tiers */
@@ -400,7 +422,7 @@ KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len)
 		return kvt_fail(-EINVAL, "kvt_put: store is NULL");
 	kvt_op op = { key, (void *)data, len, 0 };
 	uint64_t t0 = kvt_now_ns();
-	int rc = put_ops(s, &op, 1, "kvt_put");
+	int rc = s->client ? local_put_ops(s->client, &op, 1) : put_ops(s, &op, 1, "kvt_put");
 	hist_record(&s->put_lat, kvt_now_ns() - t0);
 	ctr_add(&s->puts, 1);
 	return rc;
@@ -416,7 +438,14 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *le
 	if (rc)
 		return rc;
 	uint64_t t0 = kvt_now_ns();
-	rc = get_one(s, key, buf, cap, len);
+	if (s->client) {
+		kvt_op op = { key, buf, cap, 0 };
+		rc = local_get_ops(s->client, &op, 1);
+		if (rc == 0 || rc == -ENOBUFS)
+			*len = op.len;
+	} else {
+		rc = get_one(s, key, buf, cap, len);
+	}
 	hist_record(&s->get_lat, kvt_now_ns() - t0);
 	ctr_add(&s->gets, 1);
 	return rc;
@@ -433,6 +462,8 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 		return kvt_fail(-EINVAL, "kvt_lookup: keys is NULL but n is %zu", n);
 	if (flags & ~KVT_LEASE)
 		return kvt_fail(-EINVAL, "kvt_lookup: unknown flags 0x%x", flags & ~KVT_LEASE);
+	if (s->client)
+		return local_lookup(s->client, keys, n, flags, found);
 
 	int lease = (flags & KVT_LEASE) != 0;
 	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
@@ -460,6 +491,8 @@ KVT_API int kvt_release(kvt_store *s, const kvt_key *keys, size_t n)
 		return kvt_fail(-EINVAL, "kvt_release: keys is NULL but n is %zu", n);
 	if (n > INT32_MAX)
 		return kvt_fail(-EINVAL, "kvt_release: n %zu is too large", n);
+	if (s->client)
+		return local_release(s->client, keys, n);
 	int ended = store_release_local(s, keys, n);
 	/* leases the owners hold for this node end too (best effort) */
 	if (s->peer && n) {
@@ -490,6 +523,8 @@ KVT_API int kvt_remove(kvt_store *s, kvt_key key)
 
 	if (!s)
 		return kvt_fail(-EINVAL, "kvt_remove: store is NULL");
+	if (s->client)
+		return local_remove(s->client, key);
 	int r1 = ram_remove(s->ram, key);
 	int r2 = s->disk ? disk_remove(s->disk, key) : -ENOENT;
 	/* Again, now that the disk has forgotten it: a get that read the disk
@@ -505,6 +540,10 @@ KVT_API int kvt_arena(kvt_store *s, void **base, size_t *len)
 {
 	if (!s)
 		return kvt_fail(-EINVAL, "kvt_arena: store is NULL");
+	if (s->client) {
+		local_arena(s->client, base, len);
+		return 0;
+	}
 	if (base)
 		*base = ram_arena_base(s->ram);
 	if (len)
@@ -546,6 +585,8 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 		return kvt_fail(-EINVAL, "kvt_stats_json: store is NULL");
 	if (!buf && cap)
 		return kvt_fail(-EINVAL, "kvt_stats_json: buf is NULL but cap is %zu", cap);
+	if (s->client) /* the node store's statistics */
+		return local_stats_json(s->client, buf, cap);
 	doc = stats_doc_new(kvt_version());
 	if (!doc)
 		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
@@ -561,6 +602,10 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 	slot_stats(s->slots, &v);
 	if (s->peer)
 		peer_stats(s->peer, stats_doc_json(doc, "peer"));
+	if (s->local) {
+		v = stats_doc_section(doc, "local");
+		local_server_stats(s->local, &v);
+	}
 	return stats_doc_render(doc, buf, cap);
 }
 
@@ -569,7 +614,8 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
-	int rc = put_ops(s, ops, n, "kvt_put_batch");
+	int rc = s->client ? local_put_ops(s->client, ops, n)
+			   : put_ops(s, ops, n, "kvt_put_batch");
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)
 		hist_record(&s->put_lat, dt);
@@ -674,7 +720,9 @@ int store_run_get_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
 
-	for (size_t i = 0; i < n; i += CHUNK)
+	if (s->client)
+		local_get_ops(s->client, ops, n);
+	for (size_t i = 0; !s->client && i < n; i += CHUNK)
 		get_chunk(s, ops + i, n - i < CHUNK ? n - i : CHUNK);
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)

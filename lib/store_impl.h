@@ -17,6 +17,7 @@
 #include "config.h"
 #include "disk.h"
 #include "internal.h"
+#include "local.h"
 #include "opts.h"
 #include "peer.h"
 #include "ram.h"
@@ -29,6 +30,9 @@ struct kvt_store {
 	struct disk_tier *disk;
 	struct peer_tier *peer;   /* NULL: no peers configured */
 	struct slot_table *slots; /* zero-copy slots (slot.c) */
+	struct local_server *local; /* local.socket: attached processes served */
+	struct local_client *client; /* "attach": every call goes to the node
+					store (local_client.c); no tiers here */
 
 	/* async workers */
 	pthread_mutex_t qlock;

@@ -1,14 +1,14 @@
 /*
  * test_fuzz_corpus.c - replays the seed corpora of tests/fuzz/corpus/ through
  * the fuzz targets of tests/fuzz/ (config parser, trace readers, disk-tier
- * recovery, the peer server's frames), so `make check`, `make check-asan` and
- * `make check-tsan` run them under each build without clang or libFuzzer. A
+ * recovery, the peer server's frames, the local socket's frames), so
+ * `make check`, `make check-asan` and `make check-tsan` run them under each build without clang or libFuzzer. A
  * target aborts on a broken invariant, which fails this test; each test also
  * checks that its corpus is there and not empty. Crashers kept in
  * tests/fuzz/crashers/ are not replayed.
  *
  * Each target is included here with its entry point renamed, so one binary
- * holds all four; it knows nothing else about them.
+ * holds all five; it knows nothing else about them.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -36,6 +36,10 @@
 
 #define LLVMFuzzerTestOneInput fuzz_peer_wire_one
 #include "fuzz/fuzz_peer_wire.c"
+#undef LLVMFuzzerTestOneInput
+
+#define LLVMFuzzerTestOneInput fuzz_local_wire_one
+#include "fuzz/fuzz_local_wire.c"
 #undef LLVMFuzzerTestOneInput
 
 /* Seeds of a target, expected at least this many. */
@@ -135,6 +139,12 @@ static void damaged_disk_corpus_never_reads_back_wrong_bytes(void **state)
 	assert_true(replay("disk_scan", fuzz_disk_scan_one) >= MIN_SEEDS);
 }
 
+static void local_wire_corpus_closes_that_client_and_leaks_nothing(void **state)
+{
+	(void)state;
+	assert_true(replay("local_wire", fuzz_local_wire_one) >= MIN_SEEDS);
+}
+
 static void peer_wire_corpus_is_answered_as_the_protocol_says(void **state)
 {
 	(void)state;
@@ -148,6 +158,7 @@ int main(void)
 		cmocka_unit_test(trace_corpus_reads_without_breaking_an_invariant),
 		cmocka_unit_test(damaged_disk_corpus_never_reads_back_wrong_bytes),
 		cmocka_unit_test(peer_wire_corpus_is_answered_as_the_protocol_says),
+		cmocka_unit_test(local_wire_corpus_closes_that_client_and_leaks_nothing),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,694 @@
+/*
+ * local_client.c - a store attached to the node store's Unix socket
+ * (kvt_open with "attach"): every call is a request to the node store
+ * (local_proto.h), on one connection shared by the process's threads; the
+ * node store's arena is mapped here from the memfd it sent, so block bytes
+ * move by one copy between the caller's buffer and the shared arena and the
+ * slot calls hand out addresses in this mapping.
+ *
+ * A get pins the block (one round trip), copies it out and unpins it with a
+ * frame that has no reply, so the unpin rides ahead of the next request. A
+ * put reserves arena space, copies the block in and commits it with its
+ * checksum, which the server checks before the block becomes visible; a put
+ * that finds no room without spilling sends its bytes in the frame instead.
+ * Every reply is bounds-checked: an offset or length outside the mapping is
+ * a protocol error, never a copy. Knows nothing about tiers.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "local.h"
+#include "local_proto.h"
+
+struct local_client {
+	char path[108];
+	int fd;
+	int broken;            /* the connection failed: every call fails */
+	pthread_mutex_t lock;  /* one request and its reply at a time */
+	char *base;
+	size_t arena_len;
+	uint64_t max_block;
+	unsigned char *rbuf;   /* replies */
+	size_t rcap;
+};
+
+/* --- frames -------------------------------------------------------------------- */
+
+static int broken(struct local_client *c)
+{
+	c->broken = 1;
+	return kvt_fail(-ENOTCONN, "the node store at %s closed the connection or "
+			"broke the protocol", c->path);
+}
+
+static int send_all(int fd, struct iovec *iov, int n)
+{
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+
+	return lp_send_all(fd, &m);
+}
+
+/* Reads len bytes; with fd non-NULL, also a descriptor passed along. */
+static int recv_all(int sock, void *p, size_t len, int *fd)
+{
+	while (len) {
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = { p, len };
+		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+		if (fd) {
+			m.msg_control = u.buf;
+			m.msg_controllen = sizeof(u.buf);
+		}
+		ssize_t r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		if (fd) {
+			for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+				if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+				    cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+					if (*fd >= 0)
+						close(*fd);
+					memcpy(fd, CMSG_DATA(cm), sizeof(int));
+				}
+		}
+		p = (char *)p + r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * Sends a request of type with payload a then b, and (unless LP_NOREPLY)
+ * reads its reply: returns its status (a negative one with the server's
+ * text as kvt_last_error()), the body after the status copied to out (at
+ * most cap bytes; *olen set). Lock held. fd: where a passed descriptor goes
+ * (HELLO only).
+ */
+static int rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
+		      const void *b, size_t blen, void *out, size_t cap, size_t *olen,
+		      int *fd)
+{
+	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)type, (uint32_t)(alen + blen) };
+	struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+	int32_t status;
+
+	if (c->broken)
+		return kvt_fail(-ENOTCONN, "the node store at %s is no longer connected",
+				c->path);
+	/* A refused HELLO may find the server gone already; its refusal is
+	 * still there to read. */
+	if (send_all(c->fd, iov, 3) && type != LP_HELLO)
+		return broken(c);
+	if (type & LP_NOREPLY)
+		return 0;
+	if (recv_all(c->fd, &h, sizeof(h), fd))
+		return broken(c);
+	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
+	    h.type != ((type & ~LP_NOREPLY) | LP_REPLY) || h.len < 4 ||
+	    h.len > 4 + (cap > LP_TEXT_MAX ? cap : LP_TEXT_MAX))
+		return broken(c);
+	if (recv_all(c->fd, &status, 4, fd))
+		return broken(c);
+	size_t body = h.len - 4;
+	if (status < 0) {
+		char t[LP_TEXT_MAX + 1];
+		if (body > LP_TEXT_MAX || recv_all(c->fd, t, body, NULL))
+			return broken(c);
+		t[body] = 0;
+		kvt_set_error("%s", t);
+		return status;
+	}
+	if (body > cap || recv_all(c->fd, out, body, NULL))
+		return broken(c);
+	if (olen)
+		*olen = body;
+	return status;
+}
+
+static int rpc(struct local_client *c, int type, const void *a, size_t alen,
+	       const void *b, size_t blen, void *out, size_t cap, size_t *olen)
+{
+	pthread_mutex_lock(&c->lock);
+	int rc = rpc_locked(c, type, a, alen, b, blen, out, cap, olen, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+/* --- open and close ------------------------------------------------------------- */
+
+int local_client_open(const char *path, struct local_client **out)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct local_client *c = calloc(1, sizeof(*c));
+	struct lp_hello hl;
+	int mfd = -1, rc;
+	size_t got = 0;
+
+	if (!c)
+		return kvt_fail(-ENOMEM, "attach: out of memory");
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	pthread_mutex_init(&c->lock, NULL);
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		rc = kvt_fail(-errno, "attach: socket: %s", strerror(errno));
+		goto fail;
+	}
+	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
+		int e = errno;
+		rc = kvt_fail(-e, "attach: cannot connect to the node store at %s: %s%s",
+			      path, strerror(e), e == EACCES ?
+			      " (the socket's permissions do not let this process in)" : "");
+		goto fail;
+	}
+	uint32_t v = LP_VERSION;
+	pthread_mutex_lock(&c->lock);
+	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, &mfd);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		if (rc == -ENOTCONN)
+			rc = kvt_fail(-EPROTO, "attach: %s answered no HELLO (not a node "
+				      "store, or it closed the connection)", path);
+		goto fail;
+	}
+	if (got != sizeof(hl) || mfd < 0 || hl.version != LP_VERSION || !hl.arena_len ||
+	    hl.arena_len > SIZE_MAX / 2 || hl.max_keys != LP_KEYS_MAX) {
+		rc = kvt_fail(-EPROTO, "attach: %s sent a malformed HELLO answer", path);
+		goto fail;
+	}
+	c->arena_len = (size_t)hl.arena_len;
+	c->max_block = hl.max_block;
+	c->base = mmap(NULL, c->arena_len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (c->base == MAP_FAILED) {
+		c->base = NULL;
+		rc = kvt_fail(-ENOMEM, "attach: cannot map the node store's arena (%zu "
+			      "bytes): %s", c->arena_len, strerror(errno));
+		goto fail;
+	}
+	close(mfd);
+	*out = c;
+	return 0;
+fail:
+	if (mfd >= 0)
+		close(mfd);
+	local_client_close(c);
+	return rc;
+}
+
+void local_client_close(struct local_client *c)
+{
+	if (!c)
+		return;
+	if (c->base)
+		munmap(c->base, c->arena_len);
+	if (c->fd >= 0)
+		close(c->fd); /* the server releases what this process held */
+	pthread_mutex_destroy(&c->lock);
+	free(c->rbuf);
+	free(c);
+}
+
+void local_arena(struct local_client *c, void **base, size_t *len)
+{
+	if (base)
+		*base = c->base;
+	if (len)
+		*len = c->arena_len;
+}
+
+uint64_t local_max_block(struct local_client *c)
+{
+	return c->max_block;
+}
+
+/* --- slots ------------------------------------------------------------------------ */
+
+/* Scratch of n items of each bytes: on the stack when small. */
+#define SMALL 16
+
+static void put_key(unsigned char *p, kvt_key k)
+{
+	struct lp_key w = { k.lo, k.hi };
+	memcpy(p, &w, sizeof(w));
+}
+
+/* A slot of a reply, checked against the mapping: 0, or -1 (broken). */
+static int slot_in(struct local_client *c, const unsigned char *p, kvt_slot *sl,
+		   int want_len)
+{
+	struct lp_slot r;
+
+	memcpy(&r, p, sizeof(r));
+	sl->result = r.result;
+	sl->ref = 0;
+	sl->addr = NULL;
+	if (r.result != 0)
+		return r.result > 1 || r.result < -4095 ? -1 : 0;
+	if (!r.ref || r.len == 0 || r.off > c->arena_len || r.len > c->arena_len - r.off ||
+	    (want_len && r.len != sl->len))
+		return -1;
+	sl->ref = r.ref;
+	sl->addr = c->base + r.off;
+	sl->len = r.len;
+	return 0;
+}
+
+/* PIN or RESERVE of slots[0..n), n <= LP_KEYS_MAX: returns the count. */
+static int slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
+{
+	size_t each = type == LP_PIN ? sizeof(struct lp_key) : sizeof(struct lp_want);
+	size_t qlen = 4 + n * each, rlen = 4 + n * sizeof(struct lp_slot), got = 0;
+	unsigned char qs[4 + SMALL * sizeof(struct lp_want)];
+	unsigned char rs[4 + SMALL * sizeof(struct lp_slot)];
+	unsigned char *q = n <= SMALL ? qs : malloc(qlen);
+	unsigned char *r = n <= SMALL ? rs : malloc(rlen);
+	uint32_t n32 = (uint32_t)n;
+	int rc;
+
+	if (!q || !r) {
+		rc = kvt_fail(-ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(q, &n32, 4);
+	for (size_t i = 0; i < n; i++) {
+		put_key(q + 4 + i * each, slots[i].key);
+		if (type == LP_RESERVE) {
+			uint64_t l = slots[i].len;
+			memcpy(q + 4 + i * each + sizeof(struct lp_key), &l, 8);
+		}
+	}
+	rc = rpc(c, type, q, qlen, NULL, 0, r, rlen, &got);
+	if (rc < 0)
+		goto out;
+	memcpy(&n32, r, 4);
+	if (got != rlen || n32 != n) {
+		rc = broken(c);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (slot_in(c, r + 4 + i * sizeof(struct lp_slot), &slots[i],
+			    type == LP_RESERVE)) {
+			rc = broken(c);
+			goto out;
+		}
+out:
+	if (q != qs)
+		free(q);
+	if (r != rs)
+		free(r);
+	return rc;
+}
+
+/* Runs fn over slots in pieces of LP_KEYS_MAX; sums the counts. */
+static int in_pieces(struct local_client *c, int type, kvt_slot *slots, size_t n)
+{
+	int total = 0;
+
+	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
+		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
+		int rc = slots_rpc(c, type, slots + i, k);
+		if (rc < 0)
+			return rc;
+		total += rc;
+	}
+	return total;
+}
+
+int local_reserve(struct local_client *c, kvt_slot *slots, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (slots[i].flags || slots[i].len == 0 || slots[i].len > c->max_block)
+			return kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", i,
+					slots[i].flags ? "flags is not 0" :
+					"len is 0 or above ram.max_block");
+	}
+	return in_pieces(c, LP_RESERVE, slots, n);
+}
+
+int local_pin(struct local_client *c, kvt_slot *slots, size_t n)
+{
+	int rc = in_pieces(c, LP_PIN, slots, n);
+
+	/* flags must be 0: such a slot is not pinned (the node store was not
+	 * told them; the pins it made go back). */
+	for (size_t i = 0; rc >= 0 && i < n; i++) {
+		if (!slots[i].flags)
+			continue;
+		if (slots[i].result == 0) {
+			local_unpin(c, &slots[i], 1);
+			rc--;
+		}
+		slots[i] = (kvt_slot){ .key = slots[i].key, .flags = slots[i].flags,
+				       .result = -EINVAL };
+	}
+	return rc;
+}
+
+/* COMMIT (with each block's checksum) or ABORT of up to LP_KEYS_MAX slots
+ * whose result is 0; the others are skipped. */
+static int end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publish)
+{
+	size_t each = publish ? sizeof(struct lp_commit) : 8, k = 0, got = 0;
+	unsigned char *q = malloc(4 + n * each), *r = malloc(4 + n * 4);
+	size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+	int rc;
+
+	if (!q || !r || !idx) {
+		rc = kvt_fail(-ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (slots[i].result != 0)
+			continue;
+		struct lp_commit cm = { slots[i].ref, 0 };
+		if (publish && slots[i].addr)
+			cm.sum = kvt_checksum(slots[i].addr, slots[i].len);
+		memcpy(q + 4 + k * each, &cm, each);
+		idx[k++] = i;
+	}
+	uint32_t n32 = (uint32_t)k;
+	memcpy(q, &n32, 4);
+	rc = k ? rpc(c, publish ? LP_COMMIT : LP_ABORT, q, 4 + k * each, NULL, 0, r,
+		     4 + k * 4, &got) : 0;
+	if (rc < 0 || !k)
+		goto out;
+	memcpy(&n32, r, 4);
+	if (got != 4 + k * 4 || n32 != k) {
+		rc = broken(c);
+		goto out;
+	}
+	for (size_t j = 0; j < k; j++) {
+		int32_t res;
+		memcpy(&res, r + 4 + j * 4, 4);
+		kvt_slot *sl = &slots[idx[j]];
+		sl->result = res;
+		sl->ref = 0;
+		sl->addr = NULL;
+	}
+out:
+	free(q);
+	free(r);
+	free(idx);
+	return rc;
+}
+
+int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
+{
+	int total = 0;
+
+	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
+		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
+		int rc = end_piece(c, slots + i, k, publish);
+		if (rc < 0)
+			return rc;
+		total += rc;
+	}
+	if (total < (int)n)
+		kvt_set_error("%s: %zu of the %zu slots were not live reservations",
+			      publish ? "kvt_put_commit" : "kvt_put_abort", n - (size_t)total, n);
+	return total;
+}
+
+/* UNPIN of the refs (non-zero), answered or not. */
+static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n, int reply)
+{
+	int total = 0;
+
+	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
+		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
+		int rc = rpc(c, reply ? LP_UNPIN : LP_UNPIN | LP_NOREPLY, &k, 4, refs + i,
+			     (size_t)k * 8, NULL, 0, NULL);
+		if (rc < 0)
+			return rc;
+		total += rc;
+	}
+	return total;
+}
+
+int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n)
+{
+	uint64_t *refs = calloc(n ? n : 1, sizeof(*refs));
+	size_t k = 0;
+
+	if (!refs)
+		return kvt_fail(-ENOMEM, "kvt_unpin: out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (slots[i].ref)
+			refs[k++] = slots[i].ref;
+	int rc = unpin_refs(c, refs, k, 1);
+	free(refs);
+	if (rc >= 0 && (size_t)rc < n)
+		kvt_set_error("kvt_unpin: %zu of the %zu slots were not live pins "
+			      "(ref 0, unpinned before, or lapsed after ram.pin_ms)",
+			      n - (size_t)rc, n);
+	return rc;
+}
+
+/* --- gets and puts through the shared arena ------------------------------------- */
+
+static int first_failure(const kvt_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].result)
+			return ops[i].result;
+	return 0;
+}
+
+/* Gets up to LP_KEYS_MAX ops: pins, copies out, unpins without a reply. */
+static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
+{
+	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
+	uint64_t rsmall[SMALL] = { 0 }, *refs = n <= SMALL ? rsmall : calloc(n, sizeof(*refs));
+	size_t k = 0;
+	char kb[34];
+	int rc;
+
+	if (!sl || !refs) {
+		rc = kvt_fail(-ENOMEM, "kvt_get: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		sl[i] = (kvt_slot){ .key = ops[i].key };
+	rc = slots_rpc(c, LP_PIN, sl, n);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		kvt_op *op = &ops[i];
+		if (sl[i].result == 0) {
+			refs[k++] = sl[i].ref;
+			if (!op->buf && op->len) {
+				op->result = kvt_fail(-EINVAL, "kvt_get: buf is NULL but cap is %zu",
+						      op->len);
+			} else if (sl[i].len > op->len) {
+				op->result = -ENOBUFS;
+				kvt_set_error("block %s is %zu bytes; the buffer holds %zu",
+					      kvt_key_str(op->key, kb), sl[i].len, op->len);
+			} else {
+				memcpy(op->buf, sl[i].addr, sl[i].len);
+				op->result = 0;
+			}
+			op->len = sl[i].len;
+		} else if (sl[i].result == -ENOENT) {
+			op->result = -ENOENT;
+			kvt_set_error("key %s is not stored", kvt_key_str(op->key, kb));
+		} else {
+			op->result = sl[i].result;
+			kvt_set_error("key %s: the node store cannot pin it now: %s",
+				      kvt_key_str(op->key, kb), kvt_strerror(sl[i].result));
+		}
+	}
+	rc = k ? unpin_refs(c, refs, k, 0) : 0;
+out:
+	if (sl != small)
+		free(sl);
+	if (refs != rsmall)
+		free(refs);
+	return rc < 0 ? rc : 0;
+}
+
+int local_get_ops(struct local_client *c, kvt_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
+		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
+		int rc = get_piece(c, ops + i, k);
+		if (rc < 0) {
+			for (size_t j = i; j < n; j++)
+				ops[j].result = rc;
+			return rc;
+		}
+	}
+	return first_failure(ops, n);
+}
+
+/* A put the arena had no room for without spilling: the bytes go in the
+ * frame, and the node store puts them as kvt_put() would. */
+static int put_inline(struct local_client *c, kvt_op *op)
+{
+	unsigned char h[sizeof(struct lp_key) + 8];
+	uint64_t l = op->len;
+
+	put_key(h, op->key);
+	memcpy(h + sizeof(struct lp_key), &l, 8);
+	return rpc(c, LP_PUT, h, sizeof(h), op->buf, op->len, NULL, 0, NULL);
+}
+
+static int put_piece(struct local_client *c, kvt_op *ops, size_t n)
+{
+	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
+	int rc;
+
+	if (!sl)
+		return kvt_fail(-ENOMEM, "kvt_put: out of memory");
+	for (size_t i = 0; i < n; i++)
+		sl[i] = (kvt_slot){ .key = ops[i].key, .len = ops[i].len };
+	rc = slots_rpc(c, LP_RESERVE, sl, n);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (sl[i].result == 0)
+			memcpy(sl[i].addr, ops[i].buf, ops[i].len);
+	rc = end_piece(c, sl, n, 1);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		int r = sl[i].result;
+		if (r == -EAGAIN)
+			r = put_inline(c, &ops[i]);
+		ops[i].result = r == KVT_SLOT_STORED ? 0 : r;
+	}
+	rc = 0;
+out:
+	if (sl != small)
+		free(sl);
+	return rc;
+}
+
+int local_put_ops(struct local_client *c, kvt_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		ops[i].result = 0;
+		if (!ops[i].buf || !ops[i].len || ops[i].len > c->max_block)
+			ops[i].result = kvt_fail(-EINVAL, "kvt_put: op %zu: %s", i,
+						 !ops[i].buf ? "data is NULL" : !ops[i].len ?
+						 "len is 0" : "len exceeds ram.max_block");
+	}
+	for (size_t i = 0; i < n;) {
+		size_t k = 0;
+		kvt_op piece[SMALL];
+		size_t at[SMALL];
+		/* the valid ops, SMALL at a time */
+		for (; i < n && k < SMALL; i++)
+			if (ops[i].result == 0) {
+				at[k] = i;
+				piece[k++] = ops[i];
+			}
+		if (!k)
+			continue;
+		int rc = put_piece(c, piece, k);
+		for (size_t j = 0; j < k; j++)
+			ops[at[j]].result = rc < 0 ? rc : piece[j].result;
+		if (rc < 0)
+			return rc;
+	}
+	return first_failure(ops, n);
+}
+
+/* --- control -------------------------------------------------------------------- */
+
+int local_lookup(struct local_client *c, const kvt_key *keys, size_t n,
+		 unsigned flags, size_t *found)
+{
+	size_t done = 0;
+
+	/* Longer chains in pieces, each continuing only while all was found. */
+	while (done < n || n == 0) {
+		uint32_t k = (uint32_t)(n - done < LP_KEYS_MAX ? n - done : LP_KEYS_MAX);
+		unsigned char small[8 + 64 * sizeof(struct lp_key)];
+		size_t qlen = 8 + (size_t)k * sizeof(struct lp_key), got = 0;
+		unsigned char *q = k <= 64 ? small : malloc(qlen);
+		uint32_t f32 = flags, f = 0;
+
+		if (!q)
+			return kvt_fail(-ENOMEM, "kvt_lookup: out of memory");
+		memcpy(q, &f32, 4);
+		memcpy(q + 4, &k, 4);
+		for (uint32_t i = 0; i < k; i++)
+			put_key(q + 8 + (size_t)i * sizeof(struct lp_key), keys[done + i]);
+		int rc = rpc(c, LP_LOOKUP, q, qlen, NULL, 0, &f, sizeof(f), &got);
+		if (q != small)
+			free(q);
+		if (rc < 0)
+			return rc;
+		if (got != 4 || f > k)
+			return broken(c);
+		done += f;
+		if (f < k || n == 0)
+			break;
+	}
+	*found = done;
+	return 0;
+}
+
+int local_release(struct local_client *c, const kvt_key *keys, size_t n)
+{
+	int total = 0;
+
+	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
+		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
+		unsigned char *q = malloc(4 + (size_t)k * sizeof(struct lp_key));
+		if (!q)
+			return kvt_fail(-ENOMEM, "kvt_release: out of memory");
+		memcpy(q, &k, 4);
+		for (uint32_t j = 0; j < k; j++)
+			put_key(q + 4 + (size_t)j * sizeof(struct lp_key), keys[i + j]);
+		int rc = rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key), NULL, 0,
+			     NULL, 0, NULL);
+		free(q);
+		if (rc < 0)
+			return rc;
+		total += rc;
+	}
+	return total;
+}
+
+int local_remove(struct local_client *c, kvt_key key)
+{
+	unsigned char q[sizeof(struct lp_key)];
+
+	put_key(q, key);
+	return rpc(c, LP_REMOVE, q, sizeof(q), NULL, 0, NULL, 0, NULL);
+}
+
+int local_stats_json(struct local_client *c, char *buf, size_t cap)
+{
+	char *t = malloc(LP_STATS_MAX + 1);
+	size_t got = 0;
+
+	if (!t)
+		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
+	int rc = rpc(c, LP_STATS, NULL, 0, NULL, 0, t, LP_STATS_MAX, &got);
+	if (rc >= 0) {
+		t[got] = 0;
+		if (cap) {
+			size_t k = got < cap - 1 ? got : cap - 1;
+			memcpy(buf, t, k);
+			buf[k] = 0;
+		}
+		rc = (int)got;
+	}
+	free(t);
+	return rc;
+}

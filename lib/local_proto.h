@@ -1,0 +1,122 @@
+/*
+ * local_proto.h - the frames between a node store (local_server.c) and the
+ * processes attached to it (local_client.c) over its Unix socket. Both ends
+ * run on one machine, so integers are in the host's byte order. Knows
+ * nothing about tiers or the store; see kvtier(7), "Attached processes".
+ *
+ * Every frame is a header and len bytes of payload:
+ *   u16 magic LP_MAGIC, u8 version LP_VERSION, u8 type, u32 len
+ * A request's type is one of LP_*; its reply (when the request does not
+ * carry LP_NOREPLY) has type | LP_REPLY and starts with an i32 status: 0 or
+ * a count, or a negative errno followed by the error's text (no NUL). The
+ * first request is HELLO; the server answers it with the arena's memfd
+ * (SCM_RIGHTS) or a refusal, and serves requests in order. A frame whose
+ * header or payload breaks these rules ends the connection.
+ */
+#ifndef KVT_LOCAL_PROTO_H
+#define KVT_LOCAL_PROTO_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define LP_MAGIC 0x4c4bu      /* "KL" */
+#define LP_VERSION 1u
+#define LP_REPLY 0x40u        /* reply bit of type */
+#define LP_NOREPLY 0x80u      /* request bit of type: send no reply */
+#define LP_KEYS_MAX 4096u     /* keys or slots in one request */
+#define LP_TEXT_MAX 1024u     /* error text in a reply */
+#define LP_STATS_MAX (4u << 20) /* statistics document in a reply */
+
+enum lp_type {
+	LP_HELLO = 1,   /* u32 version -> hello reply (+ memfd) */
+	LP_LOOKUP,      /* u32 flags, u32 n, key[n] -> u32 found */
+	LP_RELEASE,     /* u32 n, key[n] -> status = leases ended */
+	LP_REMOVE,      /* key -> status */
+	LP_STATS,       /* (empty) -> the statistics JSON text */
+	LP_PIN,         /* u32 n, key[n] -> u32 n, lp_slot[n] */
+	LP_UNPIN,       /* u32 n, u64 ref[n] -> status = pins released */
+	LP_RESERVE,     /* u32 n, lp_want[n] -> u32 n, lp_slot[n] */
+	LP_COMMIT,      /* u32 n, lp_commit[n] -> u32 n, i32 result[n] */
+	LP_ABORT,       /* u32 n, u64 ref[n] -> u32 n, i32 result[n] */
+	LP_PUT,         /* key, u64 len, len bytes -> status */
+	LP_TYPE_END
+};
+
+struct lp_hdr {
+	uint16_t magic;
+	uint8_t version;
+	uint8_t type;
+	uint32_t len;
+};
+
+struct lp_key {
+	uint64_t lo, hi;
+};
+
+/* The server's answer to HELLO (after the i32 status). */
+struct lp_hello {
+	uint32_t version;
+	uint32_t lease_ms;
+	uint64_t arena_len;   /* bytes of the memfd to map */
+	uint64_t max_block;
+	uint32_t pin_ms;
+	uint32_t max_keys;    /* LP_KEYS_MAX */
+};
+
+/* One slot of a PIN or RESERVE reply. */
+struct lp_slot {
+	int32_t result;       /* as kvt_slot.result */
+	uint32_t len;
+	uint64_t off;         /* from the arena's start */
+	uint64_t ref;         /* this connection's handle of the slot */
+};
+
+/* One slot of a RESERVE request. */
+struct lp_want {
+	struct lp_key key;
+	uint64_t len;
+};
+
+/* One slot of a COMMIT request: the checksum (kvt_checksum, XXH3-64) of
+ * the bytes the client wrote, checked by the server before publishing. */
+struct lp_commit {
+	uint64_t ref;
+	uint64_t sum;
+};
+
+/* Largest payload of a request: a PUT of max_block bytes, or a full list. */
+static inline uint64_t lp_payload_max(uint64_t max_block)
+{
+	uint64_t list = 8 + (uint64_t)LP_KEYS_MAX * sizeof(struct lp_want);
+	uint64_t put = sizeof(struct lp_key) + 8 + max_block;
+	return put > list ? put : list;
+}
+
+/* Sends all of m's iovecs (its control data, if any, with the first
+ * bytes), without SIGPIPE; the iovecs are consumed. 0, or -1 when the
+ * connection failed. */
+static inline int lp_send_all(int fd, struct msghdr *m)
+{
+	while (m->msg_iovlen) {
+		ssize_t w = sendmsg(fd, m, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		m->msg_control = NULL;
+		m->msg_controllen = 0;
+		while (m->msg_iovlen && (size_t)w >= m->msg_iov->iov_len) {
+			w -= (ssize_t)m->msg_iov->iov_len;
+			m->msg_iov++;
+			m->msg_iovlen--;
+		}
+		if (m->msg_iovlen) {
+			m->msg_iov->iov_base = (char *)m->msg_iov->iov_base + w;
+			m->msg_iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+#endif

@@ -1,0 +1,920 @@
+/*
+ * test_local.c - one store per node: kvtierd (and a store in this process)
+ * serving local.socket, and processes attached to it with
+ * kvt_open("{\"attach\": PATH}").
+ *
+ * The attached processes are this test binary run again with "--child ROLE
+ * SOCKET" (exec'd, never merely forked, since the parent has threads): one
+ * puts blocks three ways (kvt_put, kvt_put_batch, reserve/commit in place),
+ * one finds them (a lookup with lease) and loads every one with its bytes
+ * verified (get, get_batch, pins read in place), and one holds pins,
+ * reservations and leases until it is killed with SIGKILL. Further tests
+ * speak the frames of the local protocol themselves: a malformed frame, a
+ * commit whose checksum does not match the arena's bytes, a client stuck
+ * mid-frame beside a working one, local.max_clients; and a process of
+ * another user refused by the socket's mode and by local.uids. The example
+ * examples/node_local (a scheduler and two workers) runs against the same
+ * kvtierd. Every wait is bounded.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "kvtier.h"
+#include "util.h"
+
+#define START_MS 30000 /* kvtierd start-up, generous for TSan */
+#define CHILD_MS 60000 /* a child's work */
+#define AT_ONCE_MS 2000 /* "at once": far below ram.pin_ms and ram.lease_ms */
+
+#define NBLK 24        /* blocks the putter stores */
+#define NPIN 8         /* pins the holder takes */
+#define NRES 4         /* reservations the holder takes */
+#define NLEASE 8       /* leases the holder takes */
+
+/* The wire (lib/local_proto.h, kvtier(7)), written out to pin it. */
+#define W_MAGIC 0x4c4bu
+#define W_VERSION 1u
+#define W_HELLO 1u
+#define W_LOOKUP 2u
+#define W_RESERVE 8u
+#define W_COMMIT 9u
+#define W_REPLY 0x40u
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t blk_len(uint64_t i)
+{
+	return (size_t)(64 * 1024 + (i % 5) * 4096 + (i % 3) * 100);
+}
+
+static char self_exe[PATH_MAX];
+
+/* --- children ----------------------------------------------------------------- */
+
+static int child_fail(const char *role, const char *what, int rc)
+{
+	fprintf(stderr, "child %s: %s: %s: %s\n", role, what, kvt_strerror(rc), kvt_last_error());
+	return 1;
+}
+
+static int attach(const char *sock, kvt_store **s)
+{
+	char cfg[256];
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	return kvt_open(cfg, s);
+}
+
+static int child_put(kvt_store *s)
+{
+	kvt_op ops[NBLK];
+	size_t nops = 0;
+	int rc;
+
+	for (uint64_t i = 0; i < NBLK; i++) {
+		kvt_key k = test_key(i);
+		size_t len = blk_len(i);
+		if (i % 3 == 0) {
+			char *b = malloc(len);
+			fill_block(k, b, len);
+			rc = kvt_put(s, k, b, len);
+			free(b);
+			if (rc)
+				return child_fail("put", "kvt_put", rc);
+		} else if (i % 3 == 1) {
+			ops[nops] = (kvt_op){ .key = k, .buf = malloc(len), .len = len };
+			fill_block(k, ops[nops].buf, len);
+			nops++;
+		} else {
+			kvt_slot sl = { .key = k, .len = len };
+			rc = kvt_put_reserve(s, &sl, 1, 0);
+			if (rc != 1 || sl.result)
+				return child_fail("put", "kvt_put_reserve", rc < 0 ? rc : sl.result);
+			fill_block(k, sl.addr, len); /* straight into the shared arena */
+			rc = kvt_put_commit(s, &sl, 1);
+			if (rc != 1 || sl.result)
+				return child_fail("put", "kvt_put_commit", rc < 0 ? rc : sl.result);
+		}
+	}
+	rc = kvt_put_batch(s, ops, nops);
+	for (size_t i = 0; i < nops; i++)
+		free(ops[i].buf);
+	return rc ? child_fail("put", "kvt_put_batch", rc) : 0;
+}
+
+static int child_find(kvt_store *s)
+{
+	kvt_key keys[NBLK];
+	kvt_op ops[NBLK];
+	kvt_slot sl[NBLK];
+	size_t found = 0, len = 0;
+	int rc;
+
+	for (uint64_t i = 0; i < NBLK; i++)
+		keys[i] = test_key(i);
+	rc = kvt_lookup(s, keys, NBLK, KVT_LEASE, &found);
+	if (rc || found != NBLK) {
+		fprintf(stderr, "child find: lookup found %zu of %d\n", found, NBLK);
+		return rc ? child_fail("find", "kvt_lookup", rc) : 1;
+	}
+	for (uint64_t i = 0; i < NBLK; i++) {
+		char *b = malloc(blk_len(i));
+		rc = kvt_get(s, keys[i], b, blk_len(i), &len);
+		if (rc || len != blk_len(i) || !check_block(keys[i], b, len)) {
+			free(b);
+			fprintf(stderr, "child find: block %llu wrong\n", (unsigned long long)i);
+			return rc ? child_fail("find", "kvt_get", rc) : 1;
+		}
+		free(b);
+		ops[i] = (kvt_op){ .key = keys[i], .buf = malloc(blk_len(i)), .len = blk_len(i) };
+		sl[i] = (kvt_slot){ .key = keys[i] };
+	}
+	rc = kvt_get_batch(s, ops, NBLK);
+	for (uint64_t i = 0; i < NBLK; i++) {
+		if (!rc && (ops[i].len != blk_len(i) || !check_block(keys[i], ops[i].buf, ops[i].len)))
+			rc = -EBADMSG;
+		free(ops[i].buf);
+	}
+	if (rc)
+		return child_fail("find", "kvt_get_batch", rc);
+	kvt_pin_batch *pb = NULL;
+	rc = kvt_get_pin(s, sl, NBLK, 0, &pb);
+	if (rc != NBLK)
+		return child_fail("find", "kvt_get_pin", rc < 0 ? rc : -EAGAIN);
+	for (uint64_t i = 0; i < NBLK; i++)
+		if (sl[i].result || sl[i].len != blk_len(i) || !check_block(keys[i], sl[i].addr, sl[i].len))
+			return child_fail("find", "pinned block in place", -EBADMSG);
+	size_t idx[4];
+	if (kvt_pin_reap(pb, idx, 4, 0) != 0) /* every slot was ready at return */
+		return child_fail("find", "kvt_pin_reap", -EINVAL);
+	kvt_pin_free(pb);
+	if ((rc = kvt_unpin(s, sl, NBLK)) != NBLK)
+		return child_fail("find", "kvt_unpin", rc < 0 ? rc : -ESTALE);
+	if ((rc = kvt_release(s, keys, NBLK)) != NBLK)
+		return child_fail("find", "kvt_release", rc < 0 ? rc : -ESTALE);
+	return 0;
+}
+
+/* Holds pins, reservations and leases, says so on stdout, and waits to be
+ * killed. */
+static int child_hold(kvt_store *s)
+{
+	kvt_slot pin[NPIN], res[NRES];
+	kvt_key lk[NLEASE];
+	kvt_pin_batch *pb = NULL;
+	size_t found = 0;
+
+	for (uint64_t i = 0; i < NPIN; i++)
+		pin[i] = (kvt_slot){ .key = test_key(i) };
+	if (kvt_get_pin(s, pin, NPIN, 0, &pb) != NPIN)
+		return child_fail("hold", "kvt_get_pin", -EAGAIN);
+	for (uint64_t i = 0; i < NRES; i++)
+		res[i] = (kvt_slot){ .key = test_key(1000 + i), .len = blk_len(i) };
+	if (kvt_put_reserve(s, res, NRES, 0) != NRES)
+		return child_fail("hold", "kvt_put_reserve", -EAGAIN);
+	for (uint64_t i = 0; i < NRES; i++)
+		memset(res[i].addr, 0xab, res[i].len / 2); /* half written */
+	for (uint64_t i = 0; i < NLEASE; i++)
+		lk[i] = test_key(NPIN + i);
+	if (kvt_lookup(s, lk, NLEASE, KVT_LEASE, &found) || found != NLEASE)
+		return child_fail("hold", "kvt_lookup", -ENOENT);
+	if (write(1, "R", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
+/* Attaches as another user (uid and gid uid); exit 0 attached, 2 refused
+ * with -EACCES, 3 otherwise. */
+static int child_as(const char *uid_s, const char *sock)
+{
+	unsigned uid = (unsigned)strtoul(uid_s, NULL, 10);
+	kvt_store *s = NULL;
+
+	if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+		return 4;
+	int rc = attach(sock, &s);
+	if (rc == 0) {
+		kvt_close(s);
+		return 0;
+	}
+	fprintf(stderr, "child as %u: %s: %s\n", uid, kvt_strerror(rc), kvt_last_error());
+	return rc == -EACCES ? 2 : 3;
+}
+
+static int child_main(int argc, char **argv)
+{
+	kvt_store *s = NULL;
+	int rc;
+
+	if (argc == 5 && !strcmp(argv[2], "as"))
+		return child_as(argv[3], argv[4]);
+	if (argc != 4)
+		return 64;
+	if ((rc = attach(argv[3], &s)))
+		return child_fail(argv[2], "attach", rc);
+	if (!strcmp(argv[2], "put"))
+		rc = child_put(s);
+	else if (!strcmp(argv[2], "find"))
+		rc = child_find(s);
+	else if (!strcmp(argv[2], "hold"))
+		rc = child_hold(s);
+	else
+		rc = 64;
+	kvt_close(s);
+	return rc;
+}
+
+/* --- the parent's side ------------------------------------------------------------ */
+
+/* Runs this binary as a child of role; its stdout into *out_fd if asked. */
+static pid_t spawn_child(const char *role, const char *arg, const char *sock, int *out_fd)
+{
+	int p[2] = { -1, -1 };
+	if (out_fd)
+		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (out_fd && dup2(p[1], 1) < 0)
+			_exit(126);
+		if (arg)
+			execl(self_exe, self_exe, "--child", role, arg, sock, (char *)NULL);
+		else
+			execl(self_exe, self_exe, "--child", role, sock, (char *)NULL);
+		_exit(127);
+	}
+	if (out_fd) {
+		close(p[1]);
+		*out_fd = p[0];
+	}
+	return pid;
+}
+
+static int wait_child(pid_t pid, int ms)
+{
+	long long end = now_ms() + ms;
+	int st;
+	for (;;) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (now_ms() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			fail_msg("child %d still running after %d ms (killed)", (int)pid, ms);
+		}
+		usleep(5000);
+	}
+}
+
+/* The path of this binary's kvtierd: build/<x>/examples next to build/<x>/tests. */
+static void kvtierd_path(char *out, size_t cap)
+{
+	char d[PATH_MAX];
+	snprintf(d, sizeof(d), "%s", self_exe);
+	char *slash = strrchr(d, '/');
+	if (slash)
+		*slash = 0;
+	if ((slash = strrchr(d, '/')))
+		*slash = 0;
+	snprintf(out, cap, "%s/examples/kvtierd", d);
+}
+
+/* Attaches, retrying while the server starts, within ms. */
+static kvt_store *attach_within(const char *sock, int ms)
+{
+	long long end = now_ms() + ms;
+	kvt_store *s = NULL;
+	int rc;
+	while ((rc = attach(sock, &s)) != 0) {
+		if (now_ms() > end)
+			fail_msg("cannot attach to %s: %s: %s", sock, kvt_strerror(rc), kvt_last_error());
+		usleep(20000);
+	}
+	return s;
+}
+
+/* Waits up to AT_ONCE_MS for local.name (and more) to read want. */
+static void expect_stat(kvt_store *s, const char *tier, const char *name, long long want)
+{
+	long long end = now_ms() + AT_ONCE_MS, v;
+	while ((v = store_stat(s, tier, name)) != want) {
+		if (now_ms() > end)
+			fail_msg("%s.%s is %lld, expected %lld", tier, name, v, want);
+		usleep(2000);
+	}
+}
+
+static void check_all_readable(kvt_store *s)
+{
+	for (uint64_t i = 0; i < NBLK; i++)
+		if (store_get_block(s, test_key(i), blk_len(i)))
+			fail_msg("block %llu unreadable or wrong", (unsigned long long)i);
+}
+
+static void test_kvtierd_three_processes(void **state)
+{
+	(void)state;
+	char bin[PATH_MAX + 32], sock[256], cfgp[256], cfg[512];
+	char *dir = make_temp_dir("local");
+	kvtierd_path(bin, sizeof(bin));
+	if (access(bin, X_OK))
+		fail_msg("kvtierd not found at %s: build it with make", bin);
+	snprintf(sock, sizeof(sock), "%s/kv.sock", dir);
+	snprintf(cfgp, sizeof(cfgp), "%s/kvtierd.json", dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false, "
+		 "\"pin_ms\": 600000, \"lease_ms\": 600000}, \"local\": {\"socket\": \"%s\", "
+		 "\"mode\": 384}}", sock);
+	FILE *f = fopen(cfgp, "w");
+	assert_non_null(f);
+	fputs(cfg, f);
+	fclose(f);
+
+	int out[2];
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	pid_t d = fork();
+	assert_true(d >= 0);
+	if (d == 0) {
+		dup2(out[1], 1);
+		execl(bin, bin, "--config", cfgp, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	kvt_store *s = attach_within(sock, START_MS);
+	char line[256] = "";
+	ssize_t n = read(out[0], line, sizeof(line) - 1);
+	assert_true(n > 0);
+	line[n] = 0;
+	char want[320];
+	snprintf(want, sizeof(want), "kvtierd: serving local processes on %s", sock);
+	if (!strstr(line, want))
+		fail_msg("kvtierd said \"%s\", expected \"%s\"", line, want);
+	struct stat st;
+	assert_int_equal(stat(sock, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+
+	/* One process puts, another finds and loads every block. */
+	assert_int_equal(wait_child(spawn_child("put", NULL, sock, NULL), CHILD_MS), 0);
+	assert_int_equal(wait_child(spawn_child("find", NULL, sock, NULL), CHILD_MS), 0);
+	expect_stat(s, "local", "leased_blocks", 0); /* the finder released */
+
+	/* A third holds pins, reservations and leases, and is killed. */
+	int hold_out = -1;
+	pid_t h = spawn_child("hold", NULL, sock, &hold_out);
+	struct pollfd pf = { hold_out, POLLIN, 0 };
+	char c = 0;
+	if (poll(&pf, 1, CHILD_MS) != 1 || read(hold_out, &c, 1) != 1 || c != 'R') {
+		kill(h, SIGKILL);
+		waitpid(h, NULL, 0);
+		fail_msg("the holding child did not get ready");
+	}
+	assert_int_equal(store_stat(s, "local", "pinned_blocks"), NPIN);
+	assert_int_equal(store_stat(s, "local", "reserved_blocks"), NRES);
+	assert_int_equal(store_stat(s, "local", "leased_blocks"), NLEASE);
+	assert_true(store_stat(s, "ram", "leased_bytes") > 0);
+	assert_int_equal(store_stat(s, "local", "clients"), 2);
+	assert_int_equal(kill(h, SIGKILL), 0);
+	assert_int_equal(wait_child(h, CHILD_MS), 128 + SIGKILL);
+	close(hold_out);
+	expect_stat(s, "local", "pinned_blocks", 0);
+	expect_stat(s, "local", "reserved_blocks", 0);
+	expect_stat(s, "local", "leased_blocks", 0);
+	expect_stat(s, "local", "pinned_bytes", 0);
+	expect_stat(s, "local", "reserved_bytes", 0);
+	expect_stat(s, "ram", "leased_bytes", 0);
+	expect_stat(s, "slots", "held", 0);
+	expect_stat(s, "local", "clients", 1);
+	check_all_readable(s);
+	/* The half-written reservations never became blocks. */
+	for (uint64_t i = 0; i < NRES; i++) {
+		kvt_key k = test_key(1000 + i);
+		size_t found = 9;
+		assert_int_equal(kvt_lookup(s, &k, 1, 0, &found), 0);
+		assert_int_equal(found, 0);
+	}
+
+	/* The example: a scheduler and two workers against the same kvtierd. */
+	char ex[PATH_MAX + 32];
+	snprintf(ex, sizeof(ex), "%s", bin);
+	char *slash = strrchr(ex, '/');
+	snprintf(slash + 1, sizeof(ex) - (size_t)(slash + 1 - ex), "node_local");
+	pid_t e = fork();
+	assert_true(e >= 0);
+	if (e == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		execl(ex, ex, sock, (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(wait_child(e, CHILD_MS), 0);
+	expect_stat(s, "local", "leased_blocks", 0);
+	kvt_close(s);
+
+	assert_int_equal(kill(d, SIGTERM), 0);
+	assert_int_equal(wait_child(d, START_MS), 0);
+	assert_int_equal(access(sock, F_OK), -1); /* the socket file is gone */
+	close(out[0]);
+	rm_rf(dir);
+	free(dir);
+}
+
+/* --- a node store in this process ----------------------------------------------- */
+
+static char *g_dir;
+
+static kvt_store *open_node_ram(const char *ram_extra, const char *extra, char *sock,
+				size_t cap)
+{
+	char cfg[1024];
+	kvt_store *s = NULL;
+	static int nth;
+	snprintf(sock, cap, "%s/node%d.sock", g_dir, nth++);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"32MiB\", \"mlock\": false%s}, "
+		 "\"local\": {\"socket\": \"%s\"%s}}", ram_extra ? ram_extra : "", sock,
+		 extra ? extra : "");
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open(%s): %s: %s", cfg, kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+static kvt_store *open_node(const char *extra, char *sock, size_t cap)
+{
+	return open_node_ram(NULL, extra, sock, cap);
+}
+
+/* A raw connection that has said HELLO; the arena's memfd in *mfd. */
+static int raw_hello(const char *sock, int *mfd, uint64_t *arena_len)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	unsigned char q[12];
+	uint16_t magic = W_MAGIC;
+	uint32_t len = 4, v = W_VERSION;
+	memcpy(q, &magic, 2);
+	q[2] = W_VERSION;
+	q[3] = W_HELLO;
+	memcpy(q + 4, &len, 4);
+	memcpy(q + 8, &v, 4);
+	assert_int_equal(send(fd, q, 12, MSG_NOSIGNAL), 12);
+	unsigned char r[8 + 4 + 32];
+	union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr x; } u;
+	struct iovec iov = { r, sizeof(r) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			    .msg_controllen = sizeof(u.b) };
+	assert_int_equal(recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC), (ssize_t)sizeof(r));
+	assert_int_equal(r[3], W_HELLO | W_REPLY);
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	assert_non_null(cm);
+	memcpy(mfd, CMSG_DATA(cm), sizeof(int));
+	memcpy(arena_len, r + 12 + 8, 8);
+	return fd;
+}
+
+/* Sends a request frame and reads its reply's status and body. */
+static int32_t raw_rpc(int fd, unsigned type, const void *p, uint32_t len, void *body,
+		       size_t cap)
+{
+	unsigned char h[8];
+	uint16_t magic = W_MAGIC;
+	memcpy(h, &magic, 2);
+	h[2] = W_VERSION;
+	h[3] = (unsigned char)type;
+	memcpy(h + 4, &len, 4);
+	assert_int_equal(send(fd, h, 8, MSG_NOSIGNAL), 8);
+	assert_int_equal(send(fd, p, len, MSG_NOSIGNAL), (ssize_t)len);
+	assert_int_equal(recv(fd, h, 8, MSG_WAITALL), 8);
+	assert_int_equal(h[3], type | W_REPLY);
+	uint32_t rl;
+	int32_t st;
+	memcpy(&rl, h + 4, 4);
+	assert_true(rl >= 4 && rl - 4 <= cap);
+	assert_int_equal(recv(fd, &st, 4, MSG_WAITALL), 4);
+	if (rl > 4)
+		assert_int_equal(recv(fd, body, rl - 4, MSG_WAITALL), (ssize_t)(rl - 4));
+	return st;
+}
+
+/* Reads until the server closes, within ms; fails if it does not. */
+static void expect_closed(int fd, int ms)
+{
+	long long end = now_ms() + ms;
+	char b[256];
+	for (;;) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		int left = (int)(end - now_ms());
+		if (left <= 0 || poll(&pf, 1, left) <= 0)
+			fail_msg("the server kept a connection open after a malformed frame");
+		ssize_t r = recv(fd, b, sizeof(b), 0);
+		if (r <= 0)
+			return;
+	}
+}
+
+static void test_malformed_frame_closes_that_client_only(void **state)
+{
+	(void)state;
+	char sock[256];
+	kvt_store *node = open_node(NULL, sock, sizeof(sock));
+	kvt_store *a = attach_within(sock, 1000);
+	store_put_block(a, test_key(1), 8192);
+	int mfd = -1;
+	uint64_t alen = 0;
+	int fd = raw_hello(sock, &mfd, &alen);
+	close(mfd);
+	/* A lookup claiming more keys than the frame holds. */
+	unsigned char q[8 + 8 + 16];
+	uint16_t magic = W_MAGIC;
+	uint32_t len = 8 + 16, flags = 0, nk = 5;
+	memcpy(q, &magic, 2);
+	q[2] = W_VERSION;
+	q[3] = W_LOOKUP;
+	memcpy(q + 4, &len, 4);
+	memcpy(q + 8, &flags, 4);
+	memcpy(q + 12, &nk, 4);
+	memset(q + 16, 0, 16);
+	assert_int_equal(send(fd, q, sizeof(q), MSG_NOSIGNAL), (ssize_t)sizeof(q));
+	expect_closed(fd, 5000);
+	close(fd);
+	assert_int_equal(store_stat(node, "local", "malformed_frames"), 1);
+	/* The other client goes on. */
+	assert_int_equal(store_get_block(a, test_key(1), 8192), 0);
+	/* A frame of another version too. */
+	fd = raw_hello(sock, &mfd, &alen);
+	close(mfd);
+	q[2] = W_VERSION + 1;
+	assert_int_equal(send(fd, q, sizeof(q), MSG_NOSIGNAL), (ssize_t)sizeof(q));
+	expect_closed(fd, 5000);
+	close(fd);
+	assert_int_equal(store_stat(node, "local", "malformed_frames"), 2);
+	assert_int_equal(store_get_block(a, test_key(1), 8192), 0);
+	kvt_close(a);
+	kvt_close(node);
+}
+
+static void test_commit_checks_the_checksum(void **state)
+{
+	(void)state;
+	char sock[256];
+	kvt_store *node = open_node(NULL, sock, sizeof(sock));
+	int mfd = -1;
+	uint64_t alen = 0;
+	int fd = raw_hello(sock, &mfd, &alen);
+	char *arena = mmap(NULL, alen, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	assert_true(arena != MAP_FAILED);
+	close(mfd);
+	kvt_key k = test_key(77);
+	unsigned char q[4 + 24];
+	uint32_t one = 1;
+	uint64_t blen = 8192;
+	memcpy(q, &one, 4);
+	memcpy(q + 4, &k, 16);
+	memcpy(q + 20, &blen, 8);
+	unsigned char r[4 + 24];
+	assert_int_equal(raw_rpc(fd, W_RESERVE, q, sizeof(q), r, sizeof(r)), 1);
+	int32_t res;
+	uint64_t off, ref;
+	memcpy(&res, r + 4, 4);
+	memcpy(&off, r + 12, 8);
+	memcpy(&ref, r + 20, 8);
+	assert_int_equal(res, 0);
+	fill_block(k, arena + off, blen);
+	unsigned char cq[4 + 16];
+	uint64_t wrong = XXH3_64bits(arena + off, blen) ^ 1;
+	memcpy(cq, &one, 4);
+	memcpy(cq + 4, &ref, 8);
+	memcpy(cq + 12, &wrong, 8);
+	unsigned char cr[8];
+	assert_int_equal(raw_rpc(fd, W_COMMIT, cq, sizeof(cq), cr, sizeof(cr)), 0);
+	memcpy(&res, cr + 4, 4);
+	assert_int_equal(res, -EBADMSG);
+	size_t found = 9;
+	assert_int_equal(kvt_lookup(node, &k, 1, 0, &found), 0);
+	assert_int_equal(found, 0);
+	assert_int_equal(store_stat(node, "local", "checksum_refusals"), 1);
+	assert_int_equal(store_stat(node, "local", "reserved_blocks"), 0);
+	/* A handle that is not this connection's is refused as stale. */
+	assert_int_equal(raw_rpc(fd, W_COMMIT, cq, sizeof(cq), cr, sizeof(cr)), 0);
+	memcpy(&res, cr + 4, 4);
+	assert_int_equal(res, -ESTALE);
+	munmap(arena, alen);
+	close(fd);
+	kvt_close(node);
+}
+
+static void test_stuck_client_and_max_clients(void **state)
+{
+	(void)state;
+	char sock[256];
+	kvt_store *node = open_node(", \"max_clients\": 3", sock, sizeof(sock));
+	int mfd = -1;
+	uint64_t alen = 0;
+	int stuck = raw_hello(sock, &mfd, &alen);
+	close(mfd);
+	/* Half a header, then nothing: its thread waits, nobody else does. */
+	assert_int_equal(send(stuck, "KL", 2, MSG_NOSIGNAL), 2);
+	kvt_store *a = attach_within(sock, 1000);
+	kvt_store *b = attach_within(sock, 1000);
+	store_put_block(a, test_key(5), 4096);
+	assert_int_equal(store_get_block(b, test_key(5), 4096), 0);
+	kvt_store *c = NULL;
+	char cfg[320];
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	assert_int_equal(kvt_open(cfg, &c), -EUSERS);
+	assert_non_null(strstr(kvt_last_error(), "max_clients"));
+	close(stuck);
+	kvt_close(a);
+	expect_stat(b, "local", "clients", 1);
+	kvt_close(b);
+	kvt_close(node);
+}
+
+static void test_other_users_refused(void **state)
+{
+	(void)state;
+	char sock[256];
+	if (geteuid() != 0) {
+		skip(); /* needs to run a child as another user */
+	}
+	/* The directory lets everyone reach the socket; the socket decides. */
+	assert_int_equal(chmod(g_dir, 0755), 0);
+	/* The socket's mode keeps them out. */
+	kvt_store *node = open_node(", \"mode\": 384", sock, sizeof(sock));
+	assert_int_equal(wait_child(spawn_child("as", "65534", sock, NULL), CHILD_MS), 2);
+	kvt_close(node);
+	/* The mode lets them in, SO_PEERCRED does not. */
+	node = open_node(", \"mode\": 438", sock, sizeof(sock));
+	assert_int_equal(wait_child(spawn_child("as", "65534", sock, NULL), CHILD_MS), 2);
+	assert_int_equal(store_stat(node, "local", "clients_refused"), 1);
+	kvt_close(node);
+	/* local.uids names them. */
+	node = open_node(", \"mode\": 438, \"uids\": [65534]", sock, sizeof(sock));
+	assert_int_equal(wait_child(spawn_child("as", "65534", sock, NULL), CHILD_MS), 0);
+	kvt_close(node);
+}
+
+static void test_config(void **state)
+{
+	(void)state;
+	static const struct { const char *cfg; int rc; const char *names; } bad[] = {
+		{ "{\"local\": {}}", -EINVAL, "local.socket" },
+		{ "{\"local\": {\"socket\": 5}}", -EINVAL, "local.socket" },
+		{ "{\"local\": {\"socket\": \"\"}}", -EINVAL, "local.socket" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"colour\": 1}}", -EINVAL, "local.colour" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"mode\": 512}}", -EINVAL, "local.mode" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"uids\": [-1]}}", -EINVAL, "local.uids[0]" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"max_clients\": 0}}", -EINVAL, "local.max_clients" },
+		{ "{\"attach\": \"/tmp/x\", \"ram\": {}}", -EINVAL, "ram" },
+		{ "{\"attach\": 3}", -EINVAL, "attach" },
+		{ "{\"attach\": \"/nonexistent/kvtier.sock\"}", -ENOENT, "/nonexistent/kvtier.sock" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		kvt_store *s = NULL;
+		int rc = kvt_open(bad[i].cfg, &s);
+		if (rc != bad[i].rc || !strstr(kvt_last_error(), bad[i].names))
+			fail_msg("%s: %d (%s), expected %d naming %s", bad[i].cfg, rc,
+				 kvt_last_error(), bad[i].rc, bad[i].names);
+		assert_null(s);
+	}
+	char longp[200];
+	memset(longp, 'a', sizeof(longp) - 1);
+	longp[sizeof(longp) - 1] = 0;
+	char cfg[400];
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"/%s\"}", longp);
+	kvt_store *s = NULL;
+	assert_int_equal(kvt_open(cfg, &s), -EINVAL);
+	/* A path that is a file, not a socket: the node store refuses it. */
+	char path[300];
+	snprintf(path, sizeof(path), "%s/plain", g_dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fclose(f);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"8MiB\", \"mlock\": false}, "
+		 "\"local\": {\"socket\": \"%s\"}}", path);
+	assert_int_equal(kvt_open(cfg, &s), -EEXIST);
+	/* Two stores on one socket: the second is refused. */
+	char sock[256];
+	kvt_store *node = open_node(NULL, sock, sizeof(sock));
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"8MiB\", \"mlock\": false}, "
+		 "\"local\": {\"socket\": \"%s\"}}", sock);
+	assert_int_equal(kvt_open(cfg, &s), -EADDRINUSE);
+	kvt_close(node);
+}
+
+/* The attached ABI beside the node store's own: misses, -ENOBUFS, remove,
+ * a put the arena cannot take without spilling, arena regions. */
+static void test_attached_calls(void **state)
+{
+	(void)state;
+	char sock[256];
+	kvt_store *node = open_node_ram(", \"lease_cap\": 1.0", NULL, sock, sizeof(sock));
+	kvt_store *a = attach_within(sock, 1000);
+	char buf[16384];
+	size_t len = 0;
+	kvt_key k = test_key(9);
+
+	assert_int_equal(kvt_get(a, k, buf, sizeof(buf), &len), -ENOENT);
+	store_put_block(a, k, 12288);
+	assert_int_equal(kvt_get(a, k, buf, 100, &len), -ENOBUFS);
+	assert_int_equal(len, 12288);
+	assert_int_equal(store_get_block(node, k, 12288), 0); /* the node store has it */
+	assert_int_equal(kvt_put(a, k, buf, 12288), 0);      /* stored already: no-op */
+	assert_int_equal(kvt_remove(a, k), 0);
+	assert_int_equal(kvt_remove(a, k), -ENOENT);
+	assert_int_equal(kvt_get(node, k, buf, sizeof(buf), &len), -ENOENT);
+
+	kvt_region r[2];
+	void *base = NULL, *nbase = NULL;
+	size_t alen = 0, nlen = 0;
+	assert_int_equal(kvt_arena(a, &base, &alen), 0);
+	assert_int_equal(kvt_arena(node, &nbase, &nlen), 0);
+	assert_int_equal(alen, nlen);
+	assert_int_equal(kvt_arena_regions(a, r, 2), 1);
+	assert_ptr_equal(r[0].base, base);
+	assert_int_equal(r[0].len, alen);
+
+	/* Fill RAM with leased blocks: reservations find no room, so the
+	 * puts carry their bytes in the frame and are refused as kvt_put()
+	 * refuses them without a disk tier. */
+	size_t big = 1u << 20, nput = 0, found = 0;
+	char *blk = malloc(big);
+	kvt_key keys[40];
+	for (uint64_t i = 0; i < 40; i++) {
+		keys[i] = test_key(500 + i);
+		fill_block(keys[i], blk, big);
+		int rc = kvt_put(a, keys[i], blk, big);
+		if (rc == 0) {
+			nput++;
+			assert_int_equal(kvt_lookup(a, &keys[i], 1, KVT_LEASE, &found), 0);
+		} else {
+			assert_int_equal(rc, -ENOSPC);
+		}
+	}
+	assert_true(nput >= 8 && nput < 40);
+	for (uint64_t i = 0; i < nput; i++)
+		assert_int_equal(store_get_block(a, keys[i], big), 0);
+	free(blk);
+	kvt_close(a); /* its leases go */
+	expect_stat(node, "ram", "leased_bytes", 0);
+
+	/* Asynchronous batches run on the attached store's own workers. */
+	a = attach_within(sock, 1000);
+	kvt_op ops[4];
+	for (uint64_t i = 0; i < 4; i++) {
+		ops[i] = (kvt_op){ .key = test_key(600 + i), .buf = malloc(8192), .len = 8192 };
+		fill_block(ops[i].key, ops[i].buf, 8192);
+	}
+	kvt_batch *bt = NULL;
+	assert_int_equal(kvt_batch_submit(a, KVT_OP_PUT, ops, 4, &bt), 0);
+	assert_int_equal(kvt_batch_wait(bt, 10000), 0);
+	assert_int_equal(kvt_batch_result(bt), 0);
+	kvt_batch_free(bt);
+	for (uint64_t i = 0; i < 4; i++) {
+		assert_int_equal(store_get_block(node, ops[i].key, 8192), 0);
+		free(ops[i].buf);
+	}
+	kvt_close(a);
+	kvt_close(node);
+}
+
+/* Dozens of processes' connections at once, and threads sharing one. */
+#define NCLIENTS 32
+#define NTHREADS 4
+
+struct hammer {
+	kvt_store *s;
+	unsigned id;
+	int failures;
+};
+
+static void *hammer_main(void *arg)
+{
+	struct hammer *h = arg;
+	for (uint64_t i = 0; i < 50; i++) {
+		kvt_key k = test_key(3000 + h->id * 100 + i % 10);
+		char b[8192], back[8192];
+		size_t len = 0, found = 0;
+		fill_block(k, b, sizeof(b));
+		if (kvt_put(h->s, k, b, sizeof(b)) ||
+		    kvt_get(h->s, k, back, sizeof(back), &len) || len != sizeof(b) ||
+		    memcmp(b, back, len) || kvt_lookup(h->s, &k, 1, KVT_LEASE, &found) ||
+		    found != 1 || kvt_release(h->s, &k, 1) != 1)
+			h->failures++;
+	}
+	return NULL;
+}
+
+static void test_dozens_of_clients(void **state)
+{
+	(void)state;
+	char sock[256];
+	kvt_store *node = open_node(", \"max_clients\": 40", sock, sizeof(sock));
+	kvt_store *c[NCLIENTS];
+	kvt_key keys[4];
+	size_t found = 0;
+
+	for (uint64_t i = 0; i < 4; i++) {
+		keys[i] = test_key(2000 + i);
+		store_put_block(node, keys[i], 4096);
+	}
+	for (unsigned i = 0; i < NCLIENTS; i++) {
+		c[i] = attach_within(sock, 1000);
+		assert_int_equal(kvt_lookup(c[i], keys, 4, KVT_LEASE, &found), 0);
+		assert_int_equal(found, 4);
+	}
+	assert_int_equal(store_stat(node, "local", "clients"), NCLIENTS);
+	assert_int_equal(store_stat(node, "local", "leased_blocks"), 4 * NCLIENTS);
+	/* One process's release leaves the others' leases standing. */
+	assert_int_equal(kvt_release(c[0], keys, 4), 4);
+	assert_true(store_stat(node, "ram", "leased_bytes") > 0);
+	for (unsigned i = 0; i < NCLIENTS; i++)
+		assert_int_equal(store_get_block(c[i], keys[i % 4], 4096), 0);
+
+	/* Threads of one process share its connection. */
+	pthread_t th[NTHREADS];
+	struct hammer h[NTHREADS];
+	for (unsigned t = 0; t < NTHREADS; t++) {
+		h[t] = (struct hammer){ .s = c[1], .id = t };
+		assert_int_equal(pthread_create(&th[t], NULL, hammer_main, &h[t]), 0);
+	}
+	for (unsigned t = 0; t < NTHREADS; t++) {
+		pthread_join(th[t], NULL);
+		assert_int_equal(h[t].failures, 0);
+	}
+	for (unsigned i = 0; i < NCLIENTS; i++)
+		kvt_close(c[i]);
+	expect_stat(node, "local", "clients", 0);
+	expect_stat(node, "local", "leased_blocks", 0);
+	expect_stat(node, "ram", "leased_bytes", 0);
+	kvt_close(node);
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_dir = make_temp_dir("local");
+	return g_dir ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	rm_rf(g_dir);
+	free(g_dir);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+	if (n <= 0)
+		return 1;
+	self_exe[n] = 0;
+	if (argc >= 2 && !strcmp(argv[1], "--child"))
+		return child_main(argc, argv);
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kvtierd_three_processes),
+		cmocka_unit_test(test_malformed_frame_closes_that_client_only),
+		cmocka_unit_test(test_commit_checks_the_checksum),
+		cmocka_unit_test(test_stuck_client_and_max_clients),
+		cmocka_unit_test(test_other_users_refused),
+		cmocka_unit_test(test_config),
+		cmocka_unit_test(test_attached_calls),
+		cmocka_unit_test(test_dozens_of_clients),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
