@@ -48,6 +48,7 @@ struct bench_cmd {
 int bench_demo_main(int argc, char **argv);   /* demo.c: also "kvbench" alone */
 int bench_ram_main(int argc, char **argv);    /* ram.c */
 int bench_hash_main(int argc, char **argv);   /* hash.c */
+int bench_attach_main(int argc, char **argv); /* attach.c */
 int bench_disk_main(int argc, char **argv);   /* disk.c */
 int bench_peer_main(int argc, char **argv);   /* peer.c */
 int bench_replay_main(int argc, char **argv); /* replay_cli.c */

@@ -13,6 +13,7 @@
 static const struct bench_cmd commands[] = {
 	{ "demo", bench_demo_main, "a short tour of the store on a RAM and a disk tier (the default)" },
 	{ "ram", bench_ram_main, "RAM tier: put, get, batch get, lookup; gets as a share of memcpy" },
+	{ "attach", bench_attach_main, "a process attached to a node store: gets and lookups beside an in-process store" },
 	{ "hash", bench_hash_main, "chained-prefix hashing in tokens/s and namespace roots/s on one core" },
 	{ "disk", bench_disk_main, "NVMe tier: spill and cold batch load as a share of fio, reopen times" },
 	{ "peer", bench_peer_main, "peer tier over TCP: loads from a peer as a share of a TCP stream, lookups" },

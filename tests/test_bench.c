@@ -693,6 +693,48 @@ static void disk_writes_json_results(void **state)
 			 BENCH_EXIT_USAGE);
 }
 
+static void attach_writes_json_results(void **state)
+{
+	char path[512];
+	json_t *doc, *r;
+
+	(void)state;
+	tmpfile_path(path, sizeof(path), "attach.json");
+	assert_int_equal(run_main(bench_attach_main, "attach", "--size", "64KiB",
+				  "--blocks", "8", "--lookups", "20", "--reps", "1",
+				  "--json", path, NULL), 0);
+	doc = load(path);
+	assert_string_equal(json_string_value(json_object_get(doc, "command")), "attach");
+	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
+	r = json_array_get(json_object_get(doc, "limits"), 0);
+	assert_string_equal(json_string_value(json_object_get(r, "name")), "in_process_get");
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	r = result_named(doc, "attached_get", 0);
+	assert_non_null(r);
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	assert_true(json_number_value(json_object_get(r, "share")) > 0);
+	assert_int_equal(json_integer_value(json_object_get(r, "block_bytes")), 65536);
+	r = result_named(doc, "attached_lookup_lease", 0);
+	assert_non_null(r);
+	assert_int_equal(json_integer_value(json_object_get(r, "keys_per_call")), 64);
+	assert_int_equal(json_integer_value(json_object_get(
+		json_object_get(r, "latency_us"), "n")), 20);
+	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	json_decref(doc);
+
+	assert_int_equal(run_main(bench_attach_main, "attach", "--size", "1000", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_attach_main, "attach", "--blocks", "0", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_attach_main, "attach", "--keys", "4097", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_attach_main, "attach", "stray", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_attach_main, "attach", "--socket",
+				  "/nonexistent/kvtier.sock", "--reps", "1", NULL),
+			 BENCH_EXIT_FAIL);
+}
+
 static void peer_writes_json_results(void **state)
 {
 	char path[512];
@@ -1309,6 +1351,7 @@ int main(void)
 		cmocka_unit_test(hash_writes_json_results),
 		cmocka_unit_test(ram_writes_json_results),
 		cmocka_unit_test(disk_writes_json_results),
+		cmocka_unit_test(attach_writes_json_results),
 		cmocka_unit_test(peer_writes_json_results),
 		cmocka_unit_test(demo_verifies_everything_and_writes_json),
 		cmocka_unit_test(cli_json_stdout_is_json_alone_for_every_command),
