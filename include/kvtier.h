@@ -482,6 +482,45 @@ KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n);
  */
 KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max);
 
+/* --- caller memory ---------------------------------------------------------- */
+
+/*
+ * Registers [base, base+len) of the caller's memory (typically a pinned
+ * pool it also cudaHostRegister()s) with the store, so that the disk I/O of
+ * kvt_get_batch(), kvt_put_batch(), kvt_get(), kvt_put() and asynchronous
+ * batches whose op buffers lie inside it moves straight between the device
+ * and that memory as io_uring fixed buffers (READ_FIXED/WRITE_FIXED); other
+ * buffers keep the plain path (straight into a page-aligned buffer whose
+ * capacity covers the padded block, else through the tier's own memory and
+ * a copy). An op buffer's payload must lie in one started GiB of the range
+ * to go fixed. base and len must be multiples of 4096, len non-zero, flags
+ * 0. When the kernel refuses the fixed buffers (RLIMIT_MEMLOCK, a kernel
+ * before 5.13), or the store has no disk tier of its own (none configured,
+ * or a store attached to a node store, whose batches run in the node
+ * store's process), the range is still registered and its I/O takes the
+ * plain path; the disk tier's statistics
+ * count mem_register_refusals, mem_fixed_ios and mem_plain_ios. The range
+ * is not registered with an RDMA device: this build has no RDMA transport
+ * for peers. On success returns 0 and sets *id. Returns -EINVAL for a NULL
+ * store, base or id, len 0, base or len not 4096 aligned, flags non-zero,
+ * or a range overlapping the RAM arena (the library registers that
+ * itself); -EEXIST when it overlaps a registered range; -ENOSPC past 64
+ * ranges or 64 started GiB over all ranges. Thread-safe.
+ */
+KVT_API int kvt_mem_register(kvt_store *s, void *base, size_t len,
+			     unsigned flags, uint64_t *id);
+
+/*
+ * Ends the registration id returned by kvt_mem_register(); the memory is
+ * the caller's again. It never waits: while a batch of this store has disk
+ * I/O into or out of the range in flight, it fails with -EBUSY and the
+ * range stays registered (call again once the batches using it have
+ * completed). Returns 0; -ENOENT when id is not a live registration of
+ * this store (never registered, or deregistered already); -EBUSY; -EINVAL
+ * for a NULL store. kvt_close() ends every registration.
+ */
+KVT_API int kvt_mem_deregister(kvt_store *s, uint64_t id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,7 +66,10 @@ struct kvt_dev_ops {
 	 * Opens a queue of `entries` slots over fds[0..nfds) and registers
 	 * [fixed_base, fixed_base+fixed_len) as fixed buffers (NULL: none;
 	 * refusal by the kernel is logged and leaves *nfixed 0). Buffer i
-	 * covers fixed_chunk bytes from fixed_base + i * fixed_chunk.
+	 * covers DEV_FIXED_CHUNK bytes from fixed_base + i * DEV_FIXED_CHUNK.
+	 * Where the kernel allows, the table also holds DEV_FIXED_SPARE
+	 * empty entries after the arena's (fewer when the arena's and the
+	 * spare ones would pass DEV_FIXED_MAX), for buf_update.
 	 * Returns 0 and *q, or -errno.
 	 */
 	int (*queue_open)(const int *fds, unsigned nfds, unsigned entries,
@@ -84,10 +87,23 @@ struct kvt_dev_ops {
 	 * in done[] with res set, and returns how many, or -errno.
 	 */
 	int (*reap)(void *q, struct dev_io **done, unsigned max, unsigned min);
+	/*
+	 * Optional (NULL: caller memory is never registered). Makes
+	 * [base, base+len) the fixed buffers from entry first on (one per
+	 * DEV_FIXED_CHUNK), or with base NULL empties the entries len
+	 * covers. The entries must be spare ones of this queue. Returns 0 or
+	 * -errno (-ENOSPC: not spare entries of this queue; others from the
+	 * kernel, such as -ENOMEM past RLIMIT_MEMLOCK).
+	 */
+	int (*buf_update)(void *q, unsigned first, void *base, size_t len);
 };
 
 /* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */
 #define DEV_FIXED_CHUNK (1ull << 30)
+/* Empty entries a queue keeps for caller memory, and the most entries a
+ * dev_io can name (its fixed index is an int8_t). */
+#define DEV_FIXED_SPARE 64u
+#define DEV_FIXED_MAX 128u
 
 /*
  * Work a caller overlaps with a batch's I/O (dev_run_hooks). Either hook may

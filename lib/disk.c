@@ -124,7 +124,7 @@ static unsigned append_ios(struct disk_tier *d, struct wr *w, size_t n,
 		if (x->direct) {
 			disk_io_set(&x->io[0], DEV_WRITE, dev, off, NULL, PAGE, -1);
 			disk_io_set(&x->io[1], DEV_WRITE, dev, off + PAGE, (void *)x->data,
-				    (uint32_t)x->len, disk_fixed_index(d, x->data, x->len));
+				    (uint32_t)x->len, disk_buf_fixed(d, x->data, x->len, &x->mr));
 			x->nio = 2;
 		} else {
 			disk_io_set(&x->io[0], DEV_WRITE, dev, off, NULL,
@@ -229,8 +229,11 @@ void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 	disk_run(d, ios, nios, &hooks);
 	append_publish(d, w, n, reinsert);
 	for (size_t i = 0; i < n; i++)
-		if (w[i].active)
+		if (w[i].active) {
 			disk_stage_put(d, w[i].stage, w[i].stage_bytes);
+			memreg_put(d->mr, w[i].mr);
+			w[i].mr = 0;
+		}
 	free(ios);
 	free(own);
 }
@@ -431,6 +434,9 @@ void disk_stats(struct disk_tier *d, const struct stat_visitor *v)
 	stat_int(v, "region_size", (int64_t)d->region_size);
 	stat_int(v, "devices", (int64_t)d->ndev);
 	stat_int(v, "fixed_buffers", (int64_t)d->nfixed);
+	stat_int(v, "mem_fixed_ios", (int64_t)ctr_get(&d->mem_fixed_ios));
+	stat_int(v, "mem_plain_ios", (int64_t)ctr_get(&d->mem_plain_ios));
+	stat_int(v, "mem_register_refusals", (int64_t)ctr_get(&d->mem_refusals));
 	stat_int(v, "index_entry_bytes", (int64_t)(sizeof(struct disk_ent)));
 	stat_real(v, "index_bytes_per_block",
 		  objects ? (double)idx_bytes / (double)objects : 0.0);
@@ -548,6 +554,7 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	if (fixed_base && fixed_len) {
 		d->fixed_base = fixed_base;
 		d->fixed_len = fixed_len;
+		d->mr_slot0 = (unsigned)((fixed_len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK);
 	}
 	d->nfixed = UINT32_MAX;
 	for (unsigned i = 0; i < NQUEUES; i++) {

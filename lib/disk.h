@@ -94,6 +94,23 @@ int disk_release(struct disk_tier *d, kvt_key key);
 /* Removes key. Returns 0 or -ENOENT. */
 int disk_remove(struct disk_tier *d, kvt_key key);
 
+/*
+ * Caller ranges (kvt_mem_register): m is the store's table, set once after
+ * disk_open and before any I/O. Payloads of a batch that lie in one piece
+ * of a range the tier has mapped move with READ_FIXED/WRITE_FIXED; the
+ * range is held (memreg_hold) until that I/O completes.
+ */
+struct memreg;
+struct memreg_ent;
+void disk_set_memreg(struct disk_tier *d, struct memreg *m);
+/*
+ * Called with m->lock held: makes e's pieces fixed buffers of every queue
+ * of the tier (map 1; e->fixed set on success) or empties them (map 0).
+ * Returns 0 or the kernel's -errno (then no queue keeps any of them, and a
+ * refusal is counted).
+ */
+int disk_mem_map(struct disk_tier *d, struct memreg_ent *e, int map);
+
 /* Reports the tier's counters through v (stats.h): capacity, used,
  * objects, hits, misses, spills, reclaims, reinsertions, checksum_failures,
  * io_errors, ... */

@@ -22,6 +22,7 @@
 #include "internal.h"
 #include "stats.h"
 #include "dev.h"
+#include "memreg.h"
 
 #define PAGE 4096u
 #define FORMAT_VERSION 1u
@@ -97,6 +98,10 @@ struct disk_tier {
 	char *fixed_base;
 	size_t fixed_len;
 	unsigned nfixed;
+	/* caller ranges (kvt_mem_register): the store's table, and the first
+	 * fixed-buffer entry of its pieces */
+	struct memreg *mr;
+	unsigned mr_slot0;
 	/* staging buffers: free lists by power-of-two class */
 	pthread_mutex_t slock;
 	void *sfree[64];
@@ -117,6 +122,7 @@ struct disk_tier {
 	_Atomic uint64_t hits, misses, puts, reclaims, reinsertions;
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
 	_Atomic uint64_t queue_failures;
+	_Atomic uint64_t mem_fixed_ios, mem_plain_ios, mem_refusals;
 	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
 };
 
@@ -166,6 +172,7 @@ struct wr {
 	uint64_t sum;             /* with have_sum: the payload's verified sum */
 	int have_sum;             /* data is not trusted: the copy must match sum */
 	int direct;               /* payload written from data itself */
+	unsigned mr;              /* hold on a caller range (memreg_hold), or 0 */
 	int prep_err;             /* staging failed: nothing was written */
 	void *stage;
 	size_t stage_bytes;
@@ -179,6 +186,7 @@ void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
 int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len);
+int8_t disk_buf_fixed(struct disk_tier *d, const void *p, size_t len, unsigned *hold);
 void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,
 		 void *buf, uint32_t len, int8_t fixed);
 int disk_meta_rw(struct disk_tier *d, int op, uint16_t dev, void *buf,

@@ -94,12 +94,21 @@ static void queue_replace(struct disk_tier *d, void *q)
 	unsigned nf = 0;
 
 	ctr_add(&d->queue_failures, 1);
+	if (d->mr) /* no range is mapped or unmapped while queues change */
+		pthread_mutex_lock(&d->mr->lock);
 	d->ops->queue_close(q);
 	int err = d->ops->queue_open(d->fds, d->ndev, 2 * d->qd, d->fixed_base,
 				     d->fixed_len, &nf, &nq);
-	if (!err && nf < d->nfixed) { /* it must take the same fixed buffers */
-		d->ops->queue_close(nq);
+	if (!err && nf < d->nfixed) /* it must take the same fixed buffers */
 		err = -ENOMEM;
+	for (int i = 0; !err && d->mr && i < MEMREG_MAX; i++) {
+		struct memreg_ent *e = &d->mr->e[i];
+		if (e->base && e->fixed)
+			err = d->ops->buf_update(nq, d->mr_slot0 + e->piece, e->base, e->len);
+	}
+	if (err && nq) {
+		d->ops->queue_close(nq);
+		nq = NULL;
 	}
 	pthread_mutex_lock(&d->qlock);
 	for (unsigned i = 0; i < d->nqueues; i++)
@@ -111,6 +120,8 @@ static void queue_replace(struct disk_tier *d, void *q)
 		d->qfree[d->nqfree++] = nq;
 	pthread_cond_broadcast(&d->qcv);
 	pthread_mutex_unlock(&d->qlock);
+	if (d->mr)
+		pthread_mutex_unlock(&d->mr->lock);
 	kvt_log(KVT_LOG_ERR, "disk: an I/O queue failed; %s", err ?
 		"no new one could be opened, fewer batches run at once" :
 		"a new one replaces it");
@@ -171,6 +182,65 @@ int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len)
 	if (a / DEV_FIXED_CHUNK != b / DEV_FIXED_CHUNK || a / DEV_FIXED_CHUNK > 127)
 		return -1;
 	return (int8_t)(a / DEV_FIXED_CHUNK);
+}
+
+/*
+ * The registered buffer holding [p, p+len): an arena chunk, or a piece of
+ * a caller range (which is then held: *hold, released with memreg_put once
+ * the I/O completed); -1 for a plain op. Counts the I/O of caller ranges.
+ */
+int8_t disk_buf_fixed(struct disk_tier *d, const void *p, size_t len, unsigned *hold)
+{
+	int8_t f = disk_fixed_index(d, p, len);
+	int piece;
+
+	*hold = 0;
+	if (f >= 0 || !d->mr)
+		return f;
+	*hold = memreg_hold(d->mr, p, len, &piece);
+	if (!*hold)
+		return -1;
+	if (piece < 0 || d->mr_slot0 + (unsigned)piece >= DEV_FIXED_MAX) {
+		ctr_add(&d->mem_plain_ios, 1);
+		return -1;
+	}
+	ctr_add(&d->mem_fixed_ios, 1);
+	return (int8_t)(d->mr_slot0 + (unsigned)piece);
+}
+
+void disk_set_memreg(struct disk_tier *d, struct memreg *m)
+{
+	d->mr = m;
+}
+
+int disk_mem_map(struct disk_tier *d, struct memreg_ent *e, int map)
+{
+	unsigned first = d->mr_slot0 + e->piece;
+	int err = 0;
+	unsigned done = 0;
+
+	if (!map && !e->fixed)
+		return 0;
+	if (map && !d->ops->buf_update)
+		err = -ENOTSUP;
+	pthread_mutex_lock(&d->qlock);
+	for (; !err && done < d->nqueues; done++) {
+		err = d->ops->buf_update(d->queues[done], first, map ? e->base : NULL, e->len);
+		if (err && !map)
+			err = 0; /* an entry left behind is never named again */
+	}
+	if (err && map) /* take back what the queues before took */
+		for (unsigned i = 0; i < done; i++)
+			d->ops->buf_update(d->queues[i], first, NULL, e->len);
+	pthread_mutex_unlock(&d->qlock);
+	e->fixed = map && !err;
+	if (err) {
+		ctr_add(&d->mem_refusals, 1);
+		kvt_log(KVT_LOG_WARN, "disk: io_uring did not register the %zu bytes at %p "
+			"as fixed buffers (%s): their I/O goes the plain way", e->len,
+			(void *)e->base, strerror(-err));
+	}
+	return err;
 }
 
 void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,

@@ -21,6 +21,7 @@ struct rd {
 	uint64_t w;
 	int active;
 	int direct;
+	unsigned mr;              /* hold on a caller range, or 0 */
 	void *stage;
 	size_t stage_bytes;
 	struct dev_io io[2];
@@ -90,7 +91,7 @@ static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int dire
 	r->nio = 1;
 	if (direct) {
 		disk_io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
-		       disk_fixed_index(d, op->buf, pad));
+		       disk_buf_fixed(d, op->buf, pad, &r->mr));
 		r->nio = 2;
 	}
 	r->left = r->nio;
@@ -119,6 +120,8 @@ static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, siz
 		if (!r->active || !r->nio || !r->direct || r->err != -EBADMSG)
 			continue;
 		disk_stage_put(d, r->stage, r->stage_bytes);
+		memreg_put(d->mr, r->mr);
+		r->mr = 0;
 		nios += rd_setup(d, r, &ops[i], 0, (uint32_t)i, ios + nios, own + nios);
 		if (!r->nio)
 			r->err = -ENOMEM;
@@ -304,8 +307,10 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	free(re);
 
 	for (size_t i = 0; i < n; i++) {
-		if (rd[i].active)
+		if (rd[i].active) {
 			disk_stage_put(d, rd[i].stage, rd[i].stage_bytes);
+			memreg_put(d->mr, rd[i].mr);
+		}
 		if (ops[i].result && !first)
 			first = ops[i].result;
 	}

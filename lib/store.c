@@ -324,6 +324,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->elock, NULL);
 	kvt_cond_init_monotonic(&s->econd);
+	memreg_init(&s->mreg);
 
 	if (s->cfg.attach) {
 		rc = local_client_open(s->cfg.attach, &s->client);
@@ -340,6 +341,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 				   ram_arena_size(s->ram), NULL, &s->disk);
 		if (rc)
 			goto fail;
+		disk_set_memreg(s->disk, &s->mreg);
 	}
 	rc = slot_open(&s->cfg, s->ram, s->disk, kick_evictor_cb, s, &s->slots);
 	if (rc)
@@ -406,6 +408,7 @@ static void store_teardown(kvt_store *s)
 	pthread_cond_destroy(&s->qcond);
 	pthread_mutex_destroy(&s->elock);
 	pthread_cond_destroy(&s->econd);
+	memreg_destroy(&s->mreg);
 	free(s);
 }
 

@@ -18,6 +18,7 @@
 #include "disk.h"
 #include "internal.h"
 #include "local.h"
+#include "memreg.h"
 #include "opts.h"
 #include "peer.h"
 #include "ram.h"
@@ -33,6 +34,7 @@ struct kvt_store {
 	struct local_server *local; /* local.socket: attached processes served */
 	struct local_client *client; /* "attach": every call goes to the node
 					store (local_client.c); no tiers here */
+	struct memreg mreg;       /* caller ranges (store_mem.c) */
 
 	/* async workers */
 	pthread_mutex_t qlock;

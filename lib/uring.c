@@ -324,9 +324,55 @@ static int uring_dev_sync(int fd)
 struct uring_queue {
 	struct io_uring ring;
 	int files_registered;
+	unsigned spare0, nspare;  /* spare fixed-buffer entries [spare0, +nspare) */
 	unsigned nfds;
 	int fds[];
 };
+
+/*
+ * Registers the arena's fixed buffers followed by empty entries for caller
+ * memory (IORING_REGISTER_BUFFERS2, kernels from 5.13); where the kernel
+ * refuses that, the arena alone; where it refuses the arena, the empty
+ * entries alone. Returns 0 or -ENOMEM; a refusal only logs.
+ */
+static int register_fixed(struct uring_queue *q, void *fixed_base, size_t fixed_len,
+			  unsigned *nfixed)
+{
+	unsigned n = fixed_base && fixed_len ?
+		     (unsigned)((fixed_len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK) : 0;
+	unsigned spare = n >= DEV_FIXED_MAX ? 0 : DEV_FIXED_MAX - n;
+	int ret;
+
+	if (spare > DEV_FIXED_SPARE)
+		spare = DEV_FIXED_SPARE;
+	struct iovec *iov = calloc(n + spare + 1, sizeof(*iov));
+	if (!iov)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		size_t off = (size_t)i * DEV_FIXED_CHUNK;
+		iov[i].iov_base = (char *)fixed_base + off;
+		iov[i].iov_len = fixed_len - off < DEV_FIXED_CHUNK ?
+				 fixed_len - off : DEV_FIXED_CHUNK;
+	}
+	ret = spare ? io_uring_register_buffers_tags(&q->ring, iov, NULL, n + spare) : -EINVAL;
+	if (ret == 0) {
+		*nfixed = n;
+		q->spare0 = n;
+		q->nspare = spare;
+	} else if (n && (ret = io_uring_register_buffers(&q->ring, iov, n)) == 0) {
+		*nfixed = n;
+	} else if (n) {
+		kvt_log(KVT_LOG_WARN, "disk: io_uring refused to register the "
+			"%zu-byte arena as fixed buffers (%s; RLIMIT_MEMLOCK?): "
+			"using plain reads and writes", fixed_len, strerror(-ret));
+		if (spare && io_uring_register_buffers_sparse(&q->ring, n + spare) == 0) {
+			q->spare0 = n;
+			q->nspare = spare;
+		}
+	}
+	free(iov);
+	return 0;
+}
 
 static void uring_queue_close(void *qp);
 
@@ -354,28 +400,10 @@ static int uring_queue_open(const int *fds, unsigned nfds, unsigned entries,
 	}
 	if (io_uring_register_files(&q->ring, fds, nfds) == 0)
 		q->files_registered = 1;
-	if (fixed_base && fixed_len) {
-		unsigned n = (unsigned)((fixed_len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK);
-		struct iovec *iov = calloc(n, sizeof(*iov));
-
-		if (!iov) {
-			uring_queue_close(q);
-			return -ENOMEM;
-		}
-		for (unsigned i = 0; i < n; i++) {
-			size_t off = (size_t)i * DEV_FIXED_CHUNK;
-			iov[i].iov_base = (char *)fixed_base + off;
-			iov[i].iov_len = fixed_len - off < DEV_FIXED_CHUNK ?
-					 fixed_len - off : DEV_FIXED_CHUNK;
-		}
-		ret = io_uring_register_buffers(&q->ring, iov, n);
-		free(iov);
-		if (ret < 0)
-			kvt_log(KVT_LOG_WARN, "disk: io_uring refused to register the "
-				"%zu-byte arena as fixed buffers (%s; RLIMIT_MEMLOCK?): "
-				"using plain reads and writes", fixed_len, strerror(-ret));
-		else
-			*nfixed = n;
+	ret = register_fixed(q, fixed_base, fixed_len, nfixed);
+	if (ret < 0) {
+		uring_queue_close(q);
+		return ret;
 	}
 	*out = q;
 	return 0;
@@ -509,6 +537,26 @@ static int uring_reap(void *qp, struct dev_io **done, unsigned max, unsigned min
 	return (int)got;
 }
 
+static int uring_buf_update(void *qp, unsigned first, void *base, size_t len)
+{
+	struct uring_queue *q = qp;
+	unsigned n = (unsigned)((len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK);
+	struct iovec iov[DEV_FIXED_MAX];
+
+	if (!n || first < q->spare0 || first + n > q->spare0 + q->nspare)
+		return -ENOSPC;
+	for (unsigned i = 0; i < n; i++) {
+		size_t off = (size_t)i * DEV_FIXED_CHUNK;
+		iov[i].iov_base = base ? (char *)base + off : NULL;
+		iov[i].iov_len = !base ? 0 : len - off < DEV_FIXED_CHUNK ? len - off :
+					 DEV_FIXED_CHUNK;
+	}
+	int ret = io_uring_register_buffers_update_tag(&q->ring, first, iov, NULL, n);
+	if (ret < 0)
+		return ret;
+	return (unsigned)ret == n ? 0 : -EIO;
+}
+
 const struct kvt_dev_ops uring_dev_ops = {
 	.dev_open = uring_dev_open,
 	.dev_close = uring_dev_close,
@@ -517,4 +565,5 @@ const struct kvt_dev_ops uring_dev_ops = {
 	.queue_close = uring_queue_close,
 	.submit = uring_submit,
 	.reap = uring_reap,
+	.buf_update = uring_buf_update,
 };

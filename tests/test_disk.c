@@ -29,6 +29,7 @@
 #include "config.h"
 #include "disk.h"
 #include "internal.h"
+#include "memreg.h"
 #include "stats.h"
 #include "uring.h"
 #include "util.h"
@@ -154,6 +155,13 @@ static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 		got += (unsigned)r;
 	}
 	return (int)got;
+}
+
+static int f_buf_update(void *q, unsigned first, void *base, size_t len)
+{
+	struct fq *f = q;
+
+	return uring_dev_ops.buf_update(f->inner, first, base, len);
 }
 
 /* uring_dev_ops with the queue calls wrapped; filled in main(). */
@@ -783,6 +791,85 @@ static void overwritten_direct_read_is_read_again(void **st)
 	fix_done(&f);
 }
 
+struct held_get {
+	struct disk_tier *d;
+	kvt_op *ops;
+	size_t n;
+	int rc;
+};
+
+static void *held_get_main(void *a)
+{
+	struct held_get *h = a;
+
+	h->rc = disk_get_batch(h->d, h->ops, h->n);
+	return NULL;
+}
+
+/* A caller range (kvt_mem_register) mapped as fixed buffers: loads into it
+ * move as fixed I/O with the right bytes, and while they are in flight the
+ * range is held, so deregistering it is refused with -EBUSY. */
+static void caller_range_is_held_while_its_io_runs(void **st)
+{
+	(void)st;
+	struct fix f;
+	fix_init(&f, 16 * MiB, 1 * MiB);
+	struct disk_tier *d = open_ok(&f, &fops);
+	struct memreg m;
+	char *pool = NULL;
+	const size_t blk = 64 * KiB, n = 4;
+	kvt_op ops[4];
+
+	memreg_init(&m);
+	disk_set_memreg(d, &m);
+	assert_int_equal(posix_memalign((void **)&pool, 4096, n * blk), 0);
+	pthread_mutex_lock(&m.lock);
+	int i = memreg_add(&m, pool, n * blk, 0, NULL, 0);
+	assert_true(i >= 0);
+	int mapped = disk_mem_map(d, &m.e[i], 1) == 0;
+	pthread_mutex_unlock(&m.lock);
+	for (size_t k = 0; k < n; k++) {
+		assert_int_equal(put_block(d, k, blk), 0);
+		ops[k] = (kvt_op){ .key = test_key(k), .buf = pool + k * blk, .len = blk };
+	}
+	memset(pool, 0, n * blk);
+	atomic_store(&faults.delay_us, 100000);
+	struct held_get h = { .d = d, .ops = ops, .n = n };
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, held_get_main, &h), 0);
+	unsigned holds = 0;
+	for (int w = 0; w < 10000 && !holds; w++) {
+		pthread_mutex_lock(&m.lock);
+		holds = m.e[i].holds;
+		pthread_mutex_unlock(&m.lock);
+		if (!holds)
+			usleep(1000);
+	}
+	assert_true(holds > 0);
+	pthread_mutex_lock(&m.lock);
+	assert_int_equal(memreg_can_del(&m, i), -EBUSY);
+	pthread_mutex_unlock(&m.lock);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	atomic_store(&faults.delay_us, 0);
+	assert_int_equal(h.rc, 0);
+	for (size_t k = 0; k < n; k++)
+		assert_true(check_block(test_key(k), pool + k * blk, blk));
+	if (mapped)
+		assert_int_equal(stat_of(d, "mem_fixed_ios"), n);
+	else
+		assert_int_equal(stat_of(d, "mem_plain_ios"), n);
+	pthread_mutex_lock(&m.lock);
+	assert_int_equal(m.e[i].holds, 0);
+	assert_int_equal(memreg_can_del(&m, i), 0);
+	disk_mem_map(d, &m.e[i], 0);
+	memreg_del(&m, i);
+	pthread_mutex_unlock(&m.lock);
+	disk_close(d);
+	memreg_destroy(&m);
+	free(pool);
+	fix_done(&f);
+}
+
 /* A queue that fails in the middle of a batch (its ios drained by dev_run)
  * is closed and replaced, never handed to the next batch. */
 static void failed_queue_is_replaced_not_reused(void **st)
@@ -1054,6 +1141,7 @@ int main(void)
 	fops.queue_close = f_queue_close;
 	fops.submit = f_submit;
 	fops.reap = f_reap;
+	fops.buf_update = f_buf_update;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(put_get_round_trip_many_sizes),
@@ -1070,6 +1158,7 @@ int main(void)
 		cmocka_unit_test(junk_pages_read_as_misses),
 		cmocka_unit_test(injected_faults_fail_cleanly),
 		cmocka_unit_test(overwritten_direct_read_is_read_again),
+		cmocka_unit_test(caller_range_is_held_while_its_io_runs),
 		cmocka_unit_test(failed_queue_is_replaced_not_reused),
 		cmocka_unit_test(full_device_is_refused),
 		cmocka_unit_test(bad_config_is_refused),
