@@ -5,7 +5,8 @@
  * reopen and through asynchronous batches; buffers outside any range (page
  * aligned, unaligned, or unaligned inside a range) take the plain or bounce
  * path with the same bytes; deregistration rules; bad arguments; the
- * limits on ranges.
+ * limits on ranges; a store attached to a node store (no disk tier of its
+ * own) keeps ranges too.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -276,6 +277,45 @@ static void unregistered_buffers_keep_the_plain_and_bounce_paths(void **state)
 	free(other);
 }
 
+static void attached_store_keeps_ranges_without_a_disk(void **state)
+{
+	(void)state;
+	char cfg[512], sock[400];
+	kvt_store *node = NULL, *a = NULL;
+	char *pool = pool_alloc(NBLK * BLK);
+	kvt_op ops[NBLK];
+	void *arena = NULL;
+	size_t alen = 0;
+	uint64_t id;
+
+	snprintf(sock, sizeof(sock), "%s/node.sock", dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false},"
+		 " \"local\": {\"socket\": \"%s\"}}", sock);
+	int rc = kvt_open(cfg, &node);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	rc = kvt_open(cfg, &a);
+	if (rc)
+		fail_msg("attach: %s: %s", kvt_strerror(rc), kvt_last_error());
+	/* The node store's arena as this process maps it is refused. */
+	assert_int_equal(kvt_arena(a, &arena, &alen), 0);
+	expect_err(kvt_mem_register(a, arena, 4096, 0, &id), -EINVAL, "arena");
+	assert_int_equal(kvt_mem_register(a, pool, NBLK * BLK, 0, &id), 0);
+	fill_pool(pool, 400);
+	ops_over(ops, pool, 400);
+	assert_int_equal(kvt_put_batch(a, ops, NBLK), 0);
+	memset(pool, 0, NBLK * BLK);
+	ops_over(ops, pool, 400);
+	assert_int_equal(kvt_get_batch(a, ops, NBLK), 0);
+	check_ops(ops, 400);
+	assert_int_equal(kvt_mem_deregister(a, id), 0);
+	expect_err(kvt_mem_deregister(a, id), -ENOENT, "no registered range");
+	kvt_close(a);
+	kvt_close(node);
+	free(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +323,7 @@ int main(void)
 		cmocka_unit_test(too_many_registrations_fail_with_enospc),
 		cmocka_unit_test(registered_range_moves_disk_io_fixed_also_cold),
 		cmocka_unit_test(unregistered_buffers_keep_the_plain_and_bounce_paths),
+		cmocka_unit_test(attached_store_keeps_ranges_without_a_disk),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
