@@ -5,7 +5,8 @@
  * excerpt's unbounded bound; policies that turn caches off; two store
  * nodes serving each other as peers; the endpoint's timeline (serialised
  * prefill, a decode batch that slows as it grows, busy time as the union
- * of outstanding intervals) and the saving computed from it, by hand.
+ * of outstanding intervals) and the saving computed from it, by hand;
+ * calls routed by their role to an endpoint of their own.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -394,6 +395,48 @@ static void saving_from_tokens_busy_time_and_charges(void **state)
 	assert_true(r.saved_disk == 0 && r.saved_gpu == 0);
 }
 
+/* A call with a role goes to its role's endpoint (the fleet's coder and
+ * reasoner servers): the same prompt twice hits the GPU cache when the
+ * session stays on one endpoint and misses it when the second call's role
+ * sends it to the other. */
+static void calls_with_roles_go_to_their_endpoint(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+	struct wl_call c;
+	int with_roles;
+
+	(void)state;
+	for (with_roles = 0; with_roles < 2; with_roles++) {
+		wl_init(&w, WL_TOKENS);
+		memset(&c, 0, sizeof(c));
+		c.prompt_tokens = 160;
+		c.output_tokens = 4;
+		c.arrival_s = -1;
+		c.n = 1;
+		assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 99, 0, 160 }), 0);
+		c.role = with_roles ? 1 : 0;
+		assert_int_equal(wl_add_call(&w, &c), 0);
+		c.turn = 1;
+		c.think_s = 1;
+		c.role = with_roles ? 2 : 0;
+		assert_int_equal(wl_add_call(&w, &c), 0);
+		assert_int_equal(wl_index_sessions(&w, 1), 0);
+		opts_for_tests(&o);
+		o.endpoints = 2;
+		o.policy = POL_GPU_ONLY;
+		run(&o, &w, &r);
+		assert_int_equal(r.calls, 2);
+		if (with_roles)
+			assert_int_equal(r.tok[T_GPU], 0);
+		else
+			assert_true(r.tok[T_GPU] >= 144);
+		replay_result_free(&r);
+		wl_free(&w);
+	}
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -428,6 +471,7 @@ int main(void)
 		cmocka_unit_test(endpoint_timeline_and_busy_time_as_worked_out),
 		cmocka_unit_test(busy_time_is_the_union_of_intervals),
 		cmocka_unit_test(saving_from_tokens_busy_time_and_charges),
+		cmocka_unit_test(calls_with_roles_go_to_their_endpoint),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 

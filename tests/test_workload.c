@@ -1,7 +1,9 @@
 /*
  * test_workload.c - the workload generator (bench/replay/workload.c): determinism
  * for a seed, calibration to the seed study (prompt-length groups and the
- * think-time distribution), the shape of sessions, bad parameters.
+ * think-time distribution), the shape of sessions, bad parameters; the
+ * agent fleet's generator (rounds, pause, roles, the context limit, its
+ * reuse against the study's) and the reuse statistics.
  */
 #include <errno.h>
 #include <math.h>
@@ -231,6 +233,171 @@ static void prng_is_reproducible_and_uniform(void **state)
 	}
 }
 
+/* Prompt + answer never exceed the context; a session whose next call
+ * would not fit ends there (a small context forces it). */
+static void fleet_calls_never_exceed_the_context(void **state)
+{
+	static const uint64_t ctx[] = { 65536, 16384 };
+	struct wl_fleet f;
+	struct wl_reuse ru;
+	struct wl w;
+	size_t i, k, short_sessions;
+
+	(void)state;
+	for (k = 0; k < 2; k++) {
+		wl_fleet_defaults(&f);
+		f.max_context = ctx[k];
+		assert_int_equal(wl_generate_fleet(&f, &w), 0);
+		assert_true(w.ncalls > 0);
+		for (i = 0; i < w.ncalls; i++)
+			assert_true(w.calls[i].prompt_tokens + w.calls[i].output_tokens <= ctx[k]);
+		assert_int_equal(wl_reuse_stats(&w, ctx[k], &ru), 0);
+		assert_int_equal(ru.over_context, 0);
+		short_sessions = 0;
+		for (i = 0; i < w.nsessions; i++)
+			short_sessions += w.sessions[i].ncalls < f.rounds * f.round_calls;
+		if (k == 1) /* sessions ended early rather than overflow */
+			assert_true(short_sessions > w.nsessions / 4);
+		wl_free(&w);
+	}
+}
+
+/* A role's prompt of round r + 1 begins with its full text of round r;
+ * rounds are apart by the pause; each call goes to its role's server. */
+static void fleet_rounds_resend_the_earlier_round_after_the_pause(void **state)
+{
+	struct wl_fleet f;
+	struct wl w;
+	uint32_t *a, *b;
+	size_t s, t, n;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	f.sessions = 16;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	for (s = 0; s < w.nsessions; s++) {
+		const struct wl_call *c = &w.calls[w.sessions[s].first_call];
+
+		for (t = 0; t < w.sessions[s].ncalls; t++) {
+			uint32_t k = (uint32_t)(t % f.round_calls);
+
+			assert_int_equal(c[t].turn, t);
+			assert_int_equal(c[t].role, f.roles[k] == 'r' ? 1 : 2);
+			if (t == 0)
+				assert_true(c[t].think_s == 0);
+			else if (k == 0)
+				assert_true(c[t].think_s == f.pause_s);
+			if (t < f.round_calls)
+				continue;
+			/* this role's prompt of round r (with its answer) is a prefix of
+			 * its prompt of round r + 1 */
+			n = c[t - f.round_calls].prompt_tokens;
+			assert_true(c[t].prompt_tokens >= n + c[t - f.round_calls].output_tokens + 64);
+			a = malloc(n * sizeof(*a) + 1);
+			b = malloc(c[t].prompt_tokens * sizeof(*b));
+			assert_non_null(a);
+			assert_non_null(b);
+			wl_call_tokens(&w, &c[t - f.round_calls], b);
+			memcpy(a, b, n * sizeof(*a));
+			wl_call_tokens(&w, &c[t], b);
+			assert_memory_equal(a, b, n * sizeof(*a));
+			free(a);
+			free(b);
+		}
+	}
+	wl_free(&w);
+}
+
+/* The study's observables of its fleet workload: about 1,200 16-token
+ * store keys a call, about 60% of touches the session's own earlier
+ * context, 4-5% another session's. */
+static void fleet_matches_the_study_reuse_and_keys(void **state)
+{
+	struct wl_fleet f;
+	struct wl_reuse ru;
+	struct wl w;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	assert_int_equal(wl_reuse_stats(&w, f.max_context, &ru), 0);
+	assert_true(ru.keys_per_call > 1000 && ru.keys_per_call < 1400);
+	assert_true(ru.same_session > 0.55 && ru.same_session < 0.70);
+	assert_true(ru.cross_session > 0.035 && ru.cross_session < 0.055);
+	assert_true(fabs(ru.same_session + ru.cross_session + ru.fresh - 1) < 1e-9);
+	wl_free(&w);
+}
+
+/* Reuse counted on a workload built by hand. */
+static void reuse_stats_count_same_and_cross_session_tokens(void **state)
+{
+	struct wl w;
+	struct wl_reuse ru;
+	struct wl_call c;
+
+	(void)state;
+	wl_init(&w, WL_TOKENS);
+	memset(&c, 0, sizeof(c));
+	/* session 0: [shared 100][own 0..200), then [shared 100][own 0..300) */
+	c.session = 0;
+	c.prompt_tokens = 300;
+	c.output_tokens = 10;
+	c.first = 0;
+	c.n = 2;
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 5, 0, 100 }), 0);
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 6, 100, 200 }), 0);
+	assert_int_equal(wl_add_call(&w, &c), 0);
+	c.prompt_tokens = 400;
+	c.first = 2;
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 5, 0, 100 }), 0);
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 6, 100, 300 }), 0);
+	assert_int_equal(wl_add_call(&w, &c), 0);
+	/* session 1: [shared 100][own 0..100) */
+	c.session = 1;
+	c.prompt_tokens = 200;
+	c.first = 4;
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 5, 0, 100 }), 0);
+	assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 7, 100, 100 }), 0);
+	assert_int_equal(wl_add_call(&w, &c), 0);
+	assert_int_equal(wl_index_sessions(&w, 2), 0);
+	assert_int_equal(wl_reuse_stats(&w, 350, &ru), 0);
+	/* 900 prompt tokens: same-session 100 + 200, cross-session 100 */
+	assert_true(fabs(ru.same_session - 300.0 / 900) < 1e-12);
+	assert_true(fabs(ru.cross_session - 100.0 / 900) < 1e-12);
+	assert_true(fabs(ru.prompt_mean - 300) < 1e-12);
+	assert_int_equal(ru.over_context, 1); /* 400 + 10 > 350 */
+	assert_int_equal(ru.max_prompt, 400);
+	wl_free(&w);
+}
+
+static void bad_fleet_parameters_are_rejected(void **state)
+{
+	struct wl_fleet f;
+	struct wl w;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	strcpy(f.roles, "rrc"); /* not one a call */
+	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
+	wl_fleet_defaults(&f);
+	strcpy(f.roles, "rrcxcr"); /* neither role */
+	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
+	wl_fleet_defaults(&f);
+	f.max_context = 2048; /* no room past the shared text */
+	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
+	wl_fleet_defaults(&f);
+	f.rounds = 0;
+	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
+	wl_fleet_defaults(&f);
+	f.think_p90 = 1;
+	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
+	wl_fleet_defaults(&f);
+	f.roles[0] = 0; /* no roles: routing left to the engine model */
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	assert_int_equal(w.calls[0].role, 0);
+	wl_free(&w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -241,6 +408,11 @@ int main(void)
 		cmocka_unit_test(sessions_share_the_leading_task_text_only),
 		cmocka_unit_test(inconsistent_generator_parameters_are_rejected),
 		cmocka_unit_test(prng_is_reproducible_and_uniform),
+		cmocka_unit_test(fleet_calls_never_exceed_the_context),
+		cmocka_unit_test(fleet_rounds_resend_the_earlier_round_after_the_pause),
+		cmocka_unit_test(fleet_matches_the_study_reuse_and_keys),
+		cmocka_unit_test(reuse_stats_count_same_and_cross_session_tokens),
+		cmocka_unit_test(bad_fleet_parameters_are_rejected),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

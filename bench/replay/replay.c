@@ -941,6 +941,8 @@ static uint32_t route(struct run *r, uint32_t ci)
 
 	if (r->o->endpoints == 1)
 		return 0;
+	if (c->role) /* the fleet's roles: each on a server of its own */
+		return (c->role - 1) % r->o->endpoints;
 	if (c->session != WL_NO_SESSION) {
 		if (r->pref[c->session] < 0) {
 			r->pref[c->session] = (int32_t)best;
@@ -1478,6 +1480,12 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	res->decode_s = r.decode_s;
 	res->makespan_s = r.last_t - (r.first_t > 0 ? r.first_t : 0);
 	res->throughput = res->makespan_s > 0 ? (double)n / res->makespan_s : 0;
+	if (res->makespan_s > 0) {
+		res->mean_running = res->mean_outstanding * res->busy_s / res->makespan_s;
+		res->store_gib_900s = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]) *
+				      (double)o->kv_bytes_per_token / 1073741824.0 * 900.0 /
+				      res->makespan_s;
+	}
 	replay_savings(res, o->prefill_rate);
 	bench_sort(r.ttft, r.nttft);
 	res->ttft_p50 = bench_percentile_sorted(r.ttft, r.nttft, 50);

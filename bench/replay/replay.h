@@ -116,6 +116,9 @@ struct replay_result {
 	double busy_s, makespan_s, throughput;   /* simulated */
 	double prefill_s, decode_s;              /* GPU time prefilling, decoding */
 	double mean_outstanding;                 /* calls outstanding, mean over busy time */
+	double mean_running;                     /* the same, mean over the makespan */
+	double store_gib_900s;                   /* full-size GiB the store served per
+						  * 900 simulated seconds of makespan */
 	/* shares of busy time (replay_savings) */
 	double saved_store;                      /* gross: store tokens / prefill rate */
 	double saved_store_net;                  /* net of the full charge */

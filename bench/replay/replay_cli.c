@@ -25,6 +25,8 @@ struct cli {
 	const char *cmd;
 	struct replay_opts o;
 	struct wl_gen gen;
+	struct wl_fleet fleet;
+	int fleet_wl;    /* generate the agent fleet's sessions (fleet presets) */
 	struct bench_common co;
 	const char *preset;
 	const char *trace;
@@ -54,8 +56,9 @@ static const char usage_replay[] =
 	"             (policies recompute,gpu-only,ram-only,default)\n"
 	"  exp2       reuse distance 128, 16 in flight, 2 endpoints, 256 GiB RAM\n"
 	"             (policies ram-only,default)\n"
-	"  fleet-W    W = 1, 2, 6, 12 or 18 sessions on 1 endpoint, 32 GB RAM + disk;\n"
-	"             max(16, 4W) of the generated sessions are replayed\n"
+	"  fleet-W    W = 1, 2, 6, 12 or 18 fleet sessions (3 rounds, 300 s pause,\n"
+	"             65,536-token context) on 2 endpoints (reasoner, coder),\n"
+	"             32 GB RAM + disk; max(16, 4W) generated sessions are replayed\n"
 	"  fleet      fleet-12 (policies default,ram-only)\n"
 	"  lease      fleet-12 with a 300 s lease (policies default,refuse)\n"
 	"  mooncake   trace timestamps, 4 endpoints, 3M-token RAM, 100M-token disk\n"
@@ -67,7 +70,8 @@ static const char usage_replay[] =
 	"  --trace-block-tokens N  tokens per Mooncake hash id (512)\n"
 	"  --seed N                generator seed (1)\n"
 	"  --sessions N            keep only the first N sessions (all)\n"
-	"  --shared-tokens N       leading task text common to all sessions (3072)\n"
+	"  --shared-tokens N       leading task text common to all sessions (3072;\n"
+	"                          fleet presets 864)\n"
 	"schedule:\n"
 	"  --schedule S            active | distance | arrival (traces with times)\n"
 	"  --active N, --width N   sessions active at once (16)\n"
@@ -294,7 +298,7 @@ static int apply_preset(struct cli *c, const char *p)
 			if (*end || (w != 1 && w != 2 && w != 6 && w != 12 && w != 18))
 				return -EINVAL;
 		}
-		o->endpoints = 1;
+		o->endpoints = 2; /* the coder and the reasoner, a server each */
 		o->sched = SCHED_ACTIVE;
 		o->active = w;
 		o->stagger_s = 60;
@@ -302,6 +306,7 @@ static int apply_preset(struct cli *c, const char *p)
 		o->disk_tokens = 32ull << 20;
 		o->speed = 200;
 		c->per_width = 1;
+		c->fleet_wl = 1;
 		if (!strcmp(p, "lease")) {
 			o->lease_ms = 300000;
 			return set_policies(c, "default,refuse");
@@ -403,6 +408,7 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			if (parse_u64(optarg, 0, 1e15, &u))
 				BAD("seed");
 			c->gen.seed = u;
+			c->fleet.seed = u;
 			break;
 		case O_SESSIONS:
 			if (parse_u64(optarg, 1, 1e9, &c->sessions_limit))
@@ -413,6 +419,7 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			if (parse_u64(optarg, 0, 1 << 20, &u))
 				BAD("shared-tokens");
 			c->gen.shared_tokens = (uint32_t)u;
+			c->fleet.shared_tokens = (uint32_t)u;
 			break;
 		case O_SCHEDULE:
 			schedule_set = 1;
@@ -604,6 +611,7 @@ static void cli_defaults(struct cli *c, const char *cmd)
 	c->o.progress = 1;
 	c->o.speed = 200;
 	wl_gen_defaults(&c->gen);
+	wl_fleet_defaults(&c->fleet);
 	bench_common_init(&c->co);
 	c->trace_block_tokens = 512;
 	c->pol[0] = POL_DEFAULT;
@@ -642,7 +650,7 @@ static int load_workload(struct cli *c, struct wl *w)
 				c->cmd);
 			return BENCH_EXIT_USAGE;
 		}
-		rc = wl_generate(&c->gen, w);
+		rc = c->fleet_wl ? wl_generate_fleet(&c->fleet, w) : wl_generate(&c->gen, w);
 		if (rc) {
 			fprintf(stderr, "kvbench %s: cannot generate the workload: %s\n", c->cmd,
 				strerror(-rc));
@@ -656,6 +664,7 @@ static int load_workload(struct cli *c, struct wl *w)
 
 static void describe(FILE *f, const struct cli *c, const struct wl *w)
 {
+	struct wl_reuse ru;
 	uint64_t tok = 0;
 	size_t i;
 	char speed[32];
@@ -669,6 +678,18 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 	fprintf(f, "kvbench %s%s%s: %zu calls, %zu sessions, %.1fM prompt tokens (%s)\n", c->cmd,
 		c->preset ? " --preset " : "", c->preset ? c->preset : "", w->ncalls, w->nsessions,
 		(double)tok / 1e6, c->trace ? c->trace : "generated");
+	if (w->kind == WL_TOKENS && !wl_reuse_stats(w, c->fleet_wl ? c->fleet.max_context : 0, &ru)) {
+		fprintf(f, "  workload: prompt %.0f tokens mean (%.0f 16-token keys a call), max %llu; answer %.0f mean;\n"
+			   "    prompt tokens sent before by the same session %.1f%%, by another %.1f%%, new %.1f%%",
+			ru.prompt_mean, ru.keys_per_call, (unsigned long long)ru.max_prompt,
+			ru.answer_mean, 100 * ru.same_session, 100 * ru.cross_session, 100 * ru.fresh);
+		if (c->fleet_wl)
+			fprintf(f, "; %u rounds of %u calls, %.0f s pause, context %llu (%llu over)",
+				c->fleet.rounds, c->fleet.round_calls, c->fleet.pause_s,
+				(unsigned long long)c->fleet.max_context,
+				(unsigned long long)ru.over_context);
+		fputc('\n', f);
+	}
 	fprintf(f, "  engine: %u endpoint(s), GPU cache %llu tokens, prefill %.0f tok/s, schedule %s",
 		c->o.endpoints, (unsigned long long)c->o.gpu_tokens, c->o.prefill_rate,
 		c->o.sched == SCHED_ACTIVE ? "active" : c->o.sched == SCHED_DISTANCE ? "distance"
@@ -693,12 +714,32 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 
 static json_t *config_json(const struct cli *c, const struct wl *w)
 {
+	struct wl_reuse ru;
 	json_t *o = json_object();
 
 	json_object_set_new(o, "preset", c->preset ? json_string(c->preset) : json_null());
 	json_object_set_new(o, "trace", c->trace ? json_string(c->trace) : json_null());
 	json_object_set_new(o, "calls", json_integer((json_int_t)w->ncalls));
 	json_object_set_new(o, "sessions", json_integer((json_int_t)w->nsessions));
+	if (w->kind == WL_TOKENS && !wl_reuse_stats(w, c->fleet_wl ? c->fleet.max_context : 0, &ru)) {
+		json_t *wj = json_object();
+
+		json_object_set_new(wj, "generator", json_string(c->trace ? "trace" : c->fleet_wl ? "fleet" : "controlled"));
+		json_object_set_new(wj, "prompt_mean", json_real(ru.prompt_mean));
+		json_object_set_new(wj, "keys_per_call", json_real(ru.keys_per_call));
+		json_object_set_new(wj, "max_prompt", json_integer((json_int_t)ru.max_prompt));
+		json_object_set_new(wj, "answer_mean", json_real(ru.answer_mean));
+		json_object_set_new(wj, "same_session_share", json_real(ru.same_session));
+		json_object_set_new(wj, "cross_session_share", json_real(ru.cross_session));
+		json_object_set_new(wj, "over_context", json_integer((json_int_t)ru.over_context));
+		if (c->fleet_wl) {
+			json_object_set_new(wj, "max_context", json_integer((json_int_t)c->fleet.max_context));
+			json_object_set_new(wj, "rounds", json_integer(c->fleet.rounds));
+			json_object_set_new(wj, "round_calls", json_integer(c->fleet.round_calls));
+			json_object_set_new(wj, "pause_s", json_real(c->fleet.pause_s));
+		}
+		json_object_set_new(o, "workload", wj);
+	}
 	json_object_set_new(o, "seed", json_integer((json_int_t)c->gen.seed));
 	json_object_set_new(o, "endpoints", json_integer(c->o.endpoints));
 	json_object_set_new(o, "gpu_tokens", json_integer((json_int_t)c->o.gpu_tokens));

@@ -23,7 +23,7 @@ enum {
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
-	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_MEAN_OUT, F_MAKESPAN_S, F_THROUGHPUT,
+	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB, F_MAKESPAN_S, F_THROUGHPUT,
 	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
@@ -74,6 +74,8 @@ static const struct field fields[F_N] = {
 	[F_PREFILL_S] = { "prefill_s", "  of which GPU prefilling (s)", "%.0f" },
 	[F_DECODE_S] = { "decode_s", "  of which GPU decoding (s)", "%.0f" },
 	[F_MEAN_OUT] = { "mean_outstanding", "calls outstanding, mean while busy", "%.2f" },
+	[F_MEAN_RUN] = { "mean_running", "calls outstanding, mean over makespan", "%.2f" },
+	[F_STORE_GIB] = { "store_gib_900s", "store served, full-size GiB / 900 s", "%.1f" },
 	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
 	[F_THROUGHPUT] = { "throughput", "throughput (calls/s, modelled)", "%.3f" },
 	[F_SAVED_STORE] = { "saved_store", "busy time saved by store, gross %", "%.2f" },
@@ -144,6 +146,8 @@ static double fget(const struct replay_result *r, int id)
 	case F_PREFILL_S: return r->prefill_s;
 	case F_DECODE_S: return r->decode_s;
 	case F_MEAN_OUT: return r->mean_outstanding;
+	case F_MEAN_RUN: return r->mean_running;
+	case F_STORE_GIB: return r->store_gib_900s;
 	case F_MAKESPAN_S: return r->makespan_s;
 	case F_THROUGHPUT: return r->throughput;
 	case F_SAVED_STORE: return 100.0 * r->saved_store;

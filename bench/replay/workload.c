@@ -424,3 +424,181 @@ out:
 		wl_free(out);
 	return err;
 }
+
+/* --- the agent-fleet generator ----------------------------------------------------- */
+
+void wl_fleet_defaults(struct wl_fleet *f)
+{
+	memset(f, 0, sizeof(*f));
+	f->seed = 1;
+	f->sessions = 256;
+	f->rounds = 3;
+	f->round_calls = 6;
+	strcpy(f->roles, "rrcccr");
+	f->max_context = 65536;
+	f->shared_tokens = 864;
+	f->role_median = 12288;
+	f->fail_median = 2048;
+	f->answer_median = 600;
+	f->think_p50 = 5.16;
+	f->think_p90 = 23.44;
+	f->think_cap = 300;
+	f->pause_s = 300;
+}
+
+/* A log-normal of median m and log-sd sigma, rounded and clipped to [lo, hi]. */
+static uint64_t lognormal_tokens(struct wl_rng *r, double m, double sigma, uint64_t lo,
+				 uint64_t hi)
+{
+	double x = exp(log(m) + sigma * wl_rng_normal(r));
+
+	if (x < (double)lo)
+		return lo;
+	if (x > (double)hi)
+		return hi;
+	return (uint64_t)llround(x);
+}
+
+int wl_generate_fleet(const struct wl_fleet *f, struct wl *out)
+{
+	struct wl_rng r;
+	struct wl_think think;
+	uint64_t sst, common_seed, len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS];
+	uint64_t stream[WL_FLEET_MAX_CALLS], fail;
+	uint32_t s, k, round, turn;
+	struct wl_call c;
+	size_t nroles;
+	int err;
+
+	wl_init(out, WL_TOKENS);
+	if (f->sessions == 0 || f->rounds == 0 || f->round_calls == 0 ||
+	    f->round_calls > WL_FLEET_MAX_CALLS ||
+	    f->max_context < 4ull * (f->shared_tokens + 256) || !(f->role_median >= 1) ||
+	    !(f->fail_median >= 1) || !(f->answer_median >= 1) ||
+	    !(f->think_p50 > 0) || !(f->think_p90 > f->think_p50) || !(f->think_cap > 0) ||
+	    !(f->pause_s >= 0))
+		return -EINVAL;
+	nroles = strnlen(f->roles, sizeof(f->roles));
+	if (nroles == sizeof(f->roles) || (nroles && nroles != f->round_calls) ||
+	    strspn(f->roles, "rc") != nroles)
+		return -EINVAL;
+	wl_rng_seed(&r, f->seed ^ 0x666c656574ull); /* "fleet" */
+	wl_think_fit(&think, f->think_p50, f->think_p90, f->think_cap);
+	sst = f->seed ^ 0x7461736b74657874ull; /* "tasktext" */
+	common_seed = wl_splitmix64(&sst);
+	for (s = 0; s < f->sessions; s++) {
+		uint64_t sseed = f->seed * 0x100000001b3ull + s + 1;
+
+		for (k = 0; k < f->round_calls; k++) {
+			stream[k] = wl_splitmix64(&sseed);
+			len[k] = f->shared_tokens + lognormal_tokens(&r, f->role_median, 0.5, 256,
+								     f->max_context / 2);
+		}
+		turn = 0;
+		for (round = 0; round < f->rounds; round++) {
+			/* a later round: each role's previous prompt, its answer
+			 * and the failing tests' text */
+			fail = round ? lognormal_tokens(&r, f->fail_median, 0.5, 64, f->max_context) : 0;
+			for (k = 0; k < f->round_calls; k++) {
+				if (round)
+					len[k] += ans[k] + fail;
+				ans[k] = lognormal_tokens(&r, f->answer_median, 0.8, 16, 4096);
+				if (len[k] + ans[k] > f->max_context)
+					goto session_done;
+				memset(&c, 0, sizeof(c));
+				c.session = s;
+				c.turn = turn;
+				c.prompt_tokens = len[k];
+				c.output_tokens = ans[k];
+				c.role = nroles ? (f->roles[k] == 'r' ? 1 : 2) : 0;
+				c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s
+								  : wl_think_sample(&think, &r);
+				c.arrival_s = -1;
+				c.first = out->nsegs;
+				c.n = 2;
+				if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
+				    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
+								     len[k] - f->shared_tokens }) ||
+				    wl_add_call(out, &c)) {
+					wl_free(out);
+					return -ENOMEM;
+				}
+				turn++;
+			}
+		}
+session_done:;
+	}
+	err = wl_index_sessions(out, f->sessions);
+	if (err)
+		wl_free(out);
+	return err;
+}
+
+/* --- reuse statistics --------------------------------------------------------------- */
+
+struct seed_ext {
+	uint64_t seed;
+	uint64_t end;   /* tokens [0, end) of the stream have been sent */
+	uint32_t owner; /* the session that sent them first */
+	int used;
+};
+
+int wl_reuse_stats(const struct wl *w, uint64_t max_context, struct wl_reuse *out)
+{
+	struct seed_ext *tab;
+	size_t cap = 64, i, k, h;
+	double same = 0, cross = 0, all = 0, ans = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (w->kind != WL_TOKENS || !w->ncalls)
+		return 0;
+	while (cap < 2 * w->nsegs + 2)
+		cap *= 2;
+	tab = calloc(cap, sizeof(*tab));
+	if (!tab)
+		return -ENOMEM;
+	for (i = 0; i < w->ncalls; i++) {
+		const struct wl_call *c = &w->calls[i];
+		uint64_t left = c->prompt_tokens;
+
+		all += (double)c->prompt_tokens;
+		ans += (double)c->output_tokens;
+		if (c->prompt_tokens > out->max_prompt)
+			out->max_prompt = c->prompt_tokens;
+		if (max_context && c->prompt_tokens + c->output_tokens > max_context)
+			out->over_context++;
+		for (k = 0; k < c->n && left; k++) {
+			const struct wl_seg *sg = &w->segs[c->first + k];
+			uint64_t len = sg->len < left ? sg->len : left, seen;
+
+			left -= len;
+			if (sg->seed == WL_SEG_EXPLICIT)
+				continue;
+			h = (size_t)(sg->seed * 0x9e3779b97f4a7c15ull) & (cap - 1);
+			while (tab[h].used && tab[h].seed != sg->seed)
+				h = (h + 1) & (cap - 1);
+			if (!tab[h].used) {
+				tab[h].used = 1;
+				tab[h].seed = sg->seed;
+				tab[h].owner = c->session;
+			}
+			seen = tab[h].end > sg->off ? tab[h].end - sg->off : 0;
+			if (seen > len)
+				seen = len;
+			if (tab[h].owner == c->session)
+				same += (double)seen;
+			else
+				cross += (double)seen;
+			if (sg->off + len > tab[h].end)
+				tab[h].end = sg->off + len;
+		}
+	}
+	free(tab);
+	out->prompt_mean = all / (double)w->ncalls;
+	out->answer_mean = ans / (double)w->ncalls;
+	out->keys_per_call = out->prompt_mean / 16.0;
+	out->same_session = all > 0 ? same / all : 0;
+	out->cross_session = all > 0 ? cross / all : 0;
+	out->fresh = all > 0 ? 1 - out->same_session - out->cross_session : 0;
+	return 0;
+}

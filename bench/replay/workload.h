@@ -73,6 +73,9 @@ struct wl_call {
 	double arrival_s;        /* absolute arrival in simulated seconds, or < 0 */
 	size_t first;            /* WL_TOKENS: first segment; WL_BLOCKS: first id */
 	uint32_t n;              /* number of segments or ids */
+	uint32_t role;           /* 0: routed by the engine model; k > 0: served
+				  * by endpoint (k - 1) mod endpoints (the
+				  * fleet's roles, each its own server) */
 };
 
 struct wl_session {
@@ -142,6 +145,61 @@ void wl_gen_defaults(struct wl_gen *g);
  * calls a session, empty groups), or -ENOMEM.
  */
 int wl_generate(const struct wl_gen *g, struct wl *out);
+
+/* --- the agent-fleet generator ------------------------------------------------ */
+
+/*
+ * The agent-fleet study's sessions (adev): a session runs up to `rounds`
+ * rounds of `round_calls` model calls, one a role (architect, contract,
+ * test writer, implementers, integrator). A role's first prompt is the
+ * leading task text shared by all sessions followed by material of its own;
+ * in each later round the role's prompt is its previous prompt, its answer
+ * and the failing tests' text (round N begins with the full text of round
+ * N - 1), after a pause (the test gate) between rounds. No call's prompt +
+ * answer exceeds max_context: a session whose next call would not fit ends
+ * there, as a framework that always resends the full earlier text must.
+ */
+#define WL_FLEET_MAX_CALLS 15
+struct wl_fleet {
+	uint64_t seed;
+	uint32_t sessions;        /* 256 */
+	uint32_t rounds;          /* 3 (the study) */
+	uint32_t round_calls;     /* 6 (assumed), at most WL_FLEET_MAX_CALLS */
+	char roles[WL_FLEET_MAX_CALLS + 1]; /* the server of each call of a
+				   * round: 'r' (reasoner, role 1) or 'c'
+				   * (coder, role 2); "rrcccr" (assumed); ""
+				   * leaves routing to the engine model. Else
+				   * round_calls long */
+	uint64_t max_context;     /* 65,536 (the study) */
+	uint32_t shared_tokens;   /* 864: the leading task text */
+	double role_median;       /* a role's own material in round 1: 12,288 */
+	double fail_median;       /* failing-test text of a later round: 2,048 */
+	double answer_median;     /* 600 */
+	double think_p50, think_p90, think_cap; /* gaps inside a round */
+	double pause_s;           /* 300: between rounds (the study's pause) */
+};
+
+void wl_fleet_defaults(struct wl_fleet *f);
+/* Generates the sessions above, deterministic for f->seed. Returns 0,
+ * -EINVAL (no sessions, rounds or calls, a context too small for the shared
+ * text, bad medians or think times) or -ENOMEM. */
+int wl_generate_fleet(const struct wl_fleet *f, struct wl *out);
+
+/*
+ * What a token workload's prompts touch, counted per token in session
+ * order: a token is same-session reuse when its session sent it before,
+ * cross-session reuse when another session did first, new otherwise
+ * (explicit trace tokens count as new). Also the mean prompt, its 16-token
+ * blocks (the study's store keys a call) and the calls whose prompt +
+ * answer exceed max_context (0: not counted).
+ */
+struct wl_reuse {
+	double prompt_mean, answer_mean, keys_per_call;
+	double same_session, cross_session, fresh;  /* shares of prompt tokens */
+	uint64_t over_context;
+	uint64_t max_prompt;
+};
+int wl_reuse_stats(const struct wl *w, uint64_t max_context, struct wl_reuse *out);
 
 /* Keeps the first n sessions of w (all when n >= w->nsessions). */
 void wl_truncate_sessions(struct wl *w, size_t n);
