@@ -388,6 +388,10 @@ static void saving_from_tokens_busy_time_and_charges(void **state)
 	replay_savings(&r, 14850);
 	assert_float_equal(r.saved_store, 0.20, 1e-12);
 	assert_float_equal(r.disk_of_saving, 0.30, 1e-12);
+	/* over the union of the endpoints' busy time: 0.2 s / 0.5 s */
+	r.busy_union_s = 0.5;
+	replay_savings(&r, 14850);
+	assert_float_equal(r.saved_store_union, 0.40, 1e-12);
 	/* no busy time: no saving, and no division by zero */
 	r.busy_s = 0;
 	replay_savings(&r, 14850);
@@ -428,6 +432,8 @@ static void calls_with_roles_go_to_their_endpoint(void **state)
 		o.policy = POL_GPU_ONLY;
 		run(&o, &w, &r);
 		assert_int_equal(r.calls, 2);
+		/* one call after the other: the union over endpoints is the sum */
+		assert_float_equal(r.busy_union_s, r.busy_s, 1e-9);
 		if (with_roles)
 			assert_int_equal(r.tok[T_GPU], 0);
 		else

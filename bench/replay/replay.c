@@ -1250,6 +1250,7 @@ void replay_savings(struct replay_result *res, double prefill_rate)
 	double avoided = store / prefill_rate;
 
 	res->saved_store = res->saved_store_net = res->saved_store_net_div = 0;
+	res->saved_store_union = 0;
 	res->saved_disk = res->saved_gpu = 0;
 	res->disk_of_saving = store > 0 ? (double)res->tok[T_DISK] / store : 0;
 	if (!(res->busy_s > 0))
@@ -1259,11 +1260,12 @@ void replay_savings(struct replay_result *res, double prefill_rate)
 	res->saved_store_net_div = (avoided - res->charged_div_s) / res->busy_s;
 	res->saved_disk = (double)res->tok[T_DISK] / prefill_rate / res->busy_s;
 	res->saved_gpu = (double)res->tok[T_GPU] / prefill_rate / res->busy_s;
+	res->saved_store_union = res->busy_union_s > 0 ? avoided / res->busy_union_s : 0;
 }
 
 /* Busy time: per endpoint, the union of its calls' intervals from arrival
- * to the end of their decode; summed over endpoints. Also the mean number
- * of calls outstanding while busy. */
+ * to the end of their decode; summed over endpoints. Also the union over
+ * all endpoints and the mean number of calls outstanding while busy. */
 static int busy_time(struct run *r)
 {
 	const size_t n = r->w->ncalls;
@@ -1285,6 +1287,11 @@ static int busy_time(struct run *r)
 			}
 		r->res->busy_s += replay_busy_union(v, k);
 	}
+	for (i = 0; i < n; i++) {
+		v[i].start = r->arrive[i];
+		v[i].end = r->done_t[i];
+	}
+	r->res->busy_union_s = replay_busy_union(v, n);
 	free(v);
 	r->res->mean_outstanding = r->res->busy_s > 0 ? inside / r->res->busy_s : 0;
 	return 0;

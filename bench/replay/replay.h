@@ -114,6 +114,7 @@ struct replay_result {
 	double fullsize_load_s;                  /* real x scale: full-size bound */
 	/* model */
 	double busy_s, makespan_s, throughput;   /* simulated */
+	double busy_union_s;                     /* time any endpoint is busy */
 	double prefill_s, decode_s;              /* GPU time prefilling, decoding */
 	double mean_outstanding;                 /* calls outstanding, mean over busy time */
 	double mean_running;                     /* the same, mean over the makespan */
@@ -126,6 +127,7 @@ struct replay_result {
 	double saved_disk;                       /* the disk tier's part of saved_store */
 	double disk_of_saving;                   /* saved_disk / saved_store */
 	double saved_gpu;                        /* GPU cache tokens / prefill rate */
+	double saved_store_union;                /* gross over busy_union_s */
 	double ttft_p50, ttft_p90, ttft_p99;     /* simulated seconds */
 	uint64_t sticky_stay, sticky_spill, relaxed;
 	/* the trace's bound: an unbounded cache in this order */
@@ -163,7 +165,8 @@ double replay_busy_union(struct replay_interval *v, size_t n);
  * and charged_div_s: the prefill the store avoided (tokens served by RAM,
  * disk and peers / prefill_rate) over busy_s, gross, net of the full charge
  * and net of the divided one; the disk tier's part and its share of the
- * saving; and the GPU cache's. All 0 when busy_s is 0.
+ * saving; and the GPU cache's. All 0 when busy_s is 0. Also the gross
+ * saving over busy_union_s (0 when that is 0).
  */
 void replay_savings(struct replay_result *res, double prefill_rate);
 

@@ -23,8 +23,8 @@ enum {
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
-	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB, F_MAKESPAN_S, F_THROUGHPUT,
-	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
+	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_BUSY_UNION, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB, F_MAKESPAN_S, F_THROUGHPUT,
+	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_UNION, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
 	F_BOUND_BLK, F_BOUND_TOK, F_GPU_OF_BOUND, F_RAM_OF_BOUND, F_DISK_OF_BOUND,
@@ -74,6 +74,7 @@ static const struct field fields[F_N] = {
 	[F_PREFILL_S] = { "prefill_s", "  of which GPU prefilling (s)", "%.0f" },
 	[F_DECODE_S] = { "decode_s", "  of which GPU decoding (s)", "%.0f" },
 	[F_MEAN_OUT] = { "mean_outstanding", "calls outstanding, mean while busy", "%.2f" },
+	[F_BUSY_UNION] = { "busy_union_s", "busy time, union over endpoints (s)", "%.0f" },
 	[F_MEAN_RUN] = { "mean_running", "calls outstanding, mean over makespan", "%.2f" },
 	[F_STORE_GIB] = { "store_gib_900s", "store served, full-size GiB / 900 s", "%.1f" },
 	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
@@ -81,6 +82,7 @@ static const struct field fields[F_N] = {
 	[F_SAVED_STORE] = { "saved_store", "busy time saved by store, gross %", "%.2f" },
 	[F_SAVED_NET_DIV] = { "saved_store_net_div", "  net, load charge / calls in flight %", "%.2f" },
 	[F_SAVED_NET] = { "saved_store_net", "  net, full load charge %", "%.2f" },
+	[F_SAVED_UNION] = { "saved_store_union", "  gross over the union of endpoints %", "%.2f" },
 	[F_SAVED_DISK] = { "saved_disk", "  of gross: disk tier's part %", "%.2f" },
 	[F_DISK_OF_SAVING] = { "disk_of_saving", "  disk tier's share of gross %", "%.1f" },
 	[F_SAVED_GPU] = { "saved_gpu", "busy time saved by GPU cache %", "%.2f" },
@@ -146,6 +148,8 @@ static double fget(const struct replay_result *r, int id)
 	case F_PREFILL_S: return r->prefill_s;
 	case F_DECODE_S: return r->decode_s;
 	case F_MEAN_OUT: return r->mean_outstanding;
+	case F_BUSY_UNION: return r->busy_union_s;
+	case F_SAVED_UNION: return 100.0 * r->saved_store_union;
 	case F_MEAN_RUN: return r->mean_running;
 	case F_STORE_GIB: return r->store_gib_900s;
 	case F_MAKESPAN_S: return r->makespan_s;
