@@ -30,6 +30,8 @@ static const char usage[] =
 	"\n"
 	"  --socket PATH   attach to the node store serving PATH (a kvtierd with\n"
 	"                  local.socket); default: open one in this process\n"
+	"  --shared        with --socket: give the in-process store a shared\n"
+	"                  (memfd) arena too, as a node store's is\n"
 	"  --size SIZE     block size of the gets (default 1MiB)\n"
 	"  --blocks N      blocks stored and loaded per repetition (default 64)\n"
 	"  --keys N        keys per lookup with lease (default 64)\n"
@@ -38,7 +40,8 @@ static const char usage[] =
 	"  --json FILE     write the results as JSON to FILE\n"
 	"  --help          this text\n";
 
-enum { OPT_SOCKET = BENCH_OPT_FIRST_FREE, OPT_SIZE, OPT_BLOCKS, OPT_KEYS, OPT_LOOKUPS };
+enum { OPT_SOCKET = BENCH_OPT_FIRST_FREE, OPT_SHARED, OPT_SIZE, OPT_BLOCKS, OPT_KEYS,
+       OPT_LOOKUPS };
 
 struct side {
 	const char *name;
@@ -111,12 +114,13 @@ static int lookups(struct side *sd, const kvt_key *chain, size_t nk, unsigned co
 	return 0;
 }
 
-static int parse(int argc, char **argv, const char **sock, uint64_t *size,
+static int parse(int argc, char **argv, const char **sock, int *shared, uint64_t *size,
 		 unsigned long *blocks, unsigned long *keys, unsigned long *count,
 		 struct bench_common *co)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "shared", no_argument, NULL, OPT_SHARED },
 		{ "size", required_argument, NULL, OPT_SIZE },
 		{ "blocks", required_argument, NULL, OPT_BLOCKS },
 		{ "keys", required_argument, NULL, OPT_KEYS },
@@ -140,6 +144,9 @@ static int parse(int argc, char **argv, const char **sock, uint64_t *size,
 			return -1;
 		case OPT_SOCKET:
 			*sock = optarg;
+			break;
+		case OPT_SHARED:
+			*shared = 1;
 			break;
 		case OPT_SIZE:
 			if (bench_size_arg(CMD, "--size", optarg, 4096, 256u << 20, size))
@@ -180,7 +187,8 @@ int bench_attach_main(int argc, char **argv)
 	char *buf = NULL, *dst = NULL;
 	double *ratio = NULL;
 	json_t *doc = NULL;
-	int rc = parse(argc, argv, &sock, &size, &nblk, &nkeys, &count, &co);
+	int shared = 0;
+	int rc = parse(argc, argv, &sock, &shared, &size, &nblk, &nkeys, &count, &co);
 
 	if (rc)
 		return rc < 0 ? BENCH_EXIT_OK : rc;
@@ -191,11 +199,12 @@ int bench_attach_main(int argc, char **argv)
 		 (unsigned long long)size);
 	size_t base = strlen(cfg);
 	int own = !sock; /* the node store is this process's: in and at share it */
-	if (own) {
+	if (own || shared) {
 		if (bench_tmpdir_create(dir, sizeof(dir)))
 			return BENCH_EXIT_FAIL;
 		snprintf(path, sizeof(path), "%s/node.sock", dir);
-		sock = path;
+		if (own)
+			sock = path;
 		snprintf(cfg + base, sizeof(cfg) - base, ", \"local\": {\"socket\": \"%s\"}}", path);
 	} else {
 		snprintf(cfg + base, sizeof(cfg) - base, "}");
@@ -239,9 +248,10 @@ int bench_attach_main(int argc, char **argv)
 		    (!own && kvt_put(in.s, chain[i], buf, 4096)))
 			goto out;
 	}
-	printf("kvbench attach: libkvtier %s, %u CPUs; node store %s; %lu blocks of %llu KiB "
-	       "per repetition, lookups of %lu keys with lease; median of %u reps after a "
-	       "warm-up\n", kvt_version(), bench_ncpus(), own ? "in this process" : sock, nblk, (unsigned long long)(size >> 10), nkeys, co.reps);
+	printf("kvbench attach: libkvtier %s, %u CPUs; node store %s; in-process arena %s; "
+	       "%lu blocks of %llu KiB per repetition, lookups of %lu keys with lease; median "
+	       "of %u reps after a warm-up\n", kvt_version(), bench_ncpus(),
+	       own ? "in this process" : sock, own || shared ? "shared" : "private", nblk, (unsigned long long)(size >> 10), nkeys, co.reps);
 	fflush(stdout);
 	/* Warm-up, every byte verified on both sides. */
 	if (get_all(in.s, keys, nblk, size, dst, 4, 1) < 0 ||
@@ -277,6 +287,7 @@ int bench_attach_main(int argc, char **argv)
 	       la.median < 50 ? "(met)" : "(NOT met)");
 
 	bench_json_config(doc, "socket", json_string(own ? "own" : sock));
+	bench_json_config(doc, "in_process_arena", json_string(own || shared ? "shared" : "private"));
 	bench_json_config(doc, "size", json_integer((json_int_t)size));
 	bench_json_config(doc, "blocks", json_integer((json_int_t)nblk));
 	bench_json_config(doc, "keys", json_integer((json_int_t)nkeys));
@@ -309,7 +320,7 @@ int bench_attach_main(int argc, char **argv)
 out:
 	kvt_close(at.s);
 	kvt_close(node);
-	if (own)
+	if (own || shared)
 		bench_tmpdir_remove(dir);
 	bench_samples_free(&in.lat);
 	bench_samples_free(&at.lat);

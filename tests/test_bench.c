@@ -722,6 +722,26 @@ static void attach_writes_json_results(void **state)
 	assert_true(json_number_value(json_object_get(r, "value")) > 0);
 	json_decref(doc);
 
+	/* A node store of its own (as a kvtierd would be), the in-process side
+	 * given a shared arena too. */
+	char sock[600], cfg[700];
+	kvt_store *node = NULL;
+	snprintf(sock, sizeof(sock), "%s", path); /* beside the JSON file */
+	strcpy(strrchr(sock, '/') + 1, "attach.sock");
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false}, "
+		 "\"local\": {\"socket\": \"%s\"}}", sock);
+	assert_int_equal(kvt_open(cfg, &node), 0);
+	assert_int_equal(run_main(bench_attach_main, "attach", "--socket", sock, "--shared",
+				  "--size", "64KiB", "--blocks", "4", "--lookups", "10",
+				  "--reps", "1", "--json", path, NULL), 0);
+	kvt_close(node);
+	doc = load(path);
+	r = json_object_get(doc, "config");
+	assert_string_equal(json_string_value(json_object_get(r, "socket")), sock);
+	assert_string_equal(json_string_value(json_object_get(r, "in_process_arena")), "shared");
+	assert_non_null(result_named(doc, "attached_get", 0));
+	json_decref(doc);
+
 	assert_int_equal(run_main(bench_attach_main, "attach", "--size", "1000", NULL),
 			 BENCH_EXIT_USAGE);
 	assert_int_equal(run_main(bench_attach_main, "attach", "--blocks", "0", NULL),
