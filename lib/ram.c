@@ -50,10 +50,9 @@ struct ram_tier {
 	_Atomic uint64_t used;      /* bytes in extents of live entries */
 	_Atomic uint64_t objects;
 	_Atomic uint64_t leased_bytes, leased_objects;
-	_Atomic uint64_t hits, misses, puts, dup_puts, refused_puts;
+	_Atomic uint64_t puts, dup_puts, refused_puts;
 	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
-	_Atomic uint64_t leases, lease_expiries, lease_refusals, releases;
-	_Atomic uint64_t pinned;
+	_Atomic uint64_t lease_expiries, lease_refusals, releases;
 	_Atomic uint64_t gens[NGENS];
 };
 
@@ -507,8 +506,8 @@ int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	pthread_mutex_lock(&sh->lock);
 	id = shard_find(sh, key);
 	if (id == IDX_NONE) {
+		sh->misses++;
 		pthread_mutex_unlock(&sh->lock);
-		ctr_add(&r->misses, 1);
 		return -ENOENT;
 	}
 	struct ram_ent *e = &sh->ents[id];
@@ -519,17 +518,17 @@ int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	}
 	if (e->pins == UINT16_MAX) {
 		/* Absurdly many concurrent readers of one block: a miss, not a wrap. */
+		sh->misses++;
 		pthread_mutex_unlock(&sh->lock);
-		ctr_add(&r->misses, 1);
 		return -ENOENT;
 	}
 	e->pins++;
 	touch(r, sh, id);
 	*off = e->off;
 	*ref = (uint64_t)(sh - r->shards) << 32 | id;
+	sh->pinned++;
+	sh->hits++;
 	pthread_mutex_unlock(&sh->lock);
-	ctr_add(&r->pinned, 1);
-	ctr_add(&r->hits, 1);
 	return 0;
 }
 
@@ -538,8 +537,8 @@ void ram_unpin(struct ram_tier *r, uint64_t ref)
 	struct shard *sh = &r->shards[ref >> 32];
 	uint32_t id = (uint32_t)ref;
 
-	atomic_fetch_sub_explicit(&r->pinned, 1, memory_order_relaxed);
 	pthread_mutex_lock(&sh->lock);
+	sh->pinned--;
 	struct ram_ent *e = &sh->ents[id];
 	if (--e->pins == 0 && e->state == IENT_DEAD)
 		release_entry(r, sh, id);
@@ -597,7 +596,7 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
 	}
 	/* IENT_EVICTING: the evictor sees lease_until and keeps the block. */
-	ctr_add(&r->leases, 1);
+	sh->leases++;
 	return 1;
 }
 
@@ -696,13 +695,17 @@ int ram_arena_fd(struct ram_tier *r)
 void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 {
 	struct arena_stats as;
-	uint64_t idx_bytes = 0;
+	uint64_t idx_bytes = 0, hits = 0, misses = 0, leases = 0, pinned = 0;
 
 	expire_all(r);
 	for (unsigned i = 0; i < NSHARDS; i++) {
 		struct shard *sh = &r->shards[i];
 		pthread_mutex_lock(&sh->lock);
 		idx_bytes += shard_mem_bytes(sh);
+		hits += sh->hits;
+		misses += sh->misses;
+		leases += sh->leases;
+		pinned += sh->pinned;
 		pthread_mutex_unlock(&sh->lock);
 	}
 	arena_get_stats(r->arena, &as);
@@ -713,8 +716,8 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_int(v, "capacity", (int64_t)r->capacity);
 	stat_int(v, "bytes_used", (int64_t)used);
 	stat_int(v, "objects", (int64_t)objects);
-	stat_int(v, "hits", (int64_t)ctr_get(&r->hits));
-	stat_int(v, "misses", (int64_t)ctr_get(&r->misses));
+	stat_int(v, "hits", (int64_t)hits);
+	stat_int(v, "misses", (int64_t)misses);
 	stat_int(v, "puts", (int64_t)ctr_get(&r->puts));
 	stat_int(v, "duplicate_puts", (int64_t)ctr_get(&r->dup_puts));
 	stat_int(v, "refused_puts", (int64_t)ctr_get(&r->refused_puts));
@@ -725,11 +728,11 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_int(v, "leased_bytes", (int64_t)ctr_get(&r->leased_bytes));
 	stat_int(v, "leased_objects", (int64_t)ctr_get(&r->leased_objects));
 	stat_int(v, "lease_cap_bytes", (int64_t)r->lease_cap_bytes);
-	stat_int(v, "leases", (int64_t)ctr_get(&r->leases));
+	stat_int(v, "leases", (int64_t)leases);
 	stat_int(v, "lease_expiries", (int64_t)ctr_get(&r->lease_expiries));
 	stat_int(v, "lease_refusals", (int64_t)ctr_get(&r->lease_refusals));
 	stat_int(v, "lease_releases", (int64_t)ctr_get(&r->releases));
-	stat_int(v, "pinned", (int64_t)ctr_get(&r->pinned));
+	stat_int(v, "pinned", (int64_t)pinned);
 	stat_int(v, "high_watermark_bytes", (int64_t)r->high_bytes);
 	stat_int(v, "low_watermark_bytes", (int64_t)r->low_bytes);
 	stat_int(v, "largest_free", (int64_t)as.largest_free);

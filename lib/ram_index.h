@@ -45,6 +45,10 @@ struct shard {
 	uint32_t count;        /* entries in the table */
 	uint32_t lru_head, lru_tail;    /* most recent at head */
 	uint32_t held_head, held_tail;  /* earliest deadline at head */
+	/* The tier's hot counters, kept per shard under its lock so that
+	 * readers on different shards share no written cache line; stats
+	 * add them up. */
+	uint64_t hits, misses, leases, pinned;
 } __attribute__((aligned(64)));
 
 int shard_init(struct shard *sh);
