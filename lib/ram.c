@@ -36,6 +36,9 @@
 /* Removal generations: one per slot, slot = key.hi % NGENS, so a slot lies
  * in one shard (NGENS is a multiple of NSHARDS) and changes under its lock. */
 #define NGENS 1024u
+/* Promotion admission: fingerprints of keys whose promotion was declined
+ * once (a power of two; a later key in the same slot takes it over). */
+#define NSEEN 4096u
 
 struct ram_tier {
 	struct shard shards[NSHARDS];
@@ -54,6 +57,8 @@ struct ram_tier {
 	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
 	_Atomic uint64_t lease_expiries, lease_refusals, releases;
 	_Atomic uint64_t gens[NGENS];
+	_Atomic uint64_t seen[NSEEN];
+	_Atomic uint64_t promotions_declined;
 };
 
 static inline struct shard *shard_of(struct ram_tier *r, kvt_key key)
@@ -430,6 +435,31 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 }
 
 /*
+ * Whether a promotion of len bytes of key may take RAM: always while it
+ * fits below the high watermark (free space, nothing evicted); otherwise
+ * only on the key's second declined try since its slot in `seen` was last
+ * taken, so that a stream of blocks read once (a cold load larger than
+ * RAM) does not evict and copy on every disk hit, while a block read again
+ * comes back to RAM.
+ */
+static int admit_promotion(struct ram_tier *r, kvt_key key, size_t len)
+{
+	uint64_t used = atomic_load_explicit(&r->used, memory_order_relaxed);
+
+	if (used + len <= r->high_bytes)
+		return 1;
+	uint64_t fp = (key.lo ^ (key.hi << 17 | key.hi >> 47)) | 1;
+	_Atomic uint64_t *slot = &r->seen[(key.lo ^ key.hi) >> 7 & (NSEEN - 1)];
+
+	if (atomic_load_explicit(slot, memory_order_relaxed) == fp) {
+		atomic_store_explicit(slot, 0, memory_order_relaxed);
+		return 1;
+	}
+	atomic_store_explicit(slot, fp, memory_order_relaxed);
+	return 0;
+}
+
+/*
  * ram_put, and with gen (a promotion) ram_promote: the copy must match *sum
  * (when given) and no removal may have changed key's generation since *gen.
  */
@@ -449,6 +479,10 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 	}
 	pthread_mutex_unlock(&sh->lock);
 
+	if (gen && !admit_promotion(r, key, len)) {
+		ctr_add(&r->promotions_declined, 1);
+		return -EAGAIN;
+	}
 	int64_t off = alloc_extent(r, len, 1);
 	if (off < 0) {
 		if (off == -ENOSPC)
@@ -721,6 +755,7 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_int(v, "puts", (int64_t)ctr_get(&r->puts));
 	stat_int(v, "duplicate_puts", (int64_t)ctr_get(&r->dup_puts));
 	stat_int(v, "refused_puts", (int64_t)ctr_get(&r->refused_puts));
+	stat_int(v, "promotions_declined", (int64_t)ctr_get(&r->promotions_declined));
 	stat_int(v, "evictions", (int64_t)ctr_get(&r->evictions));
 	stat_int(v, "evicted_bytes", (int64_t)ctr_get(&r->evicted_bytes));
 	stat_int(v, "spills", (int64_t)ctr_get(&r->spills));

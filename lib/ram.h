@@ -66,7 +66,10 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
  * reads in flight. sum (NULL: none) is the payload checksum the lower tier
  * verified; the copy made into the arena must match it, else -EBADMSG and
  * nothing is stored (data may be a caller's buffer that changed since).
- * Otherwise as ram_put.
+ * A promotion is an admission decision: while the block fits below the
+ * high watermark it is stored; otherwise only on the key's second try
+ * (-EAGAIN and nothing stored or evicted on the first). Otherwise as
+ * ram_put.
  */
 int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
 		uint64_t gen, const uint64_t *sum);

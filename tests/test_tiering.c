@@ -66,10 +66,53 @@ static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_c
 	return s;
 }
 
+/*
+ * Promotion is an admission decision: with RAM full to its high watermark, a
+ * disk hit read once is not copied (nothing evicted); read a second time it
+ * is; with room in RAM, the first read is copied.
+ */
+static void test_promotion_admits_on_second_hit_when_full(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("admit.dat", 4, 0.5, "");
+
+	for (uint64_t i = 0; i < 16; i++)
+		store_put_block(s, test_key(i), MiB);
+	/* RAM holds 12..15, the disk 0..11 */
+	long long ev = store_stat(s, "ram", "evictions");
+	long long prom = store_stat(s, "store", "promotions");
+	long long dec = store_stat(s, "ram", "promotions_declined");
+	long long disk = store_stat(s, "store", "hits_disk");
+
+	for (uint64_t i = 0; i < 8; i++)
+		assert_int_equal(store_get_block(s, test_key(i), MiB), 0);
+	assert_int_equal(store_stat(s, "store", "hits_disk"), disk + 8);
+	assert_int_equal(store_stat(s, "ram", "promotions_declined"), dec + 8);
+	assert_int_equal(store_stat(s, "store", "promotions"), prom);
+	assert_int_equal(store_stat(s, "ram", "evictions"), ev);
+
+	/* the second read of key 0 is admitted and evicts to make room */
+	assert_int_equal(store_get_block(s, test_key(0), MiB), 0);
+	assert_int_equal(store_stat(s, "store", "promotions"), prom + 1);
+	assert_true(store_stat(s, "ram", "evictions") > ev);
+	long long ram = store_stat(s, "store", "hits_ram");
+	assert_int_equal(store_get_block(s, test_key(0), MiB), 0);
+	assert_int_equal(store_stat(s, "store", "hits_ram"), ram + 1);
+
+	/* with room in RAM, a first read is copied */
+	for (uint64_t i = 12; i < 16; i++)
+		kvt_remove(s, test_key(i));
+	prom = store_stat(s, "store", "promotions");
+	assert_int_equal(store_get_block(s, test_key(9), MiB), 0);
+	assert_int_equal(store_stat(s, "store", "promotions"), prom + 1);
+	kvt_close(s);
+}
+
 static void test_eviction_spills_and_gets_come_back(void **state)
 {
 	(void)state;
-	kvt_store *s = open_tiered("spill.dat", 4, 0.5, "");
+	/* lease_cap 1: the blocks still in RAM (on no disk) can all be leased */
+	kvt_store *s = open_tiered("spill.dat", 4, 1.0, "");
 	for (uint64_t i = 0; i < 16; i++)
 		store_put_block(s, test_key(i), MiB);
 	assert_true(store_stat(s, "ram", "spills") >= 12);
@@ -225,17 +268,21 @@ static void test_batch_ops_sharing_a_buffer_promote_their_own_bytes(void **state
 		for (int i = 0; i < N; i++)
 			ops[i] = (kvt_op){ test_key((uint64_t)(pass * N + i)),
 					   scratch + (pass ? 1 : 0), LEN + 1, 1 };
-		assert_int_equal(kvt_get_batch(s, ops, N), 0);
-		for (int i = 0; i < N; i++) {
-			assert_int_equal(ops[i].result, 0);
-			assert_int_equal(ops[i].len, LEN);
+		/* RAM is full: the first load of each key is declined
+		 * promotion, the second is admitted */
+		for (int twice = 0; twice < 2; twice++) {
+			assert_int_equal(kvt_get_batch(s, ops, N), 0);
+			for (int i = 0; i < N; i++) {
+				assert_int_equal(ops[i].result, 0);
+				assert_int_equal(ops[i].len, LEN);
+			}
 		}
-		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + N);
+		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + 2 * N);
 		/* every one was promoted (the buffer served to warm them) */
 		for (int i = 0; i < N; i++)
 			assert_int_equal(store_get_block(s, test_key((uint64_t)(pass * N + i)),
 							 LEN), 0);
-		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + N);
+		assert_int_equal(store_stat(s, "store", "hits_disk"), hits + 2 * N);
 	}
 	assert_int_equal(store_stat(s, "store", "checksum_misses"), 0);
 	kvt_close(s);
@@ -602,6 +649,7 @@ int main(void)
 	test_skip_without_disk();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_eviction_spills_and_gets_come_back),
+		cmocka_unit_test(test_promotion_admits_on_second_hit_when_full),
 		cmocka_unit_test(test_write_around_when_ram_is_all_leased),
 		cmocka_unit_test(test_batch_put_writes_around_in_one_go),
 		cmocka_unit_test(test_remove_clears_both_tiers),
