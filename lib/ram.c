@@ -352,9 +352,10 @@ static void touch(struct ram_tier *r, struct shard *sh, uint32_t id)
 
 /*
  * An extent of len bytes for a block, its bytes counted as used. When it
- * does not fit, evicts the least recent blocks one at a time (exact LRU
- * order; the evictor thread, running ahead between the watermarks, spills
- * in batches), unless may_spill is 0 and evicting would write to disk.
+ * does not fit, evicts the least recent blocks (exact LRU order) down to
+ * the low watermark, their spills in one batch, as the evictor thread
+ * does between the watermarks, unless may_spill is 0 and evicting would
+ * write to disk.
  * Returns the extent's offset or -ENOSPC.
  */
 static int64_t alloc_extent(struct ram_tier *r, size_t len, int may_spill)
@@ -369,7 +370,11 @@ static int64_t alloc_extent(struct ram_tier *r, size_t len, int may_spill)
 			return off;
 		if (!may_spill && r->spill)
 			return -ENOSPC;
-		int rc = evict_batch(r, 1, 0);
+		/* Down to the low watermark in one batch, whose spills go
+		 * to disk together (at the disk's queue depth), rather than
+		 * one block and one write at a time when puts outrun the
+		 * evictor thread. */
+		int rc = evict_batch(r, EVICT_BATCH, r->low_bytes);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
 		if (rc < 0)
