@@ -1,6 +1,10 @@
 /*
- * disk.c - "kvbench disk": the NVMe tier (lib/disk.h, as the store drives it,
- * with an arena registered as fixed buffers) on a file in --dir: spill
+ * disk.c - "kvbench disk": first what users call, a store with the default
+ * configuration and a disk tier on a file in --dir, driven through
+ * kvt_put_batch (spill) and, reopened cold, kvt_get_batch (load) into
+ * caller buffers from posix_memalign (--huge-buffers: transparent huge
+ * pages); then, as second rows, the NVMe tier alone (lib/disk.h, as the
+ * store drives it, with an arena registered as fixed buffers): spill
  * bandwidth (one put at a time, and put batches), cold batch-load bandwidth
  * and latency percentiles (the tier closed and reopened between writing and
  * loading; O_DIRECT bypasses the page cache), reopen times after a clean
@@ -44,9 +48,12 @@
 
 static const char usage[] =
 	"usage: kvbench disk [OPTIONS]\n"
-	"Measures the NVMe tier: spill (puts, put batches) and cold batch-load\n"
-	"bandwidth as a share of fio (or a raw io_uring loop) on the same file system,\n"
-	"load latency percentiles, reopen times, index bytes per block.\n"
+	"Measures spill and cold batch-load bandwidth as a share of fio (or a raw\n"
+	"io_uring loop) on the same file: first through the public API (a store with\n"
+	"the default configuration, kvt_put_batch, then kvt_get_batch after a cold\n"
+	"reopen, into posix_memalign buffers), then of the NVMe tier alone (puts, put\n"
+	"batches, batch loads); load latency percentiles, reopen times, index bytes\n"
+	"per block.\n"
 	"  --dir DIR          directory for the tier and the limit's file\n"
 	"                     (default a new temp dir under /var/tmp or /tmp)\n"
 	"  --size SIZE        tier capacity and limit file size (default 1GiB)\n"
@@ -54,17 +61,21 @@ static const char usage[] =
 	"  --qd N             queue depth (default 32)\n"
 	"  --batch N          blocks per put/get batch (default 64)\n"
 	"  --no-fio           use the raw io_uring loop even when fio is installed\n"
+	"  --ram SIZE         the store's RAM tier (ram.capacity, default 32MiB; the\n"
+	"                     other keys keep their defaults), so that puts spill\n"
+	"  --huge-buffers     the store figures' caller buffers in transparent huge\n"
+	"                     pages instead of plain posix_memalign memory\n"
 	"  --reps N           timed repetitions (default 5); medians are reported\n"
 	"  --json FILE        write the results as JSON to FILE\n"
 	"  --help             this text\n";
 
-enum { OPT_DIR = BENCH_OPT_FIRST_FREE, OPT_SIZE, OPT_BS, OPT_QD, OPT_BATCH, OPT_NOFIO };
+enum { OPT_DIR = BENCH_OPT_FIRST_FREE, OPT_SIZE, OPT_BS, OPT_QD, OPT_BATCH, OPT_NOFIO, OPT_HUGE, OPT_RAM };
 
 struct opts {
 	const char *dir;
-	uint64_t size, bs;
+	uint64_t size, bs, ram;
 	unsigned long qd, batch;
-	int fio;
+	int fio, huge;
 };
 
 struct run {
@@ -74,6 +85,7 @@ struct run {
 	struct kvt_config cfg;
 	char *arena;              /* blocks to spill and buffers to load into */
 	size_t arena_len;
+	char *ubuf;               /* the same, as a caller's buffers (store figures) */
 	size_t nblocks;           /* blocks per repetition */
 };
 
@@ -369,6 +381,156 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 	return (double)bytes / ((double)busy / 1e9);
 }
 
+/* --- the store, through the public API ------------------------------------------ */
+
+/* A store with the default configuration but for its RAM tier's capacity
+ * (--ram) and its disk tier: the run's file and capacity. NULL on failure
+ * (said on stderr). */
+static kvt_store *store_open(const struct run *r)
+{
+	char cfg[4400];
+	kvt_store *s = NULL;
+
+	if (strpbrk(r->tierpath, "\"\\")) {
+		fprintf(stderr, "kvbench disk: %s: a quote or backslash in the path\n",
+			r->tierpath);
+		return NULL;
+	}
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %llu}, "
+		 "\"disk\": {\"path\": \"%s\", \"capacity\": %llu}}",
+		 (unsigned long long)r->o.ram, r->tierpath, (unsigned long long)r->o.size);
+	int rc = kvt_open(cfg, &s);
+	if (rc) {
+		fprintf(stderr, "kvbench disk: kvt_open: %s (%s)\n", kvt_strerror(rc),
+			kvt_last_error());
+		return NULL;
+	}
+	return s;
+}
+
+/* A counter of the store's stats ("disk", "puts"), or -1. */
+static long long store_counter(kvt_store *s, const char *tier, const char *name)
+{
+	int n = kvt_stats_json(s, NULL, 0);
+	char *buf = n > 0 ? malloc((size_t)n + 1) : NULL;
+	long long v = -1;
+
+	if (buf && kvt_stats_json(s, buf, (size_t)n + 1) == n) {
+		json_t *doc = json_loads(buf, 0, NULL);
+		json_t *x = json_object_get(json_object_get(doc, tier), name);
+		if (json_is_integer(x))
+			v = (long long)json_integer_value(x);
+		json_decref(doc);
+	}
+	free(buf);
+	return v;
+}
+
+/* Drops the page cache where this process may (root), so that a load after
+ * a reopen reads the device; the tier's O_DIRECT reads bypass it anyway. */
+static void drop_page_cache(void)
+{
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+
+	sync();
+	if (fd >= 0) {
+		if (write(fd, "3", 1) != 1) {
+			/* not allowed here: O_DIRECT still keeps the cache out */
+		}
+		close(fd);
+	}
+}
+
+/*
+ * kvt_put_batch of nblocks blocks under rep's keys from the caller buffers.
+ * Returns bytes/s of what reached the disk tier by the last call's return
+ * (the blocks the RAM tier still holds are not counted), or NAN.
+ */
+static double store_spill(struct run *r, kvt_store *s, unsigned rep)
+{
+	size_t n = r->nblocks, B = r->o.batch;
+	kvt_op *ops = calloc(B, sizeof(*ops));
+	long long w0 = store_counter(s, "disk", "puts");
+	uint64_t t0 = bench_now_ns();
+	int err = ops ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < n && !err; i += B) {
+		size_t m = n - i < B ? n - i : B;
+
+		for (size_t j = 0; j < m; j++)
+			ops[j] = (kvt_op){ bkey(rep, i + j), r->ubuf + ((i + j) % B) * r->o.bs,
+					   r->o.bs, 0 };
+		err = kvt_put_batch(s, ops, m);
+	}
+	double dt = (double)(bench_now_ns() - t0) / 1e9;
+	long long w1 = store_counter(s, "disk", "puts");
+	free(ops);
+	if (err || w0 < 0 || w1 <= w0) {
+		fprintf(stderr, "kvbench disk: kvt_put_batch: %s (%s)\n", kvt_strerror(err),
+			kvt_last_error());
+		return NAN;
+	}
+	return (double)(w1 - w0) * (double)r->o.bs / dt;
+}
+
+/*
+ * Cold kvt_get_batch of rep's blocks, shuffled, into the caller buffers;
+ * verifies every byte. Blocks the store lost at close (still in its RAM
+ * tier then) miss; more misses than the RAM tier holds blocks count as
+ * bad. bytes/s or NAN.
+ */
+static double store_load(struct run *r, kvt_store *s, unsigned rep,
+			 struct bench_samples *lat, int *bad)
+{
+	size_t n = r->nblocks, B = r->o.batch, found = 0;
+	size_t *order = malloc(n * sizeof(*order));
+	kvt_op *ops = calloc(B, sizeof(*ops));
+	uint64_t busy = 0, bytes = 0;
+
+	if (!order || !ops) {
+		free(order);
+		free(ops);
+		return NAN;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	for (size_t i = n; i > 1; i--) {
+		size_t j = (size_t)rand() % i, t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+	for (size_t i = 0; i < n; i += B) {
+		size_t m = n - i < B ? n - i : B;
+
+		for (size_t j = 0; j < m; j++)
+			ops[j] = (kvt_op){ bkey(rep, order[i + j]), r->ubuf + (B + j) * r->o.bs,
+					   r->o.bs, 1 };
+		uint64_t t0 = bench_now_ns();
+		kvt_get_batch(s, ops, m);
+		uint64_t dt = bench_now_ns() - t0;
+		busy += dt;
+		bench_samples_add(lat, (double)dt / 1e3);
+		for (size_t j = 0; j < m; j++) {
+			if (ops[j].result == 0) {
+				found++;
+				bytes += ops[j].len;
+				if (common_check(ops[j].buf, ops[j].len,
+						 order[i + j] % B + 1) != -1)
+					(*bad)++;
+			} else if (ops[j].result != -ENOENT) {
+				(*bad)++;
+			}
+		}
+	}
+	if (found + r->o.ram / r->o.bs + 1 < n) {
+		fprintf(stderr, "kvbench disk: the store found %zu of %zu blocks\n", found, n);
+		(*bad)++;
+	}
+	free(order);
+	free(ops);
+	return busy ? (double)bytes / ((double)busy / 1e9) : NAN;
+}
+
 /* Fills a fresh tier, then reopens it cleanly and after kill -9 (ms). */
 static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 			 double *bpb)
@@ -438,13 +600,16 @@ static json_t *jfig(const char *name, const struct bench_summary *s,
 	return o;
 }
 
-enum { F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
+enum { F_SSPILL, F_SLOAD, F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
 static const char *const fname[NF] = {
-	"spill, one put at a time", "spill, put batches",
-	"spill, put batches, new file", "cold batch load" };
+	"store: kvt_put_batch spill", "store: cold kvt_get_batch",
+	"tier alone: spill, one put at a time", "tier alone: spill, put batches",
+	"tier alone: spill, put batches, new file", "tier alone: cold batch load" };
 static const char *const jname[NF] = {
+	"store_put_batch_spill", "store_get_batch_cold",
 	"spill_put", "spill_put_batch", "spill_put_batch_new_file", "batch_load" };
-static const char *const jlim[NF] = { "write", "write", "write_new_file", "randread" };
+static const char *const jlim[NF] = { "write", "randread",
+	"write", "write", "write_new_file", "randread" };
 
 /* What the repetitions measured, and the summaries reported. */
 struct figures {
@@ -452,9 +617,10 @@ struct figures {
 	double *fig[NF], *lim[NF], *shr[NF];
 	unsigned done;                    /* counted repetitions completed */
 	struct bench_samples lat;         /* batch load latencies (us) */
+	struct bench_samples slat;        /* the store's, likewise */
 	int bad;                          /* blocks missing or wrong */
 	double clean_ms, crash_ms, bpb;   /* reopen times, index bytes/block */
-	struct bench_summary sf[NF], sl[NF], ss[NF], sla;
+	struct bench_summary sf[NF], sl[NF], ss[NF], sla, ssla;
 };
 
 /* Parses the command line. Returns -1 to run, else the exit status. */
@@ -467,6 +633,8 @@ static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common
 		{ "qd", required_argument, NULL, OPT_QD },
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "no-fio", no_argument, NULL, OPT_NOFIO },
+		{ "huge-buffers", no_argument, NULL, OPT_HUGE },
+		{ "ram", required_argument, NULL, OPT_RAM },
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -474,7 +642,7 @@ static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common
 	int c, x;
 
 	*o = (struct opts){ .size = 1ull << 30, .bs = 1ull << 20, .qd = 32, .batch = 64,
-			    .fio = 1 };
+			    .fio = 1, .ram = 32ull << 20 };
 	bench_common_init(co);
 	bench_getopt_begin();
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -516,6 +684,13 @@ static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common
 			break;
 		case OPT_NOFIO:
 			o->fio = 0;
+			break;
+		case OPT_HUGE:
+			o->huge = 1;
+			break;
+		case OPT_RAM:
+			if (bench_size_arg(CMD, "--ram", optarg, 1ull << 20, 1ull << 40, &o->ram))
+				return BENCH_EXIT_USAGE;
 			break;
 		default:
 			return bench_usage_error(CMD, "unexpected option");
@@ -608,6 +783,20 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 	memset(r->arena, 0, r->arena_len);
 	for (size_t i = 0; i < r->o.batch; i++)
 		common_fill(r->arena + i * r->o.bs, r->o.bs, i + 1);
+	/* a caller's buffers: plain memory, as an engine's malloc gives */
+	r->ubuf = r->arena;
+	if (!r->o.huge) {
+		if (posix_memalign((void **)&r->ubuf, 4096, r->arena_len)) {
+			fprintf(stderr, "kvbench disk: no memory for %zu bytes of buffers\n",
+				r->arena_len);
+			r->ubuf = NULL;
+			munmap(r->arena, r->arena_len);
+			r->arena = NULL;
+			disk_cleanup(r, dir);
+			return BENCH_EXIT_FAIL;
+		}
+		memcpy(r->ubuf, r->arena, r->arena_len);
+	}
 	return 0;
 }
 
@@ -622,10 +811,30 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
  * Fills x[], before[], after[] and lat. Returns 0 or BENCH_EXIT_FAIL.
  */
 static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
-		    double *after, struct bench_samples *lat, int *bad)
+		    double *after, struct bench_samples *lat, struct bench_samples *slat,
+		    int *bad)
 {
 	struct disk_tier *d = NULL;
+	kvt_store *s;
 	char fresh[4096 + 8];
+
+	/* the store: write | kvt_put_batch | randread | cold kvt_get_batch |
+	 * randread, write */
+	if (layout(r))
+		return BENCH_EXIT_FAIL;
+	before[F_SSPILL] = pass(r, r->tierpath, "write");
+	if (!(s = store_open(r)))
+		return BENCH_EXIT_FAIL;
+	x[F_SSPILL] = store_spill(r, s, 4000 + rep);
+	kvt_close(s);
+	drop_page_cache();
+	before[F_SLOAD] = pass(r, r->tierpath, "randread");
+	if (!(s = store_open(r)))
+		return BENCH_EXIT_FAIL;
+	x[F_SLOAD] = store_load(r, s, 4000 + rep, slat, bad);
+	kvt_close(s);
+	after[F_SLOAD] = pass(r, r->tierpath, "randread");
+	after[F_SSPILL] = pass(r, r->tierpath, "write");
 
 	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
 	before[F_NEW] = pass_new(r, fresh);
@@ -680,11 +889,12 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 	}
 	for (unsigned rep = 0; rep <= reps && rc == BENCH_EXIT_OK; rep++) {
 		double x[NF], before[NF], after[NF];
-		struct bench_samples l = { 0 };
+		struct bench_samples l = { 0 }, sl = { 0 };
 
-		rc = disk_rep(r, rep, x, before, after, &l, &g->bad);
+		rc = disk_rep(r, rep, x, before, after, &l, &sl, &g->bad);
 		if (bench_stop_signal()) { /* a pass cut short: not a figure */
 			bench_samples_free(&l);
+			bench_samples_free(&sl);
 			return rc;
 		}
 		for (int f = 0; f < NF && rc == BENCH_EXIT_OK; f++)
@@ -701,8 +911,10 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 			}
 			g->done = rep;
 			bench_samples_append(&g->lat, &l);
+			bench_samples_append(&g->slat, &sl);
 		}
 		bench_samples_free(&l);
+		bench_samples_free(&sl);
 	}
 	/* a full tier for the reopen times (the last pass overwrote it) */
 	if (rc == BENCH_EXIT_OK && tier_open(r, &d) == 0) {
@@ -727,6 +939,7 @@ static void disk_print(const struct run *r, struct figures *g)
 		bench_summarize(g->shr[f], g->done, &g->ss[f]);
 	}
 	bench_summarize(g->lat.v, g->lat.n, &g->sla);
+	bench_summarize(g->slat.v, g->slat.n, &g->ssla);
 	t = bench_table_new(5, hdr);
 	for (int f = 0; f < NF; f++)
 		row(t, fname[f], &g->sf[f], &g->sl[f], &g->ss[f]);
@@ -736,6 +949,14 @@ static void disk_print(const struct run *r, struct figures *g)
 	       "of the passes right before and after each figure): write, randread, "
 	       "write to a new file\n", (unsigned long long)(r->o.bs >> 10), r->o.qd,
 	       r->o.fio ? "fio" : "raw io_uring loop");
+	printf("  store: default configuration but ram.capacity %llu MiB (--ram), "
+	       "disk.path and disk.capacity; caller buffers from %s; spill counts the bytes on disk when the last "
+	       "kvt_put_batch returns; loads after kvt_close and a reopen%s\n",
+	       (unsigned long long)(r->o.ram >> 20),
+	       r->o.huge ? "transparent huge pages (--huge-buffers)" : "posix_memalign",
+	       geteuid() == 0 ? ", page cache dropped" : "");
+	printf("  store batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, "
+	       "p99 %.0f us\n", r->o.batch, g->ssla.median, g->ssla.p90, g->ssla.p99);
 	printf("  \"one put at a time\" waits for each block: one block in flight, "
 	       "against the limit's %lu\n", r->o.qd);
 	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
@@ -763,6 +984,9 @@ static int disk_json(const struct run *r, const char *dir, unsigned reps,
 	bench_json_config(doc, "batch", json_integer((json_int_t)r->o.batch));
 	bench_json_config(doc, "reps", json_integer(reps));
 	bench_json_config(doc, "limit_tool", json_string(r->o.fio ? "fio" : "raw io_uring loop"));
+	bench_json_config(doc, "store_ram_capacity", json_integer((json_int_t)r->o.ram));
+	bench_json_config(doc, "caller_buffers",
+			  json_string(r->o.huge ? "transparent huge pages" : "posix_memalign"));
 	for (int f = 0; f < NF; f++) {
 		json_t *l = json_object();
 		char nm[64];
@@ -779,6 +1003,8 @@ static int disk_json(const struct run *r, const char *dir, unsigned reps,
 
 		if (f == F_LOAD)
 			json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->sla));
+		if (f == F_SLOAD)
+			json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->ssla));
 		bench_json_result(doc, o);
 	}
 	ro = json_object();
@@ -825,6 +1051,9 @@ int bench_disk_main(int argc, char **argv)
 		rc = BENCH_EXIT_FAIL;
 	free(g.v);
 	bench_samples_free(&g.lat);
+	bench_samples_free(&g.slat);
+	if (r.ubuf != r.arena)
+		free(r.ubuf);
 	munmap(r.arena, r.arena_len);
 	disk_cleanup(&r, dir);
 	return bench_finish(CMD, rc);
