@@ -384,8 +384,10 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 /* --- the store, through the public API ------------------------------------------ */
 
 /* A store with the default configuration but for its RAM tier's capacity
- * (--ram) and its disk tier: the run's file and capacity. NULL on failure
- * (said on stderr). */
+ * (--ram) and its disk tier: the run's file and capacity, and the tier
+ * rows' region size and queue depth where they are not the defaults (a
+ * --size under 1GiB, a --qd other than 32). NULL on failure (said on
+ * stderr). */
 static kvt_store *store_open(const struct run *r)
 {
 	char cfg[4400];
@@ -397,8 +399,10 @@ static kvt_store *store_open(const struct run *r)
 		return NULL;
 	}
 	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %llu}, "
-		 "\"disk\": {\"path\": \"%s\", \"capacity\": %llu}}",
-		 (unsigned long long)r->o.ram, r->tierpath, (unsigned long long)r->o.size);
+		 "\"disk\": {\"path\": \"%s\", \"capacity\": %llu, "
+		 "\"region_size\": %llu, \"queue_depth\": %lu}}",
+		 (unsigned long long)r->o.ram, r->tierpath, (unsigned long long)r->o.size,
+		 (unsigned long long)r->cfg.region_size, r->o.qd);
 	int rc = kvt_open(cfg, &s);
 	if (rc) {
 		fprintf(stderr, "kvbench disk: kvt_open: %s (%s)\n", kvt_strerror(rc),
@@ -950,9 +954,11 @@ static void disk_print(const struct run *r, struct figures *g)
 	       "write to a new file\n", (unsigned long long)(r->o.bs >> 10), r->o.qd,
 	       r->o.fio ? "fio" : "raw io_uring loop");
 	printf("  store: default configuration but ram.capacity %llu MiB (--ram), "
-	       "disk.path and disk.capacity; caller buffers from %s; spill counts the bytes on disk when the last "
+	       "disk.path, disk.capacity, disk.region_size %llu MiB, disk.queue_depth %lu; "
+	       "caller buffers from %s; spill counts the bytes on disk when the last "
 	       "kvt_put_batch returns; loads after kvt_close and a reopen%s\n",
 	       (unsigned long long)(r->o.ram >> 20),
+	       (unsigned long long)(r->cfg.region_size >> 20), r->o.qd,
 	       r->o.huge ? "transparent huge pages (--huge-buffers)" : "posix_memalign",
 	       geteuid() == 0 ? ", page cache dropped" : "");
 	printf("  store batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, "

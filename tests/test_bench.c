@@ -653,8 +653,10 @@ static void ram_writes_json_results(void **state)
 
 static void disk_writes_json_results(void **state)
 {
-	static const char *const names[] = { "spill_put", "spill_put_batch",
-					      "spill_put_batch_new_file", "batch_load" };
+	static const char *const names[] = { "store_put_batch_spill",
+					      "store_get_batch_cold", "spill_put",
+					      "spill_put_batch", "spill_put_batch_new_file",
+					      "batch_load" };
 	char path[512], dir[256];
 	json_t *doc, *r;
 
@@ -665,10 +667,13 @@ static void disk_writes_json_results(void **state)
 	/* the raw loop as the limit: CI machines need not have fio */
 	assert_int_equal(run_main(bench_disk_main, "disk", "--dir", dir, "--no-fio",
 				  "--size", "64MiB", "--block-size", "256KiB", "--batch", "8",
-				  "--reps", "1", "--json", path, NULL), 0);
+				  "--ram", "8MiB", "--reps", "1", "--json", path, NULL), 0);
 	doc = load(path);
 	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
-	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 4);
+	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 6);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "config"),
+							      "caller_buffers")),
+			    "posix_memalign");
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		r = result_named(doc, names[i], 0);
 		assert_non_null(r);
@@ -690,6 +695,8 @@ static void disk_writes_json_results(void **state)
 	assert_int_equal(run_main(bench_disk_main, "disk", "--size", "1MiB", NULL),
 			 BENCH_EXIT_USAGE);
 	assert_int_equal(run_main(bench_disk_main, "disk", "--block-size", "1000", NULL),
+			 BENCH_EXIT_USAGE);
+	assert_int_equal(run_main(bench_disk_main, "disk", "--ram", "1KiB", NULL),
 			 BENCH_EXIT_USAGE);
 }
 
