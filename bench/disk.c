@@ -11,8 +11,8 @@
  * close and after kill -9, and index bytes per block.
  * Each figure is divided by the device limit measured in the same
  * repetition, on the same file, with the same block size and queue depth,
- * right before and right after it (the better of the two counts,
- * shared/BENCHMARKS.md): one pass of fio (--rw=write / --rw=randread,
+ * right before and right after it (the better of the two counts; kvbench(1)
+ * gives the method): one pass of fio (--rw=write / --rw=randread,
  * io_uring, O_DIRECT) over the tier's own file, or the bench's raw io_uring
  * loop where fio is missing. A pass moves about as many bytes as the figure,
  * so both see the same moment of a shared machine's drifting device. fio's

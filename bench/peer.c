@@ -10,7 +10,7 @@
  * own). Every byte loaded is verified, untimed, and a's peer-hit counter
  * must grow by the number of blocks.
  *
- * The limit (shared/BENCHMARKS.md, "peer load over TCP"): the bench's own
+ * The limit (kvbench(1), "peer load over TCP"): the bench's own
  * plain TCP stream on 127.0.0.1 moving the same bytes (a thread accepts and
  * sends them in block-size chunks, this thread receives them into the same
  * destination buffers, TCP_NODELAY on both ends), measured right before and
