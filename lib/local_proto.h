@@ -1,6 +1,7 @@
 /*
- * local_proto.h - the frames between a node store (local_server.c) and the
- * processes attached to it (local_client.c) over its Unix socket. Both ends
+ * local_proto.h - the frames between a node store (local_server.c,
+ * local_requests.c) and the processes attached to it (local_client.c) over
+ * its Unix socket. Both ends
  * run on one machine, so integers are in the host's byte order. Knows
  * nothing about tiers or the store; see kvtier(7), "Attached processes".
  *

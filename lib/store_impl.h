@@ -30,7 +30,7 @@ struct kvt_store {
 	struct ram_tier *ram;
 	struct disk_tier *disk;
 	struct peer_tier *peer;   /* NULL: no peers configured */
-	struct slot_table *slots; /* zero-copy slots (slot.c) */
+	struct slot_table *slots; /* zero-copy slots (slot*.c) */
 	struct local_server *local; /* local.socket: attached processes served */
 	struct local_client *client; /* "attach": every call goes to the node
 					store (local_client.c); no tiers here */

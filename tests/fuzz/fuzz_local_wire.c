@@ -1,7 +1,7 @@
 /*
  * fuzz_local_wire.c - libFuzzer target for the node store's local socket
- * (lib/local_server.c): whatever bytes an attached process may send once
- * its HELLO is answered.
+ * (lib/local_server.c, lib/local_requests.c): whatever bytes an attached
+ * process may send once its HELLO is answered.
  *
  * Once per process it opens a store serving local.socket in a fresh
  * directory, and attaches a second store to it (the witness). For each

@@ -1,0 +1,131 @@
+/*
+ * slot_impl.h - what the files of the zero-copy slots share and nothing
+ * outside them sees: the slot table, its records and their states, pin
+ * batches and loader jobs, and the calls one file makes into another.
+ * slot.c owns the table and its records (handles, the live list in
+ * deadline order, lapses), open, close, counters and kvt_arena_regions;
+ * slot_save.c reserve, commit and abort; slot_pin.c pins, pin batches,
+ * reaping and unpins; slot_load.c the loader threads that read disk hits
+ * into fresh slots. Lock order: table lock, then the RAM tier's locks; a
+ * pin batch's lock is never held with the table lock.
+ */
+#ifndef KVT_SLOT_IMPL_H
+#define KVT_SLOT_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "internal.h"
+#include "slot.h"
+#include "stats.h"
+
+#define LOAD_GROUP 4u         /* disk loads per submission */
+#define LOADERS_MAX 8u        /* loader threads */
+#define LOAD_WAIT_MS 500      /* a load waits this long for arena space */
+#define REGION_MAX (1ull << 30)
+#define NIL UINT32_MAX
+
+enum rec_state { R_FREE = 0, R_RESERVED, R_PIN_RAM, R_LOADING, R_PIN_OWN };
+
+struct slot_rec {
+	kvt_key key;
+	uint64_t off;         /* arena offset (RESERVED, PIN_OWN, LOADING once allocated) */
+	uint64_t ram_ref;     /* PIN_RAM */
+	uint64_t deadline;    /* CLOCK_MONOTONIC ns */
+	uint32_t len;
+	uint32_t gen;         /* bumped at every free: stale handles do not match */
+	uint32_t prev, next;  /* live list (made order), or free list through next */
+	uint8_t state;
+	uint8_t released;     /* LOADING: unpinned or lapsed; freed by its loader */
+	uint8_t linked;       /* on the live list */
+	uint8_t has_off;      /* LOADING: off is allocated */
+};
+
+/* Up to LOAD_GROUP disk loads of one pin batch. */
+struct slot_job {
+	struct kvt_pin_batch *b;
+	struct slot_job *next;
+	uint32_t n;
+	uint32_t rec[LOAD_GROUP];
+	size_t idx[LOAD_GROUP];   /* the slots' indexes in b->slots */
+};
+
+struct kvt_pin_batch {
+	kvt_slot *slots;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	size_t *done;             /* finished loads, in finishing order */
+	size_t nloads, ndone, nreaped;
+	int efd;
+};
+
+struct slot_table {
+	struct ram_tier *ram;
+	struct disk_tier *disk;
+	char *base;
+	size_t arena_len;
+	uint64_t pin_ns, cap_bytes, max_block;
+	void (*kick)(void *arg);
+	void *kick_arg;
+
+	pthread_mutex_t lock;
+	struct slot_rec *recs;
+	uint32_t nrecs, free_head, live_head, live_tail;
+	uint64_t held_bytes;
+
+	/* loaders (under lock) */
+	pthread_cond_t qcond;
+	struct slot_job *qhead, *qtail;
+	int stop;
+	pthread_t th[LOADERS_MAX];
+	unsigned nth, want_th;
+
+	_Atomic uint64_t reserves, reserved_stored, reserve_refusals, commits, aborts;
+	_Atomic uint64_t pins_ram, loads, load_failures, unpins, lapses, stale;
+};
+
+static inline void cond_init_monotonic(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static inline struct timespec ts_of_ns(uint64_t ns)
+{
+	return (struct timespec){ .tv_sec = (time_t)(ns / 1000000000ull),
+				  .tv_nsec = (long)(ns % 1000000000ull) };
+}
+
+static inline uint64_t handle_of(const struct slot_table *t, uint32_t id)
+{
+	return (uint64_t)t->recs[id].gen << 32 | id;
+}
+
+/* Room for len more bytes under ram.pin_cap. */
+static inline int under_cap(const struct slot_table *t, size_t len)
+{
+	return t->held_bytes + len <= t->cap_bytes;
+}
+
+/* slot.c: records, table locked. */
+uint32_t slot_rec_of(const struct slot_table *t, uint64_t ref, unsigned mask);
+uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state);
+void slot_rec_drop(struct slot_table *t, uint32_t id);
+void slot_rec_free(struct slot_table *t, uint32_t id);
+void slot_rec_release(struct slot_table *t, uint32_t id);
+void slot_expire(struct slot_table *t, uint64_t now);
+
+/* slot.c: the checks every public call of the slots makes first. */
+int slot_check_args(kvt_store *s, const kvt_slot *slots, size_t n, const char *fn);
+
+/* slot_load.c: loader threads and their queue, table locked. */
+int slot_start_loaders(struct slot_table *t);
+int slot_queue_loads(struct slot_table *t, struct kvt_pin_batch *b,
+		     const size_t *load, const uint32_t *rec, size_t n);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * slot_load.c - the loader threads of the zero-copy slots: they take disk
+ * loads in groups of LOAD_GROUP (one submission each, several groups in
+ * flight), read each group's blocks from the disk tier into fresh arena
+ * extents, turn the records into PIN_OWN (or free them when the load failed
+ * or was released meanwhile), and report the loads to their pin batch, so
+ * the engine starts copying a block as soon as its group has landed. While
+ * idle they lapse slots whose deadline has passed. Knows nothing of
+ * reservations or of the public calls' arguments.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "slot_impl.h"
+
+/* Reports the loads of a job, all finished: under the batch's lock. */
+static void report(struct slot_table *t, const struct slot_job *j,
+		   const int *res, const uint64_t *off, const size_t *len)
+{
+	struct kvt_pin_batch *b = j->b;
+
+	pthread_mutex_lock(&b->lock);
+	for (uint32_t k = 0; k < j->n; k++) {
+		kvt_slot *sl = &b->slots[j->idx[k]];
+		sl->result = res[k];
+		sl->len = len[k];
+		sl->addr = res[k] == 0 ? t->base + off[k] : NULL;
+		b->done[b->ndone++] = j->idx[k];
+	}
+	if (b->efd >= 0) {
+		uint64_t v = j->n;
+		ssize_t w = write(b->efd, &v, sizeof(v));
+		(void)w; /* an eventfd counter far below its maximum cannot fail */
+	}
+	pthread_cond_broadcast(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+	/* b may be freed from here on. */
+}
+
+/*
+ * A fresh extent for a load. When every block in RAM is pinned, the
+ * engine's unpins (queued behind its copies) free space soon: wait for them
+ * up to LOAD_WAIT_MS before failing the load with -ENOSPC.
+ */
+static int64_t load_extent(struct slot_table *t, size_t len)
+{
+	int64_t o;
+
+	for (int ms = 0; (o = ram_slot_alloc(t->ram, len, 1)) == -ENOSPC &&
+			 ms < LOAD_WAIT_MS; ms++) {
+		struct timespec ts = { 0, 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	return o;
+}
+
+/* Reads a job's blocks from disk into fresh extents and reports them. */
+static void run_job(struct slot_table *t, struct slot_job *j)
+{
+	kvt_op ops[LOAD_GROUP];
+	uint64_t off[LOAD_GROUP];
+	size_t len[LOAD_GROUP];
+	int res[LOAD_GROUP], io[LOAD_GROUP];
+	uint32_t nio = 0;
+
+	for (uint32_t k = 0; k < j->n; k++) {
+		pthread_mutex_lock(&t->lock);
+		struct slot_rec *r = &t->recs[j->rec[k]];
+		len[k] = r->len;
+		kvt_key key = r->key;
+		int skip = r->released;
+		pthread_mutex_unlock(&t->lock);
+
+		/* May evict and spill: a loader can wait, unlike a reservation. */
+		int64_t o = skip ? -ECANCELED : load_extent(t, len[k]);
+		res[k] = o < 0 ? (int)o : 0;
+		off[k] = o < 0 ? 0 : (uint64_t)o;
+		if (o >= 0) {
+			ops[nio] = (kvt_op){ key, t->base + o, len[k], 0 };
+			io[nio++] = (int)k;
+		}
+	}
+	if (nio)
+		disk_get_batch(t->disk, ops, nio);
+	for (uint32_t m = 0; m < nio; m++)
+		res[io[m]] = ops[m].result;
+
+	/* Into the table before the caller hears of them, so that an unpin
+	 * right after the reap finds them pinned; failed or released loads
+	 * give their extent and record back (an unpin of them, which reads
+	 * only the handle, then finds nothing). */
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t k = 0; k < j->n; k++) {
+		struct slot_rec *r = &t->recs[j->rec[k]];
+		r->has_off = 0;
+		for (uint32_t m = 0; m < nio; m++)
+			r->has_off |= io[m] == (int)k;
+		r->off = off[k];
+		if (r->released)
+			res[k] = -ECANCELED;
+		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);
+		if (res[k] == 0)
+			r->state = R_PIN_OWN;
+		else
+			slot_rec_free(t, j->rec[k]);
+	}
+	pthread_mutex_unlock(&t->lock);
+
+	report(t, j, res, off, len);
+	free(j);
+}
+
+static void *loader_main(void *arg)
+{
+	struct slot_table *t = arg;
+
+	pthread_mutex_lock(&t->lock);
+	for (;;) {
+		slot_expire(t, kvt_now_ns());
+		struct slot_job *j = t->qhead;
+		if (!j) {
+			if (t->stop)
+				break;
+			/* Wake at the next deadline (at least every 100 ms), so
+			 * forgotten slots lapse even when nobody calls. */
+			uint64_t now = kvt_now_ns(), wake = now + 100000000ull;
+			if (t->live_head != NIL && t->recs[t->live_head].deadline < wake)
+				wake = t->recs[t->live_head].deadline;
+			struct timespec ts = ts_of_ns(wake);
+			pthread_cond_timedwait(&t->qcond, &t->lock, &ts);
+			continue;
+		}
+		t->qhead = j->next;
+		if (!t->qhead)
+			t->qtail = NULL;
+		pthread_mutex_unlock(&t->lock);
+		run_job(t, j);
+		pthread_mutex_lock(&t->lock);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return NULL;
+}
+
+/* Starts the loaders if none run yet. Table locked. */
+int slot_start_loaders(struct slot_table *t)
+{
+	while (t->nth < t->want_th) {
+		if (pthread_create(&t->th[t->nth], NULL, loader_main, t))
+			return t->nth ? 0 : kvt_fail(-ENOMEM, "kvt_get_pin: cannot start a loader thread");
+		t->nth++;
+	}
+	return 0;
+}
+
+/* Queues the loads of b (slot indexes load[0..n), records rec[]) in jobs of
+ * LOAD_GROUP. Table locked. Returns 0 or -ENOMEM (nothing queued). */
+int slot_queue_loads(struct slot_table *t, struct kvt_pin_batch *b,
+		     const size_t *load, const uint32_t *rec, size_t n)
+{
+	struct slot_job *head = NULL, **tail = &head;
+
+	for (size_t i = 0; i < n; i += LOAD_GROUP) {
+		struct slot_job *j = calloc(1, sizeof(*j));
+		if (!j) {
+			while (head) {
+				struct slot_job *x = head->next;
+				free(head);
+				head = x;
+			}
+			return -ENOMEM;
+		}
+		j->b = b;
+		for (size_t k = i; k < n && k < i + LOAD_GROUP; k++) {
+			j->idx[j->n] = load[k];
+			j->rec[j->n++] = rec[k];
+		}
+		*tail = j;
+		tail = &j->next;
+	}
+	if (!head)
+		return 0;
+	if (t->qtail)
+		t->qtail->next = head;
+	else
+		t->qhead = head;
+	struct slot_job *last = head;
+	while (last->next)
+		last = last->next;
+	t->qtail = last;
+	pthread_cond_broadcast(&t->qcond);
+	return 0;
+}
