@@ -30,6 +30,24 @@ struct disk_opts opts_disk(const struct kvt_config *c)
 	};
 }
 
+struct peer_opts opts_peer(const struct kvt_config *c)
+{
+	return (struct peer_opts){
+		.nmembers = c->npeers,
+		.names = c->peer_names,
+		.addrs = c->peer_addrs,
+		.self = c->peer_self,
+		.listen = c->peer_listen,
+		.max_block = c->max_block,
+		.connect_ms = c->peer_connect_ms,
+		.request_ms = c->peer_request_ms,
+		.down_ms = c->peer_down_ms,
+		.idle_ms = c->peer_idle_ms,
+		.log_ms = c->peer_log_ms,
+		.max_conns = c->peer_max_conns,
+	};
+}
+
 int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,
 		 ram_unspill_fn unspill, void *arg, struct ram_tier **out)
 {

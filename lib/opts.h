@@ -9,10 +9,12 @@
 
 #include "config.h"
 #include "disk.h"
+#include "peer.h"
 #include "ram.h"
 
 struct ram_opts opts_ram(const struct kvt_config *c);
 struct disk_opts opts_disk(const struct kvt_config *c);
+struct peer_opts opts_peer(const struct kvt_config *c);
 
 /* ram_open() and disk_open() with the options of a configuration. */
 int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,

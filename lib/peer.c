@@ -557,14 +557,14 @@ static int source_open(struct peer_tier *p, const struct sockaddr_storage *la,
 	return 0;
 }
 
-int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
-	      uint64_t max_block, struct peer_tier **out)
+int peer_open(const struct peer_opts *o, const struct peer_local *local,
+	      struct peer_tier **out)
 {
 	struct peer_tier *p;
 	int e;
 
 	*out = NULL;
-	if (!cfg->npeers)
+	if (!o->nmembers)
 		return kvt_fail(-EINVAL, "peers: no members");
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -576,20 +576,20 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	for (unsigned i = 0; i < CONNS_MAX; i++)
 		p->slots[i] = (struct slot){ .fd = -1, .member = NOBODY };
 	p->local = *local;
-	p->max_block = max_block;
-	p->connect_ms = cfg->peer_connect_ms;
-	p->request_ms = cfg->peer_request_ms;
-	p->down_ms = cfg->peer_down_ms;
-	p->log_ms = cfg->peer_log_ms;
-	p->idle_ms = cfg->peer_idle_ms;
-	p->max_conns = cfg->peer_max_conns;
-	p->self = cfg->peer_self;
-	p->m = calloc(cfg->npeers, sizeof(*p->m));
+	p->max_block = o->max_block;
+	p->connect_ms = o->connect_ms;
+	p->request_ms = o->request_ms;
+	p->down_ms = o->down_ms;
+	p->log_ms = o->log_ms;
+	p->idle_ms = o->idle_ms;
+	p->max_conns = o->max_conns;
+	p->self = o->self;
+	p->m = calloc(o->nmembers, sizeof(*p->m));
 	if (!p->m) {
 		tier_free(p);
 		return -ENOMEM;
 	}
-	p->n = cfg->npeers;
+	p->n = o->nmembers;
 	/* every member sound for tier_free before anything can fail */
 	for (unsigned i = 0; i < p->n; i++) {
 		p->m[i].fd = -1;
@@ -599,8 +599,8 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 		struct member *x = &p->m[i];
 		char what[96];
 
-		x->name = strdup(cfg->peer_names[i]);
-		x->addr = strdup(cfg->peer_addrs[i]);
+		x->name = strdup(o->names[i]);
+		x->addr = strdup(o->addrs[i]);
 		if (!x->name || !x->addr) {
 			tier_free(p);
 			return -ENOMEM;
@@ -628,7 +628,7 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 
 	struct sockaddr_storage la;
 	socklen_t ll;
-	e = peer_resolve("peers.listen", cfg->peer_listen, &la, &ll);
+	e = peer_resolve("peers.listen", o->listen, &la, &ll);
 	if (!e)
 		e = source_open(p, &la, ll);
 	if (!e && pipe2(p->wake, O_CLOEXEC) < 0)
@@ -643,9 +643,9 @@ int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
 	}
 	if (!e && bind(p->lfd, (struct sockaddr *)&la, ll) < 0)
 		e = kvt_fail(-errno, "peers.listen: cannot listen on %s: %s",
-			     cfg->peer_listen, strerror(errno));
+			     o->listen, strerror(errno));
 	if (!e && listen(p->lfd, 64) < 0)
-		e = kvt_fail(-errno, "peers.listen: %s: %s", cfg->peer_listen, strerror(errno));
+		e = kvt_fail(-errno, "peers.listen: %s: %s", o->listen, strerror(errno));
 	if (!e && pthread_create(&p->listener, NULL, peer_listener_main, p))
 		e = kvt_fail(-ENOMEM, "peers: cannot start the server thread");
 	if (e) {

@@ -60,7 +60,6 @@
 
 #include <jansson.h>
 
-#include "config.h"
 #include "kvtier.h"
 
 #define PEER_KEYS_MAX 4096u       /* keys or items in one frame */
@@ -88,15 +87,32 @@ struct peer_local {
 	void (*release)(void *arg, const kvt_key *keys, size_t n);
 };
 
+/* What the peer tier is opened with (opts_peer() in opts.c fills it from
+ * the configuration's "peers" keys); the strings are copied at open. */
+struct peer_opts {
+	unsigned nmembers;            /* peers.members */
+	char *const *names;           /* their names */
+	char *const *addrs;           /* their addresses, "host:port" */
+	unsigned self;                /* this node's index in the members */
+	const char *listen;           /* peers.listen */
+	uint64_t max_block;           /* the largest block sent or taken */
+	uint32_t connect_ms;          /* peers.connect_timeout_ms */
+	uint32_t request_ms;          /* peers.request_timeout_ms */
+	uint32_t down_ms;             /* peers.down_ms */
+	uint32_t idle_ms;             /* peers.idle_timeout_ms */
+	uint32_t log_ms;              /* peers.log_interval_ms */
+	unsigned max_conns;           /* peers.max_conns_per_member */
+};
+
 struct peer_tier;
 
 /*
- * Resolves the members, starts listening on cfg->peer_listen and the server
+ * Resolves the members, starts listening on o->listen and the server
  * thread. Returns 0, or -errno with kvt_last_error() naming the address
  * (-EADDRINUSE, -EADDRNOTAVAIL, -EINVAL for a name that does not resolve).
  */
-int peer_open(const struct kvt_config *cfg, const struct peer_local *local,
-	      uint64_t max_block, struct peer_tier **out);
+int peer_open(const struct peer_opts *o, const struct peer_local *local,
+	      struct peer_tier **out);
 
 /* Stops the server (connections closed, threads joined) and frees. */
 void peer_close(struct peer_tier *p);

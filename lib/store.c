@@ -348,7 +348,8 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		goto fail;
 	if (s->cfg.npeers) {
 		struct peer_local local = store_peer_local(s);
-		rc = peer_open(&s->cfg, &local, s->cfg.max_block, &s->peer);
+		struct peer_opts po = opts_peer(&s->cfg);
+		rc = peer_open(&po, &local, &s->peer);
 		if (rc)
 			goto fail;
 	}

@@ -32,6 +32,7 @@
 #include <xxhash.h>
 
 #include "kvtier.h"
+#include "opts.h"
 #include "util.h"
 
 #define KiB 1024u
@@ -574,6 +575,38 @@ static void test_config_errors(void **state)
 		assert_ptr_equal(s, (kvt_store *)0x1);
 	}
 	close(lfd);
+}
+
+/* The peer tier is opened with struct peer_opts, never the configuration:
+ * every "peers" key (and ram.max_block) reaches it through opts_peer. */
+static void test_opts_carry_every_peers_key(void **state)
+{
+	(void)state;
+	struct kvt_config c;
+	const char *json = "{\"ram\": {\"max_block\": \"3MiB\"}, \"peers\": {\"self\": \"b\","
+		" \"members\": [" MA ", " MB "], \"listen\": \"127.0.0.1:40012\","
+		" \"connect_timeout_ms\": 11, \"request_timeout_ms\": 12, \"down_ms\": 13,"
+		" \"idle_timeout_ms\": 14, \"log_interval_ms\": 15,"
+		" \"max_conns_per_member\": 16}}";
+	int rc = config_parse(json, &c);
+	if (rc)
+		fail_msg("config_parse: %s", kvt_last_error());
+	struct peer_opts o = opts_peer(&c);
+	assert_int_equal(o.nmembers, 2);
+	assert_string_equal(o.names[0], "a");
+	assert_string_equal(o.names[1], "b");
+	assert_string_equal(o.addrs[0], "127.0.0.1:40001");
+	assert_string_equal(o.addrs[1], "127.0.0.1:40002");
+	assert_int_equal(o.self, 1);
+	assert_string_equal(o.listen, "127.0.0.1:40012");
+	assert_int_equal(o.max_block, 3u << 20);
+	assert_int_equal(o.connect_ms, 11);
+	assert_int_equal(o.request_ms, 12);
+	assert_int_equal(o.down_ms, 13);
+	assert_int_equal(o.idle_ms, 14);
+	assert_int_equal(o.log_ms, 15);
+	assert_int_equal(o.max_conns, 16);
+	config_free(&c);
 }
 
 static void test_single_member_is_plain_store(void **state)
@@ -1669,6 +1702,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_config_errors),
+		cmocka_unit_test(test_opts_carry_every_peers_key),
 		T(test_single_member_is_plain_store),
 		T(test_put_goes_to_owner),
 		T(test_get_and_batch_from_owner),
