@@ -86,6 +86,8 @@ mount -t 9p -o ro,$o hostroot /mnt || { echo "vm.sh: cannot mount the host's roo
 mount -t proc proc /mnt/proc; mount -t sysfs sys /mnt/sys; mount -t devtmpfs dev /mnt/dev
 for d in tmp run var/tmp dev/shm; do mkdir -p /mnt/$d 2>/dev/null; mount -t tmpfs t /mnt/$d; done
 repo=$(arg kvt_repo)
+# a repository under /tmp or /var/tmp lies in the fresh tmpfs: make its mount point
+mkdir -p /mnt$repo 2>/dev/null
 mount -t 9p -o $o repo /mnt$repo || { echo "vm.sh: cannot mount the repository"; poweroff -f; }
 chroot /mnt /bin/sh -c "cd $repo && exec /bin/sh $(arg kvt_script)"
 poweroff -f
