@@ -3,10 +3,11 @@
  * tiny traces whose hits were worked out by hand replay to exactly those
  * counts, in the GPU prefix cache and in the RAM tier; the Mooncake
  * excerpt's unbounded bound; policies that turn caches off; two store
- * nodes serving each other as peers; the endpoint's timeline (serialised
- * prefill, a decode batch that slows as it grows, busy time as the union
- * of outstanding intervals) and the saving computed from it, by hand;
- * calls routed by their role to an endpoint of their own.
+ * nodes serving each other as peers, on a trace whose arrival times alone
+ * decide the routing; the endpoint's timeline (serialised prefill, a
+ * decode batch that slows as it grows, busy time as the union of
+ * outstanding intervals) and the saving computed from it, by hand; calls
+ * routed by their role to an endpoint of their own.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -245,43 +246,54 @@ static void generated_sessions_replay_the_same_way_twice(void **state)
 }
 
 /*
- * Two store nodes, peers over loopback TCP, one per endpoint, no GPU cache:
- * a put stores the blocks on the putting node and at each block's owner, so
- * a session's turn that spills to the other endpoint (no sticky slack)
- * finds the blocks of its context that its first node owns at that node,
- * as peer hits; every loaded byte is verified by the replay.
+ * Two store nodes, peers over loopback TCP, one per endpoint, no GPU cache,
+ * the Mooncake excerpt at its arrival times. A put stores the blocks on the
+ * putting node and at each block's owner. The calls are seconds apart, so
+ * each finds both endpoints idle and goes to endpoint 0 (node n0), except
+ * line 138: it arrives at the same instant as line 134, while endpoint 0 is
+ * still prefilling that one, so it goes to endpoint 1 (node n1). Its 14
+ * leading blocks (ids 0 and 14..26, all put by line 2 on n0) are found on
+ * n1 where n1 owns them (the copies the puts sent their owner) and at n0,
+ * as peer hits, where n0 does; the hits of the other calls stay local. The
+ * routing depends only on the arrival times, never on how long the loads
+ * take (which the timeline charges), so a slow machine gets the same
+ * counts. Every loaded byte is verified by the replay.
  */
 static void two_nodes_serve_each_other_as_peers(void **state)
 {
 	struct replay_opts o;
 	struct replay_result r;
-	struct wl_gen g;
 	struct wl w;
+	json_t *n1;
 
 	(void)state;
-	wl_gen_defaults(&g);
-	assert_int_equal(wl_generate(&g, &w), 0);
-	wl_truncate_sessions(&w, 4);
+	load("mooncake-excerpt.jsonl", &w);
 	opts_for_tests(&o);
+	o.sched = SCHED_ARRIVAL;
 	o.policy = POL_RAM_ONLY;
 	o.gpu_tokens = 0;
 	o.endpoints = 2;
-	o.active = 4;
-	o.sticky_slack = 0; /* later turns spill to the other endpoint */
-	o.ram_tokens = 400000;
 	o.nodes = 2;
 	run(&o, &w, &r);
-	assert_int_equal(r.calls, w.ncalls);
+	assert_int_equal(r.calls, 6);
 	assert_int_equal(r.put_errors, 0);
-	assert_true(r.tok[T_PEER] > 0);
-	assert_true(r.blk[T_PEER] > 0);
-	assert_true(r.bytes_loaded[T_PEER] > 0);
+	/* the same 23 leading blocks as with one node, now from two places */
+	assert_int_equal(r.blk[T_RAM] + r.blk[T_PEER], 23);
+	assert_int_equal(r.tok[T_RAM] + r.tok[T_PEER], 11776);
+	assert_int_equal(r.tok[T_DISK], 0);
+	assert_true(r.blk[T_PEER] > 0 && r.blk[T_PEER] <= 14);
+	assert_int_equal(r.tok[T_PEER], r.blk[T_PEER] * 512);
+	assert_int_equal(r.bytes_loaded[T_PEER], r.blk[T_PEER] * replay_block_bytes(&o, 512));
 	assert_int_equal(r.tok[T_GPU] + r.tok[T_RAM] + r.tok[T_DISK] + r.tok[T_PEER] +
 				 r.tok[T_MISS],
 			 r.prompt_tokens);
-	/* both nodes' stats, node 0 first */
+	/* both nodes' stats, node 0 first: the peer hits are n1's */
 	assert_true(json_is_array(r.store_stats));
 	assert_int_equal(json_array_size(r.store_stats), 2);
+	n1 = json_object_get(json_array_get(r.store_stats, 1), "store");
+	assert_int_equal(json_integer_value(json_object_get(n1, "hits_peer")), r.blk[T_PEER]);
+	assert_int_equal(json_integer_value(json_object_get(n1, "hits_ram")),
+			 14 - r.blk[T_PEER]);
 	replay_result_free(&r);
 	wl_free(&w);
 }
