@@ -336,7 +336,8 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 	return e;
 }
 
-int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
+int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
+		   uint64_t *sums)
 {
 	size_t done = 0, got = 0;
 	int e = 0;
@@ -398,6 +399,8 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n)
 				} else {
 					o[i].len = len;
 					o[i].result = 0;
+					if (sums)
+						sums[done + i] = sum;
 				}
 			} else if (h.body_len != ITEM || (st == -ENOBUFS && len <= o[i].len)) {
 				e = -EPROTO;

@@ -132,7 +132,10 @@ unsigned peer_self(const struct peer_tier *p);
  *
  * peer_get_batch: loads ops from m; each op's result as for kvt_get
  * (-EBADMSG for a payload whose checksum fails); returns as peer_lookup,
- * and on failure every op not loaded has that result.
+ * and on failure every op not loaded has that result. sums (NULL: not
+ * wanted) gets, for each op loaded, the payload checksum it was verified
+ * against: a copy made later from ops[i].buf, which is the caller's and may
+ * change meanwhile, is checked against it (ram_promote).
  *
  * peer_put_batch: stores ops on m; results[i] is m's result for ops[i].
  *
@@ -140,7 +143,8 @@ unsigned peer_self(const struct peer_tier *p);
  */
 int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 		int lease, uint8_t *present);
-int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n);
+int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
+		   uint64_t *sums);
 int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		   int *results);
 int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n);

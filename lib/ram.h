@@ -60,16 +60,16 @@ void ram_close(struct ram_tier *r);
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
 
 /*
- * A promotion: a copy of a block read from a lower tier. gen is
+ * A promotion: a copy of a block read from a lower tier or a peer. gen is
  * ram_gen(key) read before that read began: a ram_remove of the key since
  * then makes this return -ESTALE and store nothing, so a removal wins over
- * reads in flight. sum (NULL: none) is the payload checksum the lower tier
- * verified; the copy made into the arena must match it, else -EBADMSG and
- * nothing is stored (data may be a caller's buffer that changed since).
- * A promotion is an admission decision: while the block fits below the
- * high watermark it is stored; otherwise only on the key's second try
- * (-EAGAIN and nothing stored or evicted on the first). Otherwise as
- * ram_put.
+ * reads in flight. sum (NULL: none) is the payload checksum the disk or
+ * the peer client verified; the copy made into the arena must match it,
+ * else -EBADMSG and nothing is stored (data may be a caller's buffer that
+ * changed since). A promotion is an admission decision: while the block
+ * fits below the high watermark it is stored; otherwise only on the key's
+ * second try (-EAGAIN and nothing stored or evicted on the first).
+ * Otherwise as ram_put.
  */
 int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
 		uint64_t gen, const uint64_t *sum);

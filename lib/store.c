@@ -80,10 +80,10 @@ static void *evictor_main(void *arg)
 /* --- single operations (arguments already checked) ------------------------ */
 
 /*
- * Copies a block loaded from a lower tier into RAM. gen: ram_gen(key) from
- * before the load began (a removal since then wins); sum: the checksum the
- * disk verified (NULL for a peer's block), which the RAM copy must match:
- * buf is the caller's and may hold other bytes by now.
+ * Copies a block loaded from a lower tier or the key's owner into RAM. gen:
+ * ram_gen(key) from before the load began (a removal since then wins); sum:
+ * the checksum the disk or the peer client verified, which the RAM copy
+ * must match: buf is the caller's and may hold other bytes by now.
  */
 void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
 		   uint64_t gen, const uint64_t *sum)

@@ -43,13 +43,13 @@ int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 		   size_t *len)
 {
 	kvt_op op = { .key = key, .buf = buf, .len = cap };
-	uint64_t gen = ram_gen(s->ram, key);
+	uint64_t gen = ram_gen(s->ram, key), sum = 0;
 
-	peer_get_batch(s->peer, (unsigned)owner, &op, 1);
+	peer_get_batch(s->peer, (unsigned)owner, &op, 1, &sum);
 	if (op.result == 0) {
 		ctr_add(&s->hits_peer, 1);
 		*len = op.len;
-		store_promote(s, key, buf, op.len, gen, NULL);
+		store_promote(s, key, buf, op.len, gen, &sum);
 	} else {
 		if (op.result == -ENOBUFS)
 			*len = op.len;
@@ -206,8 +206,10 @@ out:
 	return i;
 }
 
-/* Sets op from its owner's answer p (gen: ram_gen before the ask); counts. */
-static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t gen)
+/* Sets op from its owner's answer p (gen: ram_gen before the ask; sum: the
+ * checksum the answer was verified against); counts. */
+static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t gen,
+			   const uint64_t *sum)
 {
 	int rc = store_peer_result(p->result);
 
@@ -216,7 +218,7 @@ static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t g
 		op->len = p->len;
 	if (rc == 0) {
 		ctr_add(&s->hits_peer, 1);
-		store_promote(s, op->key, op->buf, op->len, gen, NULL);
+		store_promote(s, op->key, op->buf, op->len, gen, sum);
 	} else {
 		store_count_get(s, rc, 0);
 	}
@@ -233,6 +235,7 @@ void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 {
 	kvt_op pops[CHUNK];
 	size_t idx[CHUNK];
+	uint64_t sum[CHUNK];
 	uint8_t taken[CHUNK] = { 0 };
 
 	for (size_t a = 0; a < nmiss; a++) {
@@ -247,9 +250,9 @@ void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 		size_t nalone = store_shared_last(pops, idx, k);
 		for (size_t j = 0, m; j < k; j += m) {
 			m = j < nalone ? nalone - j : 1;
-			peer_get_batch(s->peer, (unsigned)owner[a], pops + j, m);
+			peer_get_batch(s->peer, (unsigned)owner[a], pops + j, m, sum + j);
 			for (size_t x = j; x < j + m; x++)
-				peer_result_to(s, &ops[idx[x]], &pops[x], gen[idx[x]]);
+				peer_result_to(s, &ops[idx[x]], &pops[x], gen[idx[x]], &sum[x]);
 		}
 	}
 }

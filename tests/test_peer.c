@@ -361,9 +361,10 @@ static size_t size_of(size_t i)
 
 /* FAKE_DROP_SECOND answers the first request of each connection and closes
  * the connection on the second without answering it, as a server that
- * closes an idle connection just as a request arrives. */
+ * closes an idle connection just as a request arrives. FAKE_ERROR_SECOND
+ * answers the first item of a GET and refuses the rest with an ERROR. */
 enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED,
-		 FAKE_DROP_SECOND };
+		 FAKE_DROP_SECOND, FAKE_ERROR_SECOND };
 
 #define FAKE_CONNS 8
 
@@ -392,6 +393,10 @@ static int fake_get(struct fake *f, int fd, uint32_t count, const uint8_t *body)
 		goto out;
 	for (uint32_t i = 0; i < count; i++) {
 		kvt_key k = { get64(body + i * GET_SZ), get64(body + i * GET_SZ + 8) };
+		if (i == 1 && f->mode == FAKE_ERROR_SECOND) {
+			send_frame(fd, T_ERROR, 5, 0, "later", 5);
+			goto out; /* and close */
+		}
 		fill_block(k, data, FAKE_LEN);
 		uint64_t sum = XXH3_64bits(data, FAKE_LEN);
 		mkhdr(item, T_GET | RESP, 1, 0, GETR_SZ + FAKE_LEN);
@@ -956,6 +961,72 @@ static void test_peer_sends_malformed_answer(void **state)
 	size_t len;
 	owned_keys(1, 42000, &kb, 1);
 	assert_true(kvt_get(f->a, kb, buf, sizeof(buf), &len) < 0);
+}
+
+/*
+ * Stands in for a second thread whose load lands in the buffer that this
+ * thread's batch has just loaded a block into: at the first log line, which
+ * comes after that block was received and verified but before the store
+ * copied it into RAM, the buffer gets another block's bytes.
+ */
+struct scribble {
+	char *buf;
+	size_t len;
+	kvt_key other;
+	int lines;
+};
+
+static void scribble_log(int level, const char *msg, void *arg)
+{
+	struct scribble *sc = arg;
+
+	(void)level;
+	(void)msg;
+	if (sc->lines++ == 0)
+		fill_block(sc->other, sc->buf, sc->len);
+}
+
+/* A peer hit whose buffer changed before its promotion is not promoted:
+ * what RAM keeps must match the checksum the block was verified with. */
+static void test_peer_hit_is_promoted_only_as_verified(void **state)
+{
+	struct fx *f = *state;
+	char *b0 = malloc(FAKE_LEN), *b1 = malloc(FAKE_LEN);
+	kvt_key kb[3];
+	size_t len = 0;
+
+	assert_true(b0 && b1);
+	f->fake = fake_start(f->pb, FAKE_ERROR_SECOND);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 44000, kb, 3);
+	kvt_op ops[2] = { { kb[0], b0, FAKE_LEN, 1 }, { kb[1], b1, FAKE_LEN, 1 } };
+	struct scribble sc = { b0, FAKE_LEN, kb[2], 0 };
+	long long promotions = store_stat(f->a, "store", "promotions");
+
+	/* one round trip: kb[0] arrives and is verified, then b refuses kb[1]
+	 * (a log line), then the store promotes kb[0] from b0 */
+	kvt_set_log(scribble_log, &sc, KVT_LOG_WARN);
+	assert_true(kvt_get_batch(f->a, ops, 2) < 0);
+	kvt_set_log(NULL, NULL, 0);
+	assert_true(sc.lines >= 1);
+	assert_int_equal(ops[0].result, 0);
+	assert_int_equal(ops[0].len, FAKE_LEN);
+	assert_true(ops[1].result < 0);
+	assert_int_equal(atomic_load(&f->fake->gets), 1);
+	/* b0 held kb[2]'s bytes by then: kb[0] is not in a's RAM with them.
+	 * b is marked down, so a miss (or, once b is asked again, kb[0]'s own
+	 * bytes), never kb[2]'s */
+	int rc = kvt_get(f->a, kb[0], b0, FAKE_LEN, &len);
+	if (rc == 0) {
+		assert_int_equal(len, FAKE_LEN);
+		assert_true(check_block(kb[0], b0, FAKE_LEN));
+	} else {
+		assert_int_equal(rc, -ENOENT);
+	}
+	/* the batch promoted nothing (a later good answer promotes one) */
+	assert_int_equal(store_stat(f->a, "store", "promotions"), promotions + (rc == 0));
+	free(b0);
+	free(b1);
 }
 
 /* Threads queued on a member that is being marked down do not each wait
@@ -1714,6 +1785,7 @@ int main(void)
 		T(test_fake_peer_answers),
 		T(test_peer_dies_mid_transfer),
 		T(test_peer_sends_bad_checksum),
+		T(test_peer_hit_is_promoted_only_as_verified),
 		T(test_peer_sends_malformed_answer),
 		T(test_queued_callers_share_a_failure),
 		T(test_failed_open_leaves_other_descriptors),
