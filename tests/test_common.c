@@ -1,7 +1,8 @@
 /*
  * test_common.c - the helpers of common/ that kvbench and the tests share:
  * verifiable block contents, the rendezvous owner of a key, and loopback
- * ports held until a store listens on them.
+ * ports held until a store listens on them (and test_free_port(), the
+ * tests' own helper over them, held until the test exits).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "common.h"
+#include "util.h"
 #include "kvtier.h"
 
 static void fill_and_check_find_the_first_wrong_byte(void **state)
@@ -115,12 +117,30 @@ static void held_ports_are_distinct_taken_and_usable_by_a_store(void **state)
 	common_ports_release(&p);
 }
 
+/* A test holds as many ports as it asks for (test_peer asks for two per
+ * case): each distinct from the others, each taken for everyone else. */
+static void a_test_holds_hundreds_of_ports(void **state)
+{
+	enum { N = 300 };
+	static int port[N];
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		port[i] = test_free_port();
+		assert_true(port[i] > 0 && port[i] < 65536);
+		assert_int_equal(plain_bind(port[i]), -EADDRINUSE);
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(port[i], port[j]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fill_and_check_find_the_first_wrong_byte),
 		cmocka_unit_test(owner_is_stable_and_spreads_keys),
 		cmocka_unit_test(held_ports_are_distinct_taken_and_usable_by_a_store),
+		cmocka_unit_test(a_test_holds_hundreds_of_ports),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,15 +148,39 @@ void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
 			out[got++] = test_key(from);
 }
 
-/* Ports held until the test ends (see test_free_port in util.h). */
-static struct common_ports held[64];
-static unsigned nheld;
+/* Ports held until the test ends (see test_free_port in util.h): as many
+ * as the test asks for, in an array that grows; the lock lets threads of a
+ * test ask too. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct common_ports *held;
+static size_t nheld, held_cap;
 
 int test_free_port(void)
 {
-	assert_true(nheld < sizeof(held) / sizeof(held[0]));
-	assert_int_equal(common_ports_reserve(&held[nheld], 1), 0);
-	return held[nheld++].port[0];
+	int rc = 0, port = -1;
+	size_t n;
+
+	pthread_mutex_lock(&held_lock);
+	n = nheld;
+	if (nheld == held_cap) {
+		size_t cap = held_cap ? 2 * held_cap : 64;
+		struct common_ports *p = realloc(held, cap * sizeof(*p));
+		if (!p)
+			rc = -ENOMEM;
+		else {
+			held = p;
+			held_cap = cap;
+		}
+	}
+	if (!rc)
+		rc = common_ports_reserve(&held[nheld], 1);
+	if (!rc)
+		port = held[nheld++].port[0];
+	pthread_mutex_unlock(&held_lock);
+	if (rc)
+		fail_msg("cannot hold one more port of 127.0.0.1 (%zu held): %s", n,
+			 strerror(-rc));
+	return port;
 }
 
 const char *test_disk_unavailable(void)

@@ -44,6 +44,8 @@ void test_owned_keys(const char *const *names, unsigned nn, unsigned owner,
  * (common_ports_reserve): no other process can take it, while a store or a
  * socket of the test that sets SO_REUSEADDR (the library's listener does)
  * can still listen on it. A port nobody listens on refuses connections.
+ * Any number may be held (each holds one descriptor until the test exits);
+ * a port that cannot be held fails the test, naming the reason.
  */
 int test_free_port(void);
 
