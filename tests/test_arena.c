@@ -341,8 +341,10 @@ static void test_mlock_require_locks_within_limit(void **state)
 	(void)state;
 	struct rlimit rl;
 	assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * MIB && geteuid() != 0)
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * MIB && geteuid() != 0) {
+		print_message("skipped: RLIMIT_MEMLOCK below 2 MiB and not root\n");
 		skip();
+	}
 	struct arena_opts o = plain_opts(256 * 1024);
 	o.mlock = KVT_REQUIRE;
 	struct arena *a = NULL;
@@ -433,8 +435,10 @@ static void test_mlock_over_limit_fails_require_and_warns_try(void **state)
 	int status = 0;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
-	if (WEXITSTATUS(status) == 77)
+	if (WEXITSTATUS(status) == 77) {
+		print_message("skipped: mlock over RLIMIT_MEMLOCK cannot fail here (root, or no limit)\n");
 		skip();
+	}
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
@@ -455,8 +459,10 @@ static void test_numa_node_out_of_range_rejected(void **state)
 static void test_numa_node_binds_pages_to_node(void **state)
 {
 	(void)state;
-	if (numa_available() < 0)
+	if (numa_available() < 0) {
+		print_message("skipped: no NUMA support (numa_available() < 0)\n");
 		skip();
+	}
 	/* The highest node this process may allocate from. */
 	int node = -1;
 	for (int n = numa_max_node(); n >= 0 && node < 0; n--)
