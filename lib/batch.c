@@ -173,21 +173,10 @@ KVT_API int kvt_batch_fd(kvt_batch *b)
 	if (!b)
 		return kvt_fail(-EINVAL, "kvt_batch_fd: batch is NULL");
 	pthread_mutex_lock(&b->lock);
-	if (b->efd < 0) {
-		b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (b->efd < 0) {
-			int e = errno;
-			pthread_mutex_unlock(&b->lock);
-			return kvt_fail(-e, "kvt_batch_fd: eventfd: %s", kvt_strerror(e));
-		}
-		if (b->done) {
-			uint64_t one = 1;
-			ssize_t w = write(b->efd, &one, sizeof(one));
-			(void)w;
-		}
-	}
-	int fd = b->efd;
+	int fd = kvt_eventfd_lazy(&b->efd, b->done ? 1 : 0);
 	pthread_mutex_unlock(&b->lock);
+	if (fd < 0)
+		return kvt_fail(fd, "kvt_batch_fd: eventfd: %s", kvt_strerror(fd));
 	return fd;
 }
 

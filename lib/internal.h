@@ -5,10 +5,13 @@
 #ifndef KVT_INTERNAL_H
 #define KVT_INTERNAL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvtier.h"
 
@@ -22,6 +25,24 @@ int kvt_fail(int err, const char *fmt, ...) KVT_PRINTF(2, 3);
 
 /* Sends a line to the installed log callback, if any, at level (KVT_LOG_*). */
 void kvt_log(int level, const char *fmt, ...) KVT_PRINTF(2, 3);
+
+/* The completion eventfd of an asynchronous batch (kvt_batch_fd,
+ * kvt_pin_fd), made on first use with the caller holding the batch's lock:
+ * returns *efd, or -errno. A new one starts at count, the completions that
+ * came before anyone asked for it, so a poll() on it does not miss them. */
+static inline int kvt_eventfd_lazy(int *efd, uint64_t count)
+{
+	if (*efd >= 0)
+		return *efd;
+	*efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (*efd < 0)
+		return -errno;
+	if (count) {
+		ssize_t w = write(*efd, &count, sizeof(count));
+		(void)w;
+	}
+	return *efd;
+}
 
 static inline uint64_t kvt_now_ns(void)
 {

@@ -198,21 +198,10 @@ KVT_API int kvt_pin_fd(kvt_pin_batch *b)
 	if (!b)
 		return kvt_fail(-EINVAL, "kvt_pin_fd: batch is NULL");
 	pthread_mutex_lock(&b->lock);
-	if (b->efd < 0) {
-		b->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (b->efd < 0) {
-			int e = errno;
-			pthread_mutex_unlock(&b->lock);
-			return kvt_fail(-e, "kvt_pin_fd: eventfd: %s", kvt_strerror(e));
-		}
-		if (b->ndone) {
-			uint64_t v = b->ndone;
-			ssize_t w = write(b->efd, &v, sizeof(v));
-			(void)w;
-		}
-	}
-	int fd = b->efd;
+	int fd = kvt_eventfd_lazy(&b->efd, (uint64_t)b->ndone);
 	pthread_mutex_unlock(&b->lock);
+	if (fd < 0)
+		return kvt_fail(fd, "kvt_pin_fd: eventfd: %s", kvt_strerror(fd));
 	return fd;
 }
 
