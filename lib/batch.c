@@ -168,6 +168,21 @@ KVT_API int kvt_batch_poll(kvt_batch *b)
 	return done;
 }
 
+/* Declared in internal.h; kvt_pin_fd (slot_pin.c) uses it too. */
+int kvt_eventfd_lazy(int *efd, uint64_t count)
+{
+	if (*efd >= 0)
+		return *efd;
+	*efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (*efd < 0)
+		return -errno;
+	if (count) {
+		ssize_t w = write(*efd, &count, sizeof(count));
+		(void)w;
+	}
+	return *efd;
+}
+
 KVT_API int kvt_batch_fd(kvt_batch *b)
 {
 	if (!b)

@@ -5,13 +5,10 @@
 #ifndef KVT_INTERNAL_H
 #define KVT_INTERNAL_H
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/eventfd.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "kvtier.h"
 
@@ -30,19 +27,7 @@ void kvt_log(int level, const char *fmt, ...) KVT_PRINTF(2, 3);
  * kvt_pin_fd), made on first use with the caller holding the batch's lock:
  * returns *efd, or -errno. A new one starts at count, the completions that
  * came before anyone asked for it, so a poll() on it does not miss them. */
-static inline int kvt_eventfd_lazy(int *efd, uint64_t count)
-{
-	if (*efd >= 0)
-		return *efd;
-	*efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (*efd < 0)
-		return -errno;
-	if (count) {
-		ssize_t w = write(*efd, &count, sizeof(count));
-		(void)w;
-	}
-	return *efd;
-}
+int kvt_eventfd_lazy(int *efd, uint64_t count);
 
 static inline uint64_t kvt_now_ns(void)
 {
