@@ -681,27 +681,25 @@ void peer_close(struct peer_tier *p)
 	tier_free(p);
 }
 
-void peer_stats(struct peer_tier *p, json_t *obj)
+void peer_stats(struct peer_tier *p, const struct stat_visitor *v)
 {
-	json_t *ms = json_array();
+	struct stat_visitor ms = stat_nest(v, "members", 1);
 
 	for (unsigned i = 0; i < p->n; i++) {
 		struct member *x = &p->m[i];
-		json_t *o = json_object();
-		json_object_set_new(o, "name", json_string(x->name));
-		json_object_set_new(o, "addr", json_string(x->addr));
-		json_object_set_new(o, "self", json_boolean(i == p->self));
+		struct stat_visitor o = stat_nest(&ms, NULL, 0);
+
+		stat_str(&o, "name", x->name);
+		stat_str(&o, "addr", x->addr);
+		stat_bool(&o, "self", i == p->self);
 		if (i != p->self) {
-			json_object_set_new(o, "up", json_boolean(
-				atomic_load(&x->down_until) <= kvt_now_ns()));
-			json_object_set_new(o, "requests", json_integer((json_int_t)ctr_get(&x->requests)));
-			json_object_set_new(o, "failures", json_integer((json_int_t)ctr_get(&x->failures)));
-			json_object_set_new(o, "timeouts", json_integer((json_int_t)ctr_get(&x->timeouts)));
+			stat_bool(&o, "up", atomic_load(&x->down_until) <= kvt_now_ns());
+			stat_int(&o, "requests", (int64_t)ctr_get(&x->requests));
+			stat_int(&o, "failures", (int64_t)ctr_get(&x->failures));
+			stat_int(&o, "timeouts", (int64_t)ctr_get(&x->timeouts));
 		}
-		json_array_append_new(ms, o);
 	}
-	json_object_set_new(obj, "members", ms);
-#define C(name, field) json_object_set_new(obj, name, json_integer((json_int_t)ctr_get(&p->field)))
+#define C(name, field) stat_int(v, name, (int64_t)ctr_get(&p->field))
 	C("hits", hits);
 	C("misses", misses);
 	C("bytes_in", bytes_in);

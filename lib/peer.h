@@ -58,9 +58,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "kvtier.h"
+#include "stats.h"
 
 #define PEER_KEYS_MAX 4096u       /* keys or items in one frame */
 
@@ -152,7 +151,7 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 /* The member's name (for messages). */
 const char *peer_name(const struct peer_tier *p, unsigned m);
 
-/* Counters and members into obj ("peer" in kvt_stats_json). */
-void peer_stats(struct peer_tier *p, json_t *obj);
+/* Counters and the list of members through v ("peer" in kvt_stats_json). */
+void peer_stats(struct peer_tier *p, const struct stat_visitor *v);
 
 #endif

@@ -204,14 +204,14 @@ size_t pins_held(struct pins *p)
 	return n;
 }
 
-void pins_stats(struct pins *p, json_t *obj)
+void pins_stats(struct pins *p, const struct stat_visitor *v)
 {
-	json_object_set_new(obj, "pins_held", json_integer((json_int_t)pins_held(p)));
-	json_object_set_new(obj, "pins_taken", json_integer((json_int_t)ctr_get(&p->taken)));
-	json_object_set_new(obj, "pins_released", json_integer((json_int_t)ctr_get(&p->released)));
-	json_object_set_new(obj, "pins_lapsed", json_integer((json_int_t)ctr_get(&p->lapsed)));
-	json_object_set_new(obj, "pins_dropped", json_integer((json_int_t)ctr_get(&p->dropped)));
-	json_object_set_new(obj, "pins_refused", json_integer((json_int_t)ctr_get(&p->refused)));
+	stat_int(v, "pins_held", (int64_t)pins_held(p));
+	stat_int(v, "pins_taken", (int64_t)ctr_get(&p->taken));
+	stat_int(v, "pins_released", (int64_t)ctr_get(&p->released));
+	stat_int(v, "pins_lapsed", (int64_t)ctr_get(&p->lapsed));
+	stat_int(v, "pins_dropped", (int64_t)ctr_get(&p->dropped));
+	stat_int(v, "pins_refused", (int64_t)ctr_get(&p->refused));
 }
 
 void pins_close(struct pins *p)

@@ -25,8 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
+#include "stats.h"
 
 #define PINS_PER_MEMBER 4096u      /* pins one member may hold at once */
 
@@ -65,7 +64,7 @@ size_t pins_drop_member(struct pins *p, unsigned member);
 size_t pins_held(struct pins *p);
 
 /* pins_held (now), pins_taken, pins_released, pins_lapsed, pins_dropped,
- * pins_refused (since open) into obj. */
-void pins_stats(struct pins *p, json_t *obj);
+ * pins_refused (since open) through v. */
+void pins_stats(struct pins *p, const struct stat_visitor *v);
 
 #endif

@@ -89,9 +89,18 @@ json_t *hist_json_us(const struct hist *h)
 
 /* --- rendering ------------------------------------------------------------- */
 
+/* Sets x as name of the object o, or appends it when o is an array. */
+static void json_put(json_t *o, const char *name, json_t *x)
+{
+	if (json_is_array(o))
+		json_array_append_new(o, x);
+	else
+		json_object_set_new(o, name, x);
+}
+
 static void json_emit(void *arg, const char *name, struct stat_val v)
 {
-	json_t *o = arg, *x = NULL;
+	json_t *x = NULL;
 
 	switch (v.kind) {
 	case STAT_INT:
@@ -106,13 +115,38 @@ static void json_emit(void *arg, const char *name, struct stat_val v)
 	case STAT_HIST:
 		x = hist_json_us(v.h);
 		break;
+	case STAT_STR:
+		x = json_string(v.s ? v.s : "");
+		break;
 	}
-	json_object_set_new(o, name, x);
+	json_put(arg, name, x);
+}
+
+static struct stat_visitor json_nest(void *arg, const char *name, int list)
+{
+	json_t *x = list ? json_array() : json_object();
+
+	json_put(arg, name, x);
+	return stats_json_visitor(x);
 }
 
 struct stat_visitor stats_json_visitor(json_t *obj)
 {
-	return (struct stat_visitor){ .emit = json_emit, .arg = obj };
+	return (struct stat_visitor){ .emit = json_emit, .nest = json_nest, .arg = obj };
+}
+
+static void drop_emit(void *arg, const char *name, struct stat_val v)
+{
+	(void)arg;
+	(void)name;
+	(void)v;
+}
+
+struct stat_visitor stat_nest(const struct stat_visitor *v, const char *name, int list)
+{
+	if (v->nest)
+		return v->nest(v->arg, name, list);
+	return (struct stat_visitor){ .emit = drop_emit };
 }
 
 struct stats_doc {
@@ -134,7 +168,7 @@ struct stats_doc *stats_doc_new(const char *version)
 	return d;
 }
 
-json_t *stats_doc_json(struct stats_doc *d, const char *name)
+static json_t *doc_section(struct stats_doc *d, const char *name)
 {
 	json_t *o = json_object_get(d->root, name);
 
@@ -147,7 +181,7 @@ json_t *stats_doc_json(struct stats_doc *d, const char *name)
 
 struct stat_visitor stats_doc_section(struct stats_doc *d, const char *name)
 {
-	return stats_json_visitor(stats_doc_json(d, name));
+	return stats_json_visitor(doc_section(d, name));
 }
 
 int stats_doc_render(struct stats_doc *d, char *buf, size_t cap)

@@ -604,8 +604,10 @@ KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap)
 	}
 	v = stats_doc_section(doc, "slots");
 	slot_stats(s->slots, &v);
-	if (s->peer)
-		peer_stats(s->peer, stats_doc_json(doc, "peer"));
+	if (s->peer) {
+		v = stats_doc_section(doc, "peer");
+		peer_stats(s->peer, &v);
+	}
 	if (s->local) {
 		v = stats_doc_section(doc, "local");
 		local_server_stats(s->local, &v);

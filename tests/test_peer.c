@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <jansson.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

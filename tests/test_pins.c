@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "config.h"
 #include "internal.h"
@@ -130,7 +131,8 @@ static void test_release_by_member_only(void **state)
 	ram_unpin(f->r, pin3.ref);
 
 	json_t *o = json_object();
-	pins_stats(f->p, o);
+	struct stat_visitor sv = stats_json_visitor(o);
+	pins_stats(f->p, &sv);
 	assert_int_equal(json_integer_value(json_object_get(o, "pins_taken")), 2);
 	assert_int_equal(json_integer_value(json_object_get(o, "pins_released")), 2);
 	assert_int_equal(json_integer_value(json_object_get(o, "pins_refused")), 1);

@@ -107,6 +107,50 @@ static void test_visitor_renders_every_kind(void **state)
 	assert_memory_equal(small, buf, sizeof(small) - 1);
 }
 
+static void count_emit(void *arg, const char *name, struct stat_val v)
+{
+	(void)name;
+	(void)v;
+	++*(int *)arg;
+}
+
+/* Sections and lists nest; a string is copied; a visitor without nest
+ * drops what is reported under a nested one and keeps its own counters. */
+static void test_visitor_nests_sections_and_lists(void **state)
+{
+	char buf[1024], name[8] = "first";
+
+	(void)state;
+	struct stats_doc *d = stats_doc_new("1");
+	struct stat_visitor v = stats_doc_section(d, "tier");
+	struct stat_visitor l = stat_nest(&v, "members", 1);
+	for (int i = 0; i < 3; i++) {
+		struct stat_visitor o = stat_nest(&l, NULL, 0);
+		stat_str(&o, "name", name);
+		stat_int(&o, "i", i);
+		struct stat_visitor in = stat_nest(&o, "inner", 0);
+		stat_bool(&in, "deep", i == 2);
+		name[0] = 'F'; /* the renderer copied the earlier ones */
+	}
+	stat_int(&l, NULL, 42);
+	stat_int(&v, "after", 7);
+	assert_true(stats_doc_render(d, buf, sizeof(buf)) > 0);
+	assert_string_equal(buf, "{\"tier\":{\"after\":7,\"members\":["
+			    "{\"i\":0,\"inner\":{\"deep\":false},\"name\":\"first\"},"
+			    "{\"i\":1,\"inner\":{\"deep\":false},\"name\":\"First\"},"
+			    "{\"i\":2,\"inner\":{\"deep\":true},\"name\":\"First\"},42]},"
+			    "\"version\":\"1\"}");
+
+	int count = 0;
+	struct stat_visitor flat = { .emit = count_emit, .arg = &count };
+	struct stat_visitor n = stat_nest(&flat, "members", 1);
+	stat_int(&n, NULL, 1);
+	struct stat_visitor n2 = stat_nest(&n, NULL, 0);
+	stat_str(&n2, "name", "x");
+	stat_int(&flat, "kept", 1);
+	assert_int_equal(count, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +158,7 @@ int main(void)
 		cmocka_unit_test(test_empty_and_extreme_values),
 		cmocka_unit_test(test_json_has_percentiles),
 		cmocka_unit_test(test_visitor_renders_every_kind),
+		cmocka_unit_test(test_visitor_nests_sections_and_lists),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
