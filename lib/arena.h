@@ -30,7 +30,10 @@ struct arena_stats {
 	uint64_t used;            /* bytes in allocated extents (rounded to units) */
 	uint64_t largest_free;    /* largest free extent, bytes */
 	uint64_t allocs;          /* extents currently allocated */
-	int hugepages;            /* 1 if backed by huge pages */
+	int hugepages;            /* 1 if backed by reserved (hugetlb) 2 MiB pages */
+	int64_t huge_bytes;       /* bytes mapped by 2 MiB pages, reserved or
+				     transparent, when the arena was faulted
+				     in; -1 when /proc/self/smaps is unreadable */
 	int mlocked;              /* 1 if locked in memory */
 	int numa_node;            /* node bound to, or -1 */
 };
@@ -50,6 +53,15 @@ void *arena_base(const struct arena *a);
  * arena and closed by arena_close(). */
 int arena_fd(const struct arena *a);
 size_t arena_size(const struct arena *a);
+
+/*
+ * Maps len bytes of a shared arena's memfd (this one's, or one received
+ * from a node store) read-write, MAP_SHARED, at a 2 MiB aligned address with
+ * transparent huge pages advised, so that the huge pages the file has are
+ * mapped whole (one TLB entry per 2 MiB). NULL with errno set on failure;
+ * munmap(p, len) undoes it.
+ */
+void *arena_map_fd(int fd, size_t len);
 
 /*
  * Allocates an extent of at least len bytes. Returns its byte offset from

@@ -24,6 +24,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "internal.h"
 #include "local.h"
 #include "local_proto.h"
@@ -191,9 +192,8 @@ int local_client_open(const char *path, struct local_client **out)
 	}
 	c->arena_len = (size_t)hl.arena_len;
 	c->max_block = hl.max_block;
-	c->base = mmap(NULL, c->arena_len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	if (c->base == MAP_FAILED) {
-		c->base = NULL;
+	c->base = arena_map_fd(mfd, c->arena_len);
+	if (!c->base) {
 		rc = kvt_fail(-ENOMEM, "attach: cannot map the node store's arena (%zu "
 			      "bytes): %s", c->arena_len, strerror(errno));
 		goto fail;

@@ -782,6 +782,8 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_real(v, "index_bytes_per_block",
 		  objects ? (double)idx_bytes / (double)objects : 0.0);
 	stat_bool(v, "hugepages", as.hugepages);
+	stat_bool(v, "transparent_hugepages", !as.hugepages && as.huge_bytes > 0);
+	stat_int(v, "huge_page_bytes", as.huge_bytes);
 	stat_bool(v, "mlocked", as.mlocked);
 	stat_int(v, "numa_node", (int64_t)as.numa_node);
 }

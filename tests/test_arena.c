@@ -39,6 +39,7 @@ static struct {
 	int warns, errs;
 	char last_warn[1024];
 	char last_err[1024];
+	char all_warns[4096];     /* every warning since logs_reset, one a line */
 } logs = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void log_sink(int level, const char *msg, void *arg)
@@ -48,6 +49,8 @@ static void log_sink(int level, const char *msg, void *arg)
 	if (level == KVT_LOG_WARN) {
 		logs.warns++;
 		snprintf(logs.last_warn, sizeof(logs.last_warn), "%s", msg);
+		size_t n = strlen(logs.all_warns);
+		snprintf(logs.all_warns + n, sizeof(logs.all_warns) - n, "%s\n", msg);
 	} else if (level == KVT_LOG_ERR) {
 		logs.errs++;
 		snprintf(logs.last_err, sizeof(logs.last_err), "%s", msg);
@@ -59,7 +62,7 @@ static void logs_reset(void)
 {
 	pthread_mutex_lock(&logs.lock);
 	logs.warns = logs.errs = 0;
-	logs.last_warn[0] = logs.last_err[0] = '\0';
+	logs.last_warn[0] = logs.last_err[0] = logs.all_warns[0] = '\0';
 	pthread_mutex_unlock(&logs.lock);
 }
 
@@ -302,6 +305,177 @@ static void test_hugepages_require_maps_or_fails_enomem(void **state)
 		assert_true(kvt_last_error()[0] != '\0');
 		assert_non_null(strstr(kvt_last_error(), "ram.hugepages"));
 	}
+}
+
+/* A shared arena's bytes seen through a second mapping of its memfd
+ * (as an attached process maps it). */
+static void assert_shared_mapping_sees_writes(struct arena *a)
+{
+	assert_true(arena_fd(a) >= 0);
+	char *q = arena_map_fd(arena_fd(a), arena_size(a));
+	assert_non_null(q);
+	assert_int_equal((uintptr_t)q % (2 * MIB), 0);
+	memset(arena_base(a), 0x5a, arena_size(a));
+	assert_int_equal(q[0], 0x5a);
+	assert_int_equal(q[arena_size(a) - 1], 0x5a);
+	q[12345] = 0x11;
+	assert_int_equal(((char *)arena_base(a))[12345], 0x11);
+	munmap(q, arena_size(a));
+}
+
+/* The kernel's mode for transparent huge pages in shared memory, or "". */
+static void shmem_mode(char *buf, size_t cap)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+	char line[256];
+	buf[0] = '\0';
+	if (f && fgets(line, sizeof(line), f)) {
+		char *o = strchr(line, '['), *c = o ? strchr(o, ']') : NULL;
+		if (o && c)
+			snprintf(buf, cap, "%.*s", (int)(c - o - 1), o + 1);
+	}
+	if (f)
+		fclose(f);
+}
+
+/*
+ * A shared arena on normal pages reports how much of it 2 MiB pages map,
+ * and when that is none, says so in a warning that names the setting to
+ * change. Which case happens depends on the kernel's shmem_enabled mode
+ * (this test changes no system setting): "never" and "deny" give none.
+ */
+static void test_shared_arena_reports_its_pages(void **state)
+{
+	(void)state;
+	char mode[64];
+	shmem_mode(mode, sizeof(mode));
+	struct arena_opts o = plain_opts(8 * MIB);
+	o.shared = 1;
+	struct arena *a = NULL;
+	assert_int_equal(arena_open(&o, &a), 0);
+	assert_int_equal((uintptr_t)arena_base(a) % (2 * MIB), 0);
+	struct arena_stats st;
+	arena_get_stats(a, &st);
+	assert_int_equal(st.hugepages, 0);
+	assert_true(st.huge_bytes >= 0 && (uint64_t)st.huge_bytes <= arena_size(a));
+	assert_int_equal(st.huge_bytes % (2 * MIB), 0);
+	if (!strcmp(mode, "never") || !strcmp(mode, "deny"))
+		assert_int_equal(st.huge_bytes, 0);
+	if (st.huge_bytes == 0) {
+		assert_int_equal(logs.warns, 1);
+		assert_non_null(strstr(logs.last_warn, "shmem_enabled"));
+		assert_non_null(strstr(logs.last_warn, "\"advise\""));
+		if (mode[0])
+			assert_non_null(strstr(logs.last_warn, mode));
+	} else {
+		assert_int_equal(logs.warns, 0);
+	}
+	assert_shared_mapping_sees_writes(a);
+	arena_close(a);
+
+	/* A private arena never warns about it. */
+	logs_reset();
+	o.shared = 0;
+	assert_int_equal(arena_open(&o, &a), 0);
+	arena_get_stats(a, &st);
+	assert_true(st.huge_bytes >= 0);
+	assert_int_equal(arena_fd(a), -1);
+	assert_int_equal(logs.warns, 0);
+	arena_close(a);
+}
+
+/* 2 MiB pages in the pool: HugePages_Free from /proc/meminfo, or -1. */
+static long huge_free(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	long n = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "HugePages_Free: %ld", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+static long read_nr_hugepages(void)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "r");
+	long n = -1;
+	if (f) {
+		if (fscanf(f, "%ld", &n) != 1)
+			n = -1;
+		fclose(f);
+	}
+	return n;
+}
+
+static int write_nr_hugepages(long n)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "w");
+	if (!f)
+		return -1;
+	int ok = fprintf(f, "%ld\n", n) > 0;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/*
+ * A shared arena with ram.hugepages "try" or true on reserved 2 MiB pages.
+ * Needs root to reserve a few pages in the pool for the test (given back at
+ * the end); skipped otherwise. With an empty pool, "try" falls back with a
+ * warning and true fails with -ENOMEM.
+ */
+static void test_shared_arena_on_reserved_hugepages(void **state)
+{
+	(void)state;
+	struct arena_opts o = plain_opts(5 * MIB);
+	struct arena *a = NULL;
+	struct arena_stats st;
+	o.shared = 1;
+
+	if (huge_free() == 0) {
+		o.hugepages = KVT_TRY;
+		assert_int_equal(arena_open(&o, &a), 0);
+		arena_get_stats(a, &st);
+		assert_int_equal(st.hugepages, 0);
+		assert_int_equal(arena_size(a), 5 * MIB);
+		assert_non_null(strstr(logs.all_warns, "ram.hugepages \"try\""));
+		assert_shared_mapping_sees_writes(a);
+		arena_close(a);
+		o.hugepages = KVT_REQUIRE;
+		assert_int_equal(arena_open(&o, &a), -ENOMEM);
+		assert_null(a);
+		assert_non_null(strstr(kvt_last_error(), "nr_hugepages"));
+	}
+	long orig = read_nr_hugepages();
+	if (geteuid() != 0 || orig < 0 || write_nr_hugepages(orig + 3) != 0) {
+		print_message("skipped: reserving 2 MiB pages needs root and a writable "
+			      "/proc/sys/vm/nr_hugepages\n");
+		skip();
+	}
+	if (huge_free() < 3) {
+		write_nr_hugepages(orig);
+		print_message("skipped: the kernel could not reserve 3 huge pages\n");
+		skip();
+	}
+	for (int i = 0; i < 2; i++) {
+		logs_reset();
+		o.hugepages = i ? KVT_REQUIRE : KVT_TRY;
+		int rc = arena_open(&o, &a);
+		if (rc)
+			write_nr_hugepages(orig);
+		assert_int_equal(rc, 0);
+		arena_get_stats(a, &st);
+		assert_int_equal(st.hugepages, 1);
+		assert_int_equal(arena_size(a), 6 * MIB);
+		assert_int_equal(st.huge_bytes, 6 * MIB);
+		assert_int_equal(logs.warns, 0);
+		assert_shared_mapping_sees_writes(a);
+		assert_whole_arena_allocatable(a);
+		arena_close(a);
+	}
+	assert_int_equal(write_nr_hugepages(orig), 0);
 }
 
 /* Locked memory of this process in KiB (VmLck), or -1. */
@@ -916,6 +1090,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hugepages_try_falls_back_with_warning,
 						setup_logs, teardown_logs),
 		cmocka_unit_test(test_hugepages_require_maps_or_fails_enomem),
+		cmocka_unit_test_setup_teardown(test_shared_arena_reports_its_pages,
+						setup_logs, teardown_logs),
+		cmocka_unit_test_setup_teardown(test_shared_arena_on_reserved_hugepages,
+						setup_logs, teardown_logs),
 		cmocka_unit_test(test_mlock_require_locks_within_limit),
 		cmocka_unit_test_setup_teardown(test_mlock_over_limit_fails_require_and_warns_try,
 						setup_logs, teardown_logs),

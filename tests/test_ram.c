@@ -360,6 +360,20 @@ static int check_in_place(void *arg, const void *block, size_t len)
 	return 7; /* handed back as the call's result */
 }
 
+/* The stats say how much of the arena 2 MiB pages map (-1: unknown). */
+static void stats_report_huge_page_bytes(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r = open_small(&cfg, NULL);
+	long long huge = ram_counter(r, "huge_page_bytes");
+
+	(void)state;
+	assert_true(huge >= -1 && huge <= ram_counter(r, "capacity"));
+	assert_true(huge <= 0 || huge % (2 << 20) == 0);
+	ram_close(r);
+	config_free(&cfg);
+}
+
 static void visit_hands_over_pinned_blocks(void **state)
 {
 	struct kvt_config cfg;
@@ -407,6 +421,7 @@ int main(void)
 		cmocka_unit_test(lease_taken_during_spill_keeps_block),
 		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),
 		cmocka_unit_test(visit_hands_over_pinned_blocks),
+		cmocka_unit_test(stats_report_huge_page_bytes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
