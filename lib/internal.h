@@ -68,4 +68,39 @@ void kvt_ops_shared(const kvt_op *ops, size_t n, uint8_t *shared);
 /* Key as "hi:lo" hex for messages; buf must hold 34 bytes. */
 const char *kvt_key_str(kvt_key k, char buf[34]);
 
+/*
+ * A counter that many threads add to often (per key of a lookup): one
+ * cache line per stripe, each thread adding to its own (threads take
+ * stripes in turn at their first add, so a few threads share none), and
+ * the reader adding them up. One atomic counter would bounce its line
+ * between the adding threads' caches on every add.
+ */
+#define KVT_STRIPES 16
+
+struct kvt_striped {
+	struct {
+		/* a line's worth on either side, so that each v has a cache
+		 * line to itself however the counter is aligned */
+		char lead[64];
+		uint64_t v;
+		char tail[64 - sizeof(uint64_t)];
+	} s[KVT_STRIPES];
+};
+
+/* This thread's stripe (kvt_striped.c). */
+unsigned kvt_stripe(void);
+
+static inline void kvt_striped_add(struct kvt_striped *c, uint64_t n)
+{
+	__atomic_fetch_add(&c->s[kvt_stripe()].v, n, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t kvt_striped_get(const struct kvt_striped *c)
+{
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < KVT_STRIPES; i++)
+		sum += __atomic_load_n(&c->s[i].v, __ATOMIC_RELAXED);
+	return sum;
+}
+
 #endif

@@ -9,15 +9,22 @@
  *
  * An entry is in one of these places:
  *   LRU list   - evictable unless pinned by an in-flight copy
- *   held list  - leased until lease_until (ordered by deadline, since every
- *                lease has the same length); moved back to the LRU head when
- *                the lease lapses (checked lazily under the shard lock)
+ *   held list  - leased until lease_until, ordered by held_until (the
+ *                deadline when it was placed, which a renewal without the
+ *                lock may have pushed later); moved back to the LRU head
+ *                when the lease lapses (checked lazily under the shard lock)
  *   EVICTING   - off both lists, pinned by the evictor while its bytes are
  *                spilled; still readable; a lease taken meanwhile cancels
  *                the eviction
  *   DEAD       - out of the table (removed), freed at its last unpin
  * Copies in and out of the arena run outside every lock: pins keep the
- * extent alive. Knows nothing about disks: spills go through a callback.
+ * extent alive. Lookups take no lock at all when they can: presence is read
+ * under the shard's sequence count (ram_index.c), and a lease in force is
+ * renewed by a compare-and-swap of its deadline, which leaves the entry's
+ * place on the held list behind until expire_leases puts it right; so
+ * lookups on many threads write no cache line in common (the count of
+ * leases is a striped counter for the same reason). Knows nothing about
+ * disks: spills go through a callback.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -56,6 +63,7 @@ struct ram_tier {
 	_Atomic uint64_t puts, dup_puts, refused_puts;
 	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
 	_Atomic uint64_t lease_expiries, lease_refusals, releases;
+	struct kvt_striped leases;  /* granted and renewed, by every lookup */
 	_Atomic uint64_t gens[NGENS];
 	_Atomic uint64_t seen[NSEEN];
 	_Atomic uint64_t promotions_declined;
@@ -86,12 +94,15 @@ int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 		.numa_node = o->numa_node,
 		.shared = o->shared,
 	};
-	struct ram_tier *r = calloc(1, sizeof(*r));
+	struct ram_tier *r = NULL;
 	unsigned i;
 	int rc;
 
-	if (!r)
+	/* Aligned as its shards ask: each shard's read-mostly half on lines
+	 * of its own. */
+	if (posix_memalign((void **)&r, _Alignof(struct ram_tier), sizeof(*r)))
 		return kvt_fail(-ENOMEM, "RAM tier: out of memory");
+	memset(r, 0, sizeof(*r));
 	for (i = 0; i < NSHARDS; i++) {
 		if (shard_init(&r->shards[i])) {
 			rc = kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
@@ -129,25 +140,64 @@ void ram_close(struct ram_tier *r)
 	free(r);
 }
 
-/* Ends the lease of a live entry (accounting only; the caller moves it). */
+/* Accounts for the end of a lease the caller took from a live entry
+ * (ent_lease_take or a CAS to 0); the caller moves it. */
 static void drop_lease(struct ram_tier *r, struct ram_ent *e)
 {
-	e->lease_until = 0;
 	atomic_fetch_sub_explicit(&r->leased_bytes, e->len, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&r->leased_objects, 1, memory_order_relaxed);
 }
 
-/* Moves lapsed leases of a shard back to the LRU head. Shard locked. */
+/*
+ * Puts a leased entry on the held list at the place of its held_until (the
+ * list is ordered by it, earliest at the head). Renewed deadlines are the
+ * latest ones, so the walk from the tail is short. Shard locked.
+ */
+static void held_insert(struct shard *sh, uint32_t id)
+{
+	struct ram_ent *e = shard_ent(sh, id);
+	uint32_t at = sh->held_tail;
+
+	while (at != IDX_NONE && shard_ent(sh, at)->held_until > e->held_until)
+		at = shard_ent(sh, at)->prev;
+	if (at == sh->held_tail) {
+		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+	} else if (at == IDX_NONE) {
+		list_push_head(sh, &sh->held_head, &sh->held_tail, id);
+	} else {
+		struct ram_ent *a = shard_ent(sh, at);
+		e->prev = at;
+		e->next = a->next;
+		shard_ent(sh, a->next)->prev = id;
+		a->next = id;
+	}
+}
+
+/*
+ * Moves lapsed leases of a shard back to the LRU head. A lookup renews a
+ * lease without the lock (ram_lookup) and so without moving it on the held
+ * list: an entry whose place has passed but whose lease has not is put back
+ * at the place of its new deadline. Shard locked.
+ */
 static void expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
 {
 	while (sh->held_head != IDX_NONE) {
 		uint32_t id = sh->held_head;
-		struct ram_ent *e = &sh->ents[id];
-		if (e->lease_until > now)
+		struct ram_ent *e = shard_ent(sh, id);
+		if (e->held_until > now)
 			break;
+		uint64_t lu = ent_lease(e);
+		if (lu > now) {
+			list_remove(sh, &sh->held_head, &sh->held_tail, id);
+			e->held_until = lu;
+			held_insert(sh, id);
+			continue;
+		}
+		if (!ent_lease_cas(e, &lu, 0))
+			continue; /* renewed this instant: look again */
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
 		drop_lease(r, e);
-		e->state = IENT_LRU;
+		ent_set_state(e, IENT_LRU);
 		e->stamp = next_tick(r); /* its list position says "recent" */
 		list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
 		ctr_add(&r->lease_expiries, 1);
@@ -168,7 +218,7 @@ static void expire_all(struct ram_tier *r)
 /* Frees an entry already out of the table and unpinned. Shard locked. */
 static void release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
 {
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	uint64_t bytes = arena_extent_bytes(r->arena, e->off);
 
 	arena_free(r->arena, e->off);
@@ -194,13 +244,13 @@ static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
 			expire_leases(r, sh, now);
 			uint32_t id = sh->lru_tail;
 			for (int n = 0; id != IDX_NONE && n < EVICT_SCAN; n++) {
-				if (sh->ents[id].pins == 0)
+				if (shard_ent(sh, id)->pins == 0)
 					break;
-				id = sh->ents[id].prev;
+				id = shard_ent(sh, id)->prev;
 			}
-			if (id != IDX_NONE && sh->ents[id].pins == 0 &&
-			    sh->ents[id].stamp < best_stamp) {
-				best_stamp = sh->ents[id].stamp;
+			if (id != IDX_NONE && shard_ent(sh, id)->pins == 0 &&
+			    shard_ent(sh, id)->stamp < best_stamp) {
+				best_stamp = shard_ent(sh, id)->stamp;
 				best = (int)i;
 				best_id = id;
 			}
@@ -210,10 +260,10 @@ static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
 			return -ENOSPC;
 		struct shard *sh = &r->shards[best];
 		pthread_mutex_lock(&sh->lock);
-		struct ram_ent *e = &sh->ents[best_id];
+		struct ram_ent *e = shard_ent(sh, best_id);
 		if (e->state == IENT_LRU && e->pins == 0 && e->stamp == best_stamp) {
 			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
-			e->state = IENT_EVICTING;
+			ent_set_state(e, IENT_EVICTING);
 			e->pins = 1;
 			pthread_mutex_unlock(&sh->lock);
 			*shp = sh;
@@ -243,7 +293,7 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	uint32_t id = v.id;
 
 	pthread_mutex_lock(&sh->lock);
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	e->pins--;
 	if (e->state == IENT_DEAD) {
 		/* Under the shard lock: RAM shard lock, then the disk tier's
@@ -255,14 +305,16 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 		pthread_mutex_unlock(&sh->lock);
 		return;
 	}
-	if (e->lease_until > kvt_now_ns()) {
+	uint64_t lu = ent_lease(e);
+	if (lu > kvt_now_ns()) {
 		/* Leased while we spilled: the lease wins, the block stays. */
-		e->state = IENT_HELD;
-		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+		e->held_until = lu;
+		ent_set_state(e, IENT_HELD);
+		held_insert(sh, id);
 		pthread_mutex_unlock(&sh->lock);
 		return;
 	}
-	if (e->lease_until) {
+	if (ent_lease_take(e)) {
 		drop_lease(r, e);
 		ctr_add(&r->lease_expiries, 1);
 	}
@@ -272,7 +324,7 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	if (e->pins == 0)
 		release_entry(r, sh, id);
 	else
-		e->state = IENT_DEAD;
+		ent_set_state(e, IENT_DEAD);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -300,7 +352,7 @@ static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
 			break;
 		/* Pinned and off the lists: key, offset and length are stable. */
 		pthread_mutex_lock(&v[n].sh->lock);
-		struct ram_ent *e = &v[n].sh->ents[v[n].id];
+		struct ram_ent *e = shard_ent(v[n].sh, v[n].id);
 		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
 		pending += arena_extent_bytes(r->arena, e->off);
 		pthread_mutex_unlock(&v[n].sh->lock);
@@ -342,7 +394,7 @@ int ram_above_high(struct ram_tier *r)
 /* Refreshes recency of a live entry. Shard locked. */
 static void touch(struct ram_tier *r, struct shard *sh, uint32_t id)
 {
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	e->stamp = next_tick(r);
 	if (e->state == IENT_LRU && sh->lru_head != id) {
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
@@ -427,11 +479,11 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 		free_extent(r, off);
 		return kvt_fail(-ENOMEM, "RAM tier: out of memory for the index");
 	}
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	e->off = off;
 	e->len = (uint32_t)len;
 	e->stamp = next_tick(r);
-	e->state = IENT_LRU;
+	ent_set_state(e, IENT_LRU);
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
 	pthread_mutex_unlock(&sh->lock);
 	ctr_add(&r->objects, 1);
@@ -549,7 +601,7 @@ int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 		pthread_mutex_unlock(&sh->lock);
 		return -ENOENT;
 	}
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	*len = e->len;
 	if (e->len > cap) {
 		pthread_mutex_unlock(&sh->lock);
@@ -578,7 +630,7 @@ void ram_unpin(struct ram_tier *r, uint64_t ref)
 
 	pthread_mutex_lock(&sh->lock);
 	sh->pinned--;
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 	if (--e->pins == 0 && e->state == IENT_DEAD)
 		release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
@@ -612,9 +664,12 @@ int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
 static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 		       uint64_t deadline)
 {
-	struct ram_ent *e = &sh->ents[id];
+	struct ram_ent *e = shard_ent(sh, id);
 
-	if (!e->lease_until) {
+	/* A lease of 0 is renewed by no one without the lock (ram_lookup
+	 * renews only a lease in force), so this test and the store below
+	 * race with nothing. */
+	if (!ent_lease(e)) {
 		uint64_t cur = atomic_load_explicit(&r->leased_bytes, memory_order_relaxed);
 		do {
 			if (cur + e->len > r->lease_cap_bytes)
@@ -624,26 +679,61 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 			memory_order_relaxed, memory_order_relaxed));
 		ctr_add(&r->leased_objects, 1);
 	}
-	e->lease_until = deadline;
+	ent_set_lease(e, deadline);
 	if (e->state == IENT_LRU) {
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
-		e->state = IENT_HELD;
-		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+		ent_set_state(e, IENT_HELD);
+		e->held_until = deadline;
+		held_insert(sh, id);
 	} else if (e->state == IENT_HELD) {
 		/* Renewed: keep the held list ordered by deadline. */
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
-		list_push_tail(sh, &sh->held_head, &sh->held_tail, id);
+		e->held_until = deadline;
+		held_insert(sh, id);
 	}
 	/* IENT_EVICTING: the evictor sees lease_until and keeps the block. */
-	sh->leases++;
+	kvt_striped_add(&r->leases, 1);
 	return 1;
+}
+
+/*
+ * ram_lookup without the shard lock, so that lookups on several threads
+ * write no shared cache line: presence from shard_find_unlocked, and with
+ * lease, the renewal of a lease in force by a compare-and-swap of its
+ * deadline (never shortened here), which the held list learns of lazily
+ * (expire_leases). 1 or 0 as ram_lookup; -EAGAIN when the answer needs the
+ * lock: a first lease (the entry moves to the held list and counts against
+ * the cap), or slots that moved meanwhile. A renewal made before such a
+ * -EAGAIN is harmless: it only lengthened a lease in force.
+ */
+static int lookup_unlocked(struct ram_tier *r, struct shard *sh, kvt_key key, int lease,
+			   uint64_t deadline)
+{
+	uint32_t seq = shard_read_begin(sh);
+	struct ram_ent *e = NULL;
+	uint32_t id = shard_find_unlocked(sh, key, &e);
+	int rc = id != IDX_NONE;
+
+	if (rc && lease) {
+		uint64_t old = ent_lease(e);
+		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != IENT_HELD || !old ||
+		    deadline < old || !ent_lease_cas(e, &old, deadline))
+			return -EAGAIN;
+	}
+	if (!shard_read_valid(sh, seq))
+		return -EAGAIN;
+	if (rc && lease)
+		kvt_striped_add(&r->leases, 1);
+	return rc;
 }
 
 int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
 {
 	struct shard *sh = shard_of(r, key);
-	int rc;
+	int rc = lookup_unlocked(r, sh, key, lease, deadline_ns);
 
+	if (rc != -EAGAIN)
+		return rc;
 	pthread_mutex_lock(&sh->lock);
 	uint32_t id = shard_find(sh, key);
 	if (id == IDX_NONE || !lease) {
@@ -673,12 +763,12 @@ int ram_release(struct ram_tier *r, kvt_key key)
 
 	pthread_mutex_lock(&sh->lock);
 	uint32_t id = shard_find(sh, key);
-	if (id != IDX_NONE && sh->ents[id].lease_until) {
-		struct ram_ent *e = &sh->ents[id];
+	if (id != IDX_NONE && ent_lease_take(shard_ent(sh, id))) {
+		struct ram_ent *e = shard_ent(sh, id);
 		drop_lease(r, e);
 		if (e->state == IENT_HELD) {
 			list_remove(sh, &sh->held_head, &sh->held_tail, id);
-			e->state = IENT_LRU;
+			ent_set_state(e, IENT_LRU);
 			e->stamp = next_tick(r);
 			list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
 		}
@@ -701,15 +791,15 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 		pthread_mutex_unlock(&sh->lock);
 		return -ENOENT;
 	}
-	struct ram_ent *e = &sh->ents[id];
-	if (e->lease_until)
+	struct ram_ent *e = shard_ent(sh, id);
+	if (ent_lease_take(e))
 		drop_lease(r, e);
 	if (e->state == IENT_LRU)
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 	else if (e->state == IENT_HELD)
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
 	shard_unlink(sh, id);
-	e->state = IENT_DEAD;
+	ent_set_state(e, IENT_DEAD);
 	if (e->pins == 0)
 		release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
@@ -734,7 +824,7 @@ int ram_arena_fd(struct ram_tier *r)
 void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 {
 	struct arena_stats as;
-	uint64_t idx_bytes = 0, hits = 0, misses = 0, leases = 0, pinned = 0;
+	uint64_t idx_bytes = 0, hits = 0, misses = 0, pinned = 0;
 
 	expire_all(r);
 	for (unsigned i = 0; i < NSHARDS; i++) {
@@ -743,7 +833,6 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 		idx_bytes += shard_mem_bytes(sh);
 		hits += sh->hits;
 		misses += sh->misses;
-		leases += sh->leases;
 		pinned += sh->pinned;
 		pthread_mutex_unlock(&sh->lock);
 	}
@@ -768,7 +857,7 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_int(v, "leased_bytes", (int64_t)ctr_get(&r->leased_bytes));
 	stat_int(v, "leased_objects", (int64_t)ctr_get(&r->leased_objects));
 	stat_int(v, "lease_cap_bytes", (int64_t)r->lease_cap_bytes);
-	stat_int(v, "leases", (int64_t)leases);
+	stat_int(v, "leases", (int64_t)kvt_striped_get(&r->leases));
 	stat_int(v, "lease_expiries", (int64_t)ctr_get(&r->lease_expiries));
 	stat_int(v, "lease_refusals", (int64_t)ctr_get(&r->lease_refusals));
 	stat_int(v, "lease_releases", (int64_t)ctr_get(&r->releases));

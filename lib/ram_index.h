@@ -3,8 +3,9 @@
  * lease, pins, LRU links}. Each shard is an open-addressing table of 32-bit
  * entry ids over a pool of entries whose ids stay stable while the entry
  * lives, so LRU lists and pinned readers refer to entries by id. The caller
- * holds the shard's lock around every call here. Knows nothing about the
- * arena, eviction policy or other tiers.
+ * holds the shard's lock around every call here except shard_find_unlocked,
+ * which reads under a sequence count (the seqlock pattern) instead. Knows
+ * nothing about the arena, eviction policy or other tiers.
  */
 #ifndef KVT_RAM_INDEX_H
 #define KVT_RAM_INDEX_H
@@ -15,6 +16,10 @@
 #include "kvtier.h"
 
 #define IDX_NONE UINT32_MAX
+/* The pool grows by segments that never move: segment k holds
+ * SEG_FIRST << k entries, so 27 of them cover every id below IDX_NONE. */
+#define SEG_FIRST 32u
+#define NSEGS 27
 
 enum ram_ent_state {
 	IENT_FREE = 0,  /* pool slot unused */
@@ -24,38 +29,114 @@ enum ram_ent_state {
 	IENT_DEAD,      /* out of the table, waiting for its last pin to go */
 };
 
+/*
+ * key, state and lease_until are read without the shard lock by
+ * shard_find_unlocked() and the RAM tier's lookups, so they are written
+ * with atomic stores (ent_set_key, ent_set_state), and lease_until, which
+ * such a lookup may renew, is only ever accessed atomically (ent_lease,
+ * ent_lease_cas, ent_lease_take). The other fields belong to the lock.
+ */
 struct ram_ent {
 	kvt_key key;
 	uint64_t off;          /* arena offset */
 	uint64_t stamp;        /* recency: tier-wide tick of the last put or hit */
-	uint64_t lease_until;  /* CLOCK_MONOTONIC ns; meaningful in IENT_HELD */
+	uint64_t lease_until;  /* CLOCK_MONOTONIC ns, 0: not leased (atomic) */
+	uint64_t held_until;   /* the deadline the held list orders it by */
 	uint32_t len;          /* block bytes */
 	uint32_t prev, next;   /* LRU or held list links (entry ids) */
 	uint16_t pins;         /* in-flight copies (and the evictor) */
 	uint8_t state;
 };
 
+/* An open-addressing table: entry id + 1 per slot, 0 = empty. A grown
+ * table replaces it whole; the old one is kept (retired) until the shard
+ * is destroyed, since a reader without the lock may still be probing it. */
+struct ram_table {
+	struct ram_table *retired;  /* the table this one replaced */
+	uint32_t mask;              /* slots - 1 */
+	uint32_t slots[];
+};
+
 struct shard {
 	pthread_mutex_t lock;
-	struct ram_ent *ents;     /* pool */
 	uint32_t nents;        /* pool size */
 	uint32_t free_head;    /* free pool slots, linked through .next */
-	uint32_t *slots;       /* table: entry id + 1, 0 = empty */
-	uint32_t mask;         /* table size - 1 */
 	uint32_t count;        /* entries in the table */
 	uint32_t lru_head, lru_tail;    /* most recent at head */
 	uint32_t held_head, held_tail;  /* earliest deadline at head */
-	/* The tier's hot counters, kept per shard under its lock so that
-	 * readers on different shards share no written cache line; stats
-	 * add them up. */
-	uint64_t hits, misses, leases, pinned;
+	/* The tier's hot counters of gets, kept per shard under its lock so
+	 * that readers on different shards share no written cache line;
+	 * stats add them up. */
+	uint64_t hits, misses, pinned;
+	/* Read-mostly, on a cache line of their own, so that lookups on
+	 * several threads keep it shared: odd while shard_unlink moves slots
+	 * or a table is replaced, incremented again when done. */
+	uint32_t seq __attribute__((aligned(64)));
+	struct ram_table *table;
+	struct ram_ent *seg[NSEGS];
 } __attribute__((aligned(64)));
+
+/* The entry of id (below sh->nents). Shard locked. */
+static inline struct ram_ent *shard_ent(const struct shard *sh, uint32_t id)
+{
+	uint32_t b = id + SEG_FIRST;
+	unsigned k = 31u - (unsigned)__builtin_clz(b) - 5u; /* log2(SEG_FIRST) = 5 */
+	return &sh->seg[k][b - (SEG_FIRST << k)];
+}
+
+static inline void ent_set_state(struct ram_ent *e, uint8_t st)
+{
+	__atomic_store_n(&e->state, st, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t ent_lease(const struct ram_ent *e)
+{
+	return __atomic_load_n(&e->lease_until, __ATOMIC_ACQUIRE);
+}
+
+static inline void ent_set_lease(struct ram_ent *e, uint64_t v)
+{
+	__atomic_store_n(&e->lease_until, v, __ATOMIC_RELAXED);
+}
+
+/* Replaces lease_until by v if it is still *old (else *old = its value). */
+static inline int ent_lease_cas(struct ram_ent *e, uint64_t *old, uint64_t v)
+{
+	return __atomic_compare_exchange_n(&e->lease_until, old, v, 0, __ATOMIC_RELAXED,
+					   __ATOMIC_RELAXED);
+}
+
+/* Ends the lease: returns what lease_until was (0: there was none). */
+static inline uint64_t ent_lease_take(struct ram_ent *e)
+{
+	return __atomic_exchange_n(&e->lease_until, 0, __ATOMIC_RELAXED);
+}
 
 int shard_init(struct shard *sh);
 void shard_destroy(struct shard *sh);
 
-/* Entry id of key, or IDX_NONE. */
+/* Entry id of key, or IDX_NONE. Shard locked. */
 uint32_t shard_find(const struct shard *sh, kvt_key key);
+
+/*
+ * The same without the lock, for read-mostly paths. Call between
+ * s = shard_read_begin() and shard_read_valid(s): only when the latter is
+ * true was the answer (the entry *ep of key, or IDX_NONE) right at some
+ * moment in between; otherwise take the lock and ask again. Never blocks.
+ */
+uint32_t shard_find_unlocked(const struct shard *sh, kvt_key key, struct ram_ent **ep);
+
+static inline uint32_t shard_read_begin(const struct shard *sh)
+{
+	return __atomic_load_n(&sh->seq, __ATOMIC_ACQUIRE);
+}
+
+/* Whether nothing moved since s: the reader's loads before this are all
+ * acquire loads, so this load cannot be answered before them. */
+static inline int shard_read_valid(const struct shard *sh, uint32_t s)
+{
+	return !(s & 1) && __atomic_load_n(&sh->seq, __ATOMIC_RELAXED) == s;
+}
 
 /* Inserts key (not present) with a fresh zeroed entry; returns its id, or
  * IDX_NONE when memory for the table or pool could not be grown. */

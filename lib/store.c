@@ -481,9 +481,9 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 	if (i < n && s->peer && store_owner(s, keys[i]) >= 0)
 		i = store_lookup_peers(s, keys, n, i, lease, deadline);
 	*found = i;
-	ctr_add(&s->lookups, 1);
-	ctr_add(&s->lookup_keys, n);
-	ctr_add(&s->lookup_found, i);
+	kvt_striped_add(&s->lookups, 1);
+	kvt_striped_add(&s->lookup_keys, n);
+	kvt_striped_add(&s->lookup_found, i);
 	return 0;
 }
 
@@ -572,9 +572,9 @@ static void store_stats(kvt_store *s, const struct stat_visitor *v)
 	stat_int(v, "write_arounds", (int64_t)ctr_get(&s->write_arounds));
 	stat_int(v, "write_throughs", (int64_t)ctr_get(&s->write_through));
 	stat_int(v, "promotions", (int64_t)ctr_get(&s->promotions));
-	stat_int(v, "lookups", (int64_t)ctr_get(&s->lookups));
-	stat_int(v, "lookup_keys", (int64_t)ctr_get(&s->lookup_keys));
-	stat_int(v, "lookup_found", (int64_t)ctr_get(&s->lookup_found));
+	stat_int(v, "lookups", (int64_t)kvt_striped_get(&s->lookups));
+	stat_int(v, "lookup_keys", (int64_t)kvt_striped_get(&s->lookup_keys));
+	stat_int(v, "lookup_found", (int64_t)kvt_striped_get(&s->lookup_found));
 	stat_int(v, "batches", (int64_t)ctr_get(&s->batches));
 	stat_hist(v, "get_latency", &s->get_lat);
 	stat_hist(v, "put_latency", &s->put_lat);

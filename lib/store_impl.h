@@ -55,7 +55,9 @@ struct kvt_store {
 	_Atomic uint64_t gets, puts, hits_ram, hits_disk, hits_peer, misses, checksum_misses;
 	_Atomic uint64_t peer_puts, peer_put_failures;
 	_Atomic uint64_t refused_puts, write_arounds, write_through, promotions;
-	_Atomic uint64_t lookups, lookup_keys, lookup_found, batches, errors;
+	_Atomic uint64_t batches, errors;
+	/* moved by every kvt_lookup, on as many threads as the caller runs */
+	struct kvt_striped lookups, lookup_keys, lookup_found;
 };
 
 /* Condition variables that time out on CLOCK_MONOTONIC, so a wall-clock

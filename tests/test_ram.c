@@ -1,11 +1,13 @@
 /*
- * test_ram.c - the RAM tier's contract, driven directly (no store, no
- * threads of its own): the lease cap, the watermarks and the exact LRU order
- * of eviction, a lease or a remove that lands while a block is being
- * spilled, and ram_visit(), which hands a pinned block to a callback in place
- * (the peer server sends blocks this way).
+ * test_ram.c - the RAM tier's contract, driven directly (no store): the
+ * lease cap, the watermarks and the exact LRU order of eviction, a lease or
+ * a remove that lands while a block is being spilled, ram_visit(), which
+ * hands a pinned block to a callback in place (the peer server sends blocks
+ * this way), and lookups that read and renew leases without the shard locks
+ * while other threads put, remove, release and expire (run under TSan too).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -360,6 +362,130 @@ static int check_in_place(void *arg, const void *block, size_t len)
 	return 7; /* handed back as the call's result */
 }
 
+/* --- lookups without the lock, racing every writer ----------------------- */
+
+#define RACE_STABLE 512u    /* keys stored throughout */
+#define RACE_CHURN 2048u    /* keys put and removed over and over */
+#define RACE_ROUNDS 300
+
+struct race {
+	struct ram_tier *r;
+	_Atomic int stop;
+	_Atomic int misses;     /* a stable key reported absent: must stay 0 */
+	_Atomic int bad;        /* an impossible return value */
+	unsigned seed;
+};
+
+static void *race_lookups(void *arg)
+{
+	struct race *x = arg;
+	unsigned off = x->seed;
+
+	for (int round = 0; round < RACE_ROUNDS; round++) {
+		uint64_t now = kvt_now_ns();
+		for (unsigned k = 0; k < 64; k++) {
+			uint64_t i = (off + k * 7 + (unsigned)round) % RACE_STABLE;
+			/* leases of 0.2 to 2 ms: they lapse while others renew them */
+			int rc = ram_lookup(x->r, test_key(i), 1, now + 200000 + (i % 10) * 200000);
+			if (rc == 0)
+				x->misses++;
+			else if (rc != 1)
+				x->bad++;
+			if (ram_lookup(x->r, test_key(i), 0, 0) != 1)
+				x->misses++;
+			rc = ram_lookup(x->r, test_key(100000 + (i * 5 + (unsigned)round) % RACE_CHURN),
+					(int)(k & 1), now + 1000000);
+			if (rc != 0 && rc != 1)
+				x->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void *race_churn(void *arg)
+{
+	struct race *x = arg;
+	uint8_t buf[4096];
+
+	for (unsigned n = 0; !x->stop; n++) {
+		kvt_key k = test_key(100000 + n % RACE_CHURN);
+		if (n / RACE_CHURN % 2 == 0) {
+			fill_block(k, buf, sizeof(buf));
+			int rc = ram_put(x->r, k, buf, sizeof(buf));
+			if (rc != 0 && rc != 1)
+				x->bad++;
+			if (n % 3 == 0 && ram_lookup(x->r, k, 1, kvt_now_ns() + 1000000) < 0)
+				x->bad++;
+		} else {
+			int rc = ram_remove(x->r, k);
+			if (rc != 0 && rc != -ENOENT)
+				x->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void *race_expiry(void *arg)
+{
+	struct race *x = arg;
+
+	for (unsigned n = 0; !x->stop; n++) {
+		(void)ram_counter(x->r, "leased_bytes"); /* collects lapsed leases */
+		(void)ram_release(x->r, test_key(n % RACE_STABLE));
+	}
+	return NULL;
+}
+
+static void lookups_without_lock_race_every_writer(void **state)
+{
+	static const char *const cfg_text =
+		"{\"ram\": {\"capacity\": \"32MiB\", \"lease_cap\": 1.0, \"mlock\": false}}";
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	struct race x = { 0 };
+	pthread_t look[2], churn, expiry;
+	uint8_t buf[4096];
+
+	(void)state;
+	assert_int_equal(config_parse(cfg_text, &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
+	x.r = r;
+	for (uint64_t i = 0; i < RACE_STABLE; i++) {
+		fill_block(test_key(i), buf, sizeof(buf));
+		assert_int_equal(ram_put(r, test_key(i), buf, sizeof(buf)), 0);
+	}
+	struct race y = x;
+	y.seed = 1;
+	x.seed = 100;
+	assert_int_equal(pthread_create(&churn, NULL, race_churn, &x), 0);
+	assert_int_equal(pthread_create(&expiry, NULL, race_expiry, &x), 0);
+	assert_int_equal(pthread_create(&look[0], NULL, race_lookups, &x), 0);
+	assert_int_equal(pthread_create(&look[1], NULL, race_lookups, &y), 0);
+	pthread_join(look[0], NULL);
+	pthread_join(look[1], NULL);
+	x.stop = 1;
+	pthread_join(churn, NULL);
+	pthread_join(expiry, NULL);
+	assert_int_equal(x.misses + y.misses, 0);
+	assert_int_equal(x.bad + y.bad, 0);
+	assert_true(ram_counter(r, "leases") > 0);
+
+	/* Every lease ends; the books come back to zero exactly. */
+	for (uint64_t i = 0; i < RACE_STABLE; i++) {
+		size_t len = 0;
+		(void)ram_release(r, test_key(i));
+		assert_int_equal(ram_get(r, test_key(i), buf, sizeof(buf), &len), 0);
+		assert_int_equal(check_block(test_key(i), buf, len), 1);
+	}
+	for (uint64_t i = 0; i < RACE_CHURN; i++)
+		(void)ram_remove(r, test_key(100000 + i));
+	assert_int_equal(ram_counter(r, "leased_bytes"), 0);
+	assert_int_equal(ram_counter(r, "leased_objects"), 0);
+	assert_int_equal(ram_counter(r, "objects"), RACE_STABLE);
+	ram_close(r);
+	config_free(&cfg);
+}
+
 /* The stats say how much of the arena 2 MiB pages map (-1: unknown). */
 static void stats_report_huge_page_bytes(void **state)
 {
@@ -422,6 +548,7 @@ int main(void)
 		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),
 		cmocka_unit_test(visit_hands_over_pinned_blocks),
 		cmocka_unit_test(stats_report_huge_page_bytes),
+		cmocka_unit_test(lookups_without_lock_race_every_writer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

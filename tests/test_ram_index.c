@@ -51,7 +51,7 @@ static void test_insert_find_unlink_match_reference(void **state)
 		live += id[k] != IDX_NONE;
 	}
 	assert_int_equal(sh.count, live);
-	assert_true(sh.count * 2 <= sh.mask + 1); /* at most half full */
+	assert_true(sh.count * 2 <= sh.table->mask + 1); /* at most half full */
 	assert_true(shard_mem_bytes(&sh) > 0);
 	shard_destroy(&sh);
 	free(id);
@@ -77,7 +77,7 @@ static void test_lists_keep_order(void **state)
 	list_push_tail(&sh, &sh.lru_head, &sh.lru_tail, ids[4]);
 	assert_int_equal(sh.lru_tail, ids[4]);
 	uint32_t walk[5], n = 0;
-	for (uint32_t i = sh.lru_head; i != IDX_NONE; i = sh.ents[i].next)
+	for (uint32_t i = sh.lru_head; i != IDX_NONE; i = shard_ent(&sh, i)->next)
 		walk[n++] = i;
 	assert_int_equal(n, 4);
 	assert_int_equal(walk[0], ids[3]);
