@@ -12,22 +12,39 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include <stdint.h>
+
 #include "kvtier.h"
 #include "stats.h"
 
 struct local_server;
 struct local_client;
 
+/* What the local server is opened with (opts.c fills it from the store's
+ * configuration: the "local" section, and the ram keys it serves by). */
+struct local_opts {
+	const char *socket;       /* the socket's path (local.socket) */
+	unsigned mode;            /* its permission bits (local.mode) */
+	const uint32_t *uids;     /* users served besides this one (local.uids) */
+	unsigned nuids;
+	const uint32_t *gids;     /* primary groups served (local.gids) */
+	unsigned ngids;
+	unsigned max_clients;     /* processes served at once */
+	unsigned max_held;        /* leases, pins and reservations per process */
+	uint64_t max_block;       /* the largest block a client may put */
+	uint32_t lease_ms;        /* how long a client's lease lasts */
+	uint32_t pin_ms;          /* how long a client's slot lives */
+};
+
 /*
- * Serves s on cfg->local_socket: binds it (taking over a socket file that
+ * Serves s on o->socket: binds it (taking over a socket file that
  * nobody listens on any more), sets its mode and starts the acceptor.
  * arena_fd is the memfd of s's arena, sent to every client. *out is set
  * before the first client can be served. Returns 0, or
  * -EADDRINUSE (another store serves the path), -EEXIST (the path is not a
  * socket), -ENOMEM, or another -errno of the socket calls.
  */
-int local_server_open(const struct kvt_config *cfg, kvt_store *s, int arena_fd,
+int local_server_open(const struct local_opts *o, kvt_store *s, int arena_fd,
 		      struct local_server **out);
 /* Closes every client's connection (releasing what it holds), stops the
  * acceptor and removes the socket file. NULL: no-op. */

@@ -352,14 +352,18 @@ static int bind_socket(struct local_server *srv)
 	return 0;
 }
 
-int local_server_open(const struct kvt_config *cfg, kvt_store *s, int arena_fd,
+int local_server_open(const struct local_opts *o, kvt_store *s, int arena_fd,
 		      struct local_server **out)
 {
-	struct local_server *srv = calloc(1, sizeof(*srv));
+	struct local_server *srv;
 	void *base = NULL;
 	size_t alen = 0;
 	int rc;
 
+	*out = NULL;
+	if (!o || !o->socket || !o->socket[0])
+		return kvt_fail(-EINVAL, "local.socket: no path to serve on");
+	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return kvt_fail(-ENOMEM, "local.socket: out of memory");
 	kvt_arena(s, &base, &alen);
@@ -367,20 +371,20 @@ int local_server_open(const struct kvt_config *cfg, kvt_store *s, int arena_fd,
 	srv->base = base;
 	srv->arena_len = alen;
 	srv->arena_fd = arena_fd;
-	srv->max_block = cfg->max_block;
-	srv->lease_ms = cfg->lease_ms;
-	srv->lease_ns = (uint64_t)cfg->lease_ms * 1000000ull;
-	srv->pin_ms = cfg->pin_ms;
-	srv->max_clients = cfg->local_max_clients;
-	srv->max_held = cfg->local_max_held;
-	srv->mode = cfg->local_mode;
+	srv->max_block = o->max_block;
+	srv->lease_ms = o->lease_ms;
+	srv->lease_ns = (uint64_t)o->lease_ms * 1000000ull;
+	srv->pin_ms = o->pin_ms;
+	srv->max_clients = o->max_clients;
+	srv->max_held = o->max_held;
+	srv->mode = o->mode;
 	srv->lfd = srv->wake[0] = srv->wake[1] = -1;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	pthread_mutex_init(&srv->lease_lock, NULL);
-	srv->path = strdup(cfg->local_socket);
-	srv->nuids = cfg->local_nuids;
-	srv->ngids = cfg->local_ngids;
+	srv->path = o->socket ? strdup(o->socket) : NULL;
+	srv->nuids = o->nuids;
+	srv->ngids = o->ngids;
 	srv->uids = calloc(srv->nuids + 1, sizeof(uint32_t));
 	srv->gids = calloc(srv->ngids + 1, sizeof(uint32_t));
 	if (!srv->path || !srv->uids || !srv->gids) {
@@ -388,9 +392,9 @@ int local_server_open(const struct kvt_config *cfg, kvt_store *s, int arena_fd,
 		goto fail;
 	}
 	if (srv->nuids)
-		memcpy(srv->uids, cfg->local_uids, srv->nuids * sizeof(uint32_t));
+		memcpy(srv->uids, o->uids, srv->nuids * sizeof(uint32_t));
 	if (srv->ngids)
-		memcpy(srv->gids, cfg->local_gids, srv->ngids * sizeof(uint32_t));
+		memcpy(srv->gids, o->gids, srv->ngids * sizeof(uint32_t));
 	if (arena_fd < 0) {
 		rc = kvt_fail(-EINVAL, "local.socket: the arena is not shared");
 		goto fail;

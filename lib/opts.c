@@ -48,6 +48,23 @@ struct peer_opts opts_peer(const struct kvt_config *c)
 	};
 }
 
+struct local_opts opts_local(const struct kvt_config *c)
+{
+	return (struct local_opts){
+		.socket = c->local_socket,
+		.mode = c->local_mode,
+		.uids = c->local_uids,
+		.nuids = c->local_nuids,
+		.gids = c->local_gids,
+		.ngids = c->local_ngids,
+		.max_clients = c->local_max_clients,
+		.max_held = c->local_max_held,
+		.max_block = c->max_block,
+		.lease_ms = c->lease_ms,
+		.pin_ms = c->pin_ms,
+	};
+}
+
 int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,
 		 ram_unspill_fn unspill, void *arg, struct ram_tier **out)
 {

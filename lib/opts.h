@@ -9,12 +9,14 @@
 
 #include "config.h"
 #include "disk.h"
+#include "local.h"
 #include "peer.h"
 #include "ram.h"
 
 struct ram_opts opts_ram(const struct kvt_config *c);
 struct disk_opts opts_disk(const struct kvt_config *c);
 struct peer_opts opts_peer(const struct kvt_config *c);
+struct local_opts opts_local(const struct kvt_config *c);
 
 /* ram_open() and disk_open() with the options of a configuration. */
 int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,

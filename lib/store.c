@@ -363,7 +363,8 @@ workers:
 	if (rc)
 		goto fail;
 	if (s->cfg.local_socket) {
-		rc = local_server_open(&s->cfg, s, ram_arena_fd(s->ram), &s->local);
+		struct local_opts lo = opts_local(&s->cfg);
+		rc = local_server_open(&lo, s, ram_arena_fd(s->ram), &s->local);
 		if (rc)
 			goto fail;
 	}

@@ -45,6 +45,7 @@
 #include <xxhash.h>
 
 #include "kvtier.h"
+#include "local.h"
 #include "util.h"
 
 #define START_MS 30000 /* kvtierd start-up, generous for TSan */
@@ -897,6 +898,45 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/* The server's own options: one without a socket path is refused, and
+ * one that names a path serves it with the options given (mode). */
+static void test_server_options(void **state)
+{
+	(void)state;
+	char path[512], cfg[700];
+	kvt_store *s = NULL;
+	struct local_server *srv = (struct local_server *)&path;
+	struct stat st;
+
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"8MiB\", \"mlock\": false},"
+		 " \"local\": {\"socket\": \"%s/opts-a.sock\"}}", g_dir);
+	assert_int_equal(kvt_open(cfg, &s), 0);
+	struct local_opts o = { .mode = 0600, .max_clients = 4, .max_held = 64,
+				.max_block = 1 << 20, .lease_ms = 1000, .pin_ms = 1000 };
+	assert_int_equal(local_server_open(&o, s, 3, &srv), -EINVAL);
+	assert_null(srv);
+	assert_non_null(strstr(kvt_last_error(), "local.socket"));
+	assert_int_equal(local_server_open(NULL, s, 3, &srv), -EINVAL);
+	assert_null(srv);
+
+	void *base;
+	size_t len;
+	int fd = memfd_create("test-local-opts", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(kvt_arena(s, &base, &len), 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	snprintf(path, sizeof(path), "%s/opts-b.sock", g_dir);
+	o.socket = path;
+	assert_int_equal(local_server_open(&o, s, fd, &srv), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	local_server_close(srv);
+	assert_int_equal(stat(path, &st), -1);
+	close(fd);
+	kvt_close(s);
+}
+
 int main(int argc, char **argv)
 {
 	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
@@ -915,6 +955,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_attached_calls),
 		cmocka_unit_test(test_dozens_of_clients),
+		cmocka_unit_test(test_server_options),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
