@@ -1,0 +1,83 @@
+/*
+ * ram_cmd.h - what the files of "kvbench ram" share: the options, the job
+ * the worker threads of one measurement share, and the helpers both
+ * measurements use. ram.c is the command (options, run, report) and holds
+ * the helpers; ram_copy.c measures puts and gets of one block size beside
+ * memcpy; ram_lookup.c measures lookups of chains of keys.
+ */
+#ifndef KVBENCH_RAM_CMD_H
+#define KVBENCH_RAM_CMD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bench.h"
+
+#define RAM_MAX_LIST 16
+
+struct ram_opts {
+	uint64_t sizes[RAM_MAX_LIST];
+	size_t nsizes;
+	unsigned long threads[RAM_MAX_LIST];
+	size_t nthreads;
+	unsigned long chains[RAM_MAX_LIST];
+	size_t nchains;
+	uint64_t working_set, capacity, volume;
+	unsigned long batch;
+	int lookup, copy;
+	unsigned reps;
+};
+
+/* What the worker threads share for one measurement. */
+struct job {
+	kvt_store *s;
+	const kvt_key *keys;
+	size_t nkeys;
+	size_t size;
+	const char *pool;      /* put: block i's bytes at pool + i * size */
+	char **dst;            /* get: per thread, batch * size bytes */
+	unsigned batch;        /* get_batch: blocks per call */
+	uint64_t ops;          /* per thread: gets, batches or lookup calls */
+	const kvt_key *const *chains; /* lookup: one chain per thread */
+	size_t chain_len;
+	unsigned flags;
+	struct bench_samples *lat; /* per thread, reserved for ops samples */
+	_Atomic uint64_t failures;
+	_Atomic int first_err;
+};
+
+/* Counts a failed call of a job; the first error is kept. */
+void rb_note_failure(struct job *j, int rc);
+
+static inline void rb_record(struct job *j, unsigned tid, uint64_t t0, uint64_t t1)
+{
+	struct bench_samples *l = &j->lat[tid];
+
+	if (l->n < l->cap)
+		l->v[l->n++] = (double)(t1 - t0) / 1e3;
+}
+
+/* Per-thread latency arrays for ops samples each; NULL when out of memory. */
+struct bench_samples *rb_lat_new(unsigned nthreads, uint64_t ops);
+void rb_lat_free(struct bench_samples *l, unsigned nthreads);
+/* Moves the per-thread samples into all (when non-NULL) and empties them. */
+void rb_lat_collect(struct bench_samples *l, unsigned nthreads, struct bench_samples *all);
+/* Runs fn on nthreads threads. Returns the wall time, 0 on failure. */
+uint64_t rb_run(struct job *j, unsigned nthreads, bench_thread_fn fn);
+
+/* Opens a RAM-only store of the given capacity; prints why on failure. */
+kvt_store *rb_open_store(uint64_t capacity);
+/* n keys of a chain over random tokens (what real keys look like). */
+kvt_key *rb_make_keys(size_t n, uint64_t seed);
+/* A number of the store's statistics (such as "ram.hits"), or NAN. */
+double rb_stat_or_nan(kvt_store *s, const char *path);
+
+/* Puts, gets and batch gets of one block size (ram_copy.c); 1 when
+ * something failed. *get1m_share: 1 MiB gets on one thread, of memcpy. */
+int rb_bench_size(const struct ram_opts *o, uint64_t size, struct bench_table *tab,
+		  json_t *doc, double *get1m_share);
+/* Lookups of chains with and without lease (ram_lookup.c); 1 when
+ * something failed. *lookup1: keys/s of the longest chain on one thread. */
+int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1);
+
+#endif

@@ -1,0 +1,261 @@
+/*
+ * ram_lookup.c - the lookups of "kvbench ram": kvt_lookup of chains whose
+ * keys are all stored (one chain per thread, small blocks: the figure is
+ * the index, not the bytes), with and without KVT_LEASE, in keys per second
+ * per thread and latency per call; then the index's bytes per block.
+ * Uses only <kvtier.h>.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ram_cmd.h"
+
+#define LOOKUP_BLOCK 4096 /* bytes per block stored for the lookup chains */
+#define LOOKUP_REP_NS 200000000ull
+
+static void lookup_thread(unsigned tid, unsigned nthreads, void *arg)
+{
+	struct job *j = arg;
+	const kvt_key *keys = j->chains[tid];
+	uint64_t k;
+	size_t found;
+
+	(void)nthreads;
+	for (k = 0; k < j->ops; k++) {
+		uint64_t t0 = bench_now_ns();
+		int rc = kvt_lookup(j->s, keys, j->chain_len, j->flags, &found);
+		uint64_t t1 = bench_now_ns();
+
+		rb_record(j, tid, t0, t1);
+		if (rc || found != j->chain_len)
+			rb_note_failure(j, rc);
+	}
+}
+
+
+/* One lookup measurement's state, from setup to report. */
+struct lookups {
+	const struct ram_opts *o;
+	json_t *doc;
+	struct bench_table *tab;
+	kvt_store *s;
+	kvt_key **chains;          /* one per thread, lmax keys each */
+	double *rate;              /* keys/s per repetition */
+	struct bench_samples all;  /* latencies of the timed repetitions, us */
+	unsigned long lmax;
+	unsigned nt_max;
+};
+
+/* Opens the store and stores every thread's chain. 0, or 1 on failure. */
+static int lookup_setup(struct lookups *c)
+{
+	static const char *const hdr[] = { "op", "keys", "thr", "Mkeys/s/thr", "min",
+					   "max", "ns/key", "p50 us", "p90 us", "p99 us",
+					   "found" };
+	const struct ram_opts *o = c->o;
+	char *block = NULL;
+	size_t ci, ti, k;
+	unsigned t;
+	int failed = 0;
+
+	for (ci = 0; ci < o->nchains; ci++)
+		if (o->chains[ci] > c->lmax)
+			c->lmax = o->chains[ci];
+	for (ti = 0; ti < o->nthreads; ti++)
+		if (o->threads[ti] > c->nt_max)
+			c->nt_max = (unsigned)o->threads[ti];
+	c->tab = bench_table_new(11, hdr);
+	c->s = rb_open_store(o->capacity);
+	c->chains = calloc(c->nt_max, sizeof(*c->chains));
+	block = bench_buffer_alloc(LOOKUP_BLOCK);
+	c->rate = calloc(o->reps + 1, sizeof(*c->rate));
+	if (!c->tab || !c->s || !c->chains || !block || !c->rate) {
+		free(block);
+		return 1;
+	}
+	/* One chain per thread, every key stored (small blocks: the figure is
+	 * the index, not the bytes). */
+	for (t = 0; t < c->nt_max && !failed; t++) {
+		c->chains[t] = rb_make_keys(c->lmax, 0x6c6f6f6b7570ull + t);
+		if (!c->chains[t]) {
+			failed = 1;
+			break;
+		}
+		for (k = 0; k < c->lmax; k++) {
+			common_fill(block, LOOKUP_BLOCK, common_key_seed(c->chains[t][k]));
+			int rc = kvt_put(c->s, c->chains[t][k], block, LOOKUP_BLOCK);
+
+			if (rc) {
+				fprintf(stderr, "kvbench ram: put for lookups: %s (%s)\n",
+					kvt_strerror(rc), kvt_last_error());
+				bench_json_error(c->doc, "put for lookups failed: %s",
+						 kvt_strerror(rc));
+				failed = 1;
+				break;
+			}
+		}
+	}
+	free(block);
+	return failed;
+}
+
+/* Calls of len keys per repetition: about LOOKUP_REP_NS worth. */
+static uint64_t lookup_calls(struct lookups *c, size_t len, unsigned flags)
+{
+	uint64_t calls, t0, n = 0;
+	size_t found;
+
+	t0 = bench_now_ns();
+	do {
+		kvt_lookup(c->s, c->chains[0], len, flags, &found);
+		n++;
+	} while (bench_now_ns() - t0 < 20000000ull);
+	calls = LOOKUP_REP_NS / ((bench_now_ns() - t0) / n + 1);
+	return calls ? calls : 1;
+}
+
+/* Reports one row: its table line, its JSON result, and any short calls. */
+static int lookup_report_row(struct lookups *c, const char *op, size_t len, unsigned nt,
+			     uint64_t calls, struct job *j)
+{
+	struct bench_summary rs, ls;
+	uint64_t fails = atomic_load(&j->failures);
+
+	bench_summarize(c->rate + 1, c->o->reps, &rs);
+	bench_summarize(c->all.v, c->all.n, &ls);
+	bench_table_cell(c->tab, "%s", op);
+	bench_table_cell(c->tab, "%zu", len);
+	bench_table_cell(c->tab, "%u", nt);
+	bench_table_cell(c->tab, "%.2f", rs.median / 1e6);
+	bench_table_cell(c->tab, "%.2f", rs.min / 1e6);
+	bench_table_cell(c->tab, "%.2f", rs.max / 1e6);
+	bench_table_cell(c->tab, "%.1f", 1e9 / rs.median);
+	bench_table_cell(c->tab, "%.1f", ls.median);
+	bench_table_cell(c->tab, "%.1f", ls.p90);
+	bench_table_cell(c->tab, "%.1f", ls.p99);
+	bench_table_cell(c->tab, "%s", fails ? "SHORT" : "all");
+	bench_table_end_row(c->tab);
+	bench_json_result(c->doc, json_pack(
+		"{s:s, s:I, s:I, s:o, s:o, s:I, s:I}", "name", op,
+		"keys_per_call", (json_int_t)len, "threads",
+		(json_int_t)nt, "keys_per_s_per_thread",
+		bench_json_reps(&rs), "latency_us_per_call",
+		bench_json_latency(&ls), "calls",
+		(json_int_t)(calls * nt * c->o->reps), "short_calls",
+		(json_int_t)fails));
+	if (!fails)
+		return 0;
+	int e = atomic_load(&j->first_err);
+
+	fprintf(stderr, "kvbench ram: %llu %s calls of %zu keys "
+		"did not find the whole chain%s%s\n",
+		(unsigned long long)fails, op, len,
+		e ? ": " : "", e ? kvt_strerror(e) : "");
+	bench_json_error(c->doc, "%llu %s calls of %zu keys on %u threads "
+			 "found less than the chain",
+			 (unsigned long long)fails, op, len, nt);
+	return 1;
+}
+
+/*
+ * One row: chains of len keys on nt threads, reps timed repetitions after a
+ * warm-up. 0, 1 when calls were short, -1 when out of memory. *median: the
+ * keys/s per thread (NAN when short).
+ */
+static int lookup_row(struct lookups *c, unsigned flags, const char *op, size_t len,
+		      uint64_t calls, unsigned nt, double *median)
+{
+	struct bench_samples *lat = rb_lat_new(nt, calls);
+	struct job j = { .s = c->s, .chains = (const kvt_key *const *)c->chains,
+			 .chain_len = len, .flags = flags, .ops = calls, .lat = lat };
+	unsigned rep;
+
+	if (!lat)
+		return -1;
+	bench_samples_clear(&c->all);
+	for (rep = 0; rep <= c->o->reps; rep++) {
+		uint64_t wall = rb_run(&j, nt, lookup_thread);
+
+		c->rate[rep] = wall ? (double)len * calls / ((double)wall / 1e9) : 0;
+		rb_lat_collect(lat, nt, rep ? &c->all : NULL);
+	}
+	rb_lat_free(lat, nt);
+	int failed = lookup_report_row(c, op, len, nt, calls, &j);
+	struct bench_summary rs;
+
+	bench_summarize(c->rate + 1, c->o->reps, &rs);
+	*median = failed ? NAN : rs.median;
+	return failed;
+}
+
+/* The table and the index's bytes per stored block. */
+static void lookup_report(struct lookups *c)
+{
+	double ibpb = rb_stat_or_nan(c->s, "ram.index_bytes_per_block");
+
+	printf("\nlookups: kvt_lookup over chains whose keys are all stored "
+	       "(%lu blocks of %d bytes per thread), keys per second per thread:\n\n",
+	       c->lmax, LOOKUP_BLOCK);
+	bench_table_print(c->tab, stdout, 2);
+	if (isnan(ibpb))
+		printf("\n  index bytes per stored block (%lu blocks): n/a\n",
+		       c->lmax * c->nt_max);
+	else
+		printf("\n  index bytes per stored block (%lu blocks): %.1f\n",
+		       c->lmax * c->nt_max, ibpb);
+	bench_json_result(c->doc, json_pack("{s:s, s:I, s:I, s:o}", "name", "index",
+					    "block_bytes", (json_int_t)LOOKUP_BLOCK,
+					    "blocks", (json_int_t)(c->lmax * c->nt_max),
+					    "index_bytes_per_block", bench_json_real(ibpb)));
+}
+
+int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1)
+{
+	struct lookups c = { .o = o, .doc = doc, .nt_max = 1 };
+	size_t ci, ti;
+	unsigned t;
+	int failed = lookup_setup(&c), fi;
+
+	if (failed)
+		goto out;
+	for (fi = 0; fi < 2; fi++) {
+		unsigned flags = fi ? KVT_LEASE : 0;
+		const char *op = fi ? "lookup+lease" : "lookup";
+
+		for (ci = 0; ci < o->nchains; ci++) {
+			size_t len = o->chains[ci];
+			uint64_t calls = lookup_calls(&c, len, flags);
+
+			for (ti = 0; ti < o->nthreads; ti++) {
+				unsigned nt = (unsigned)o->threads[ti];
+				double median;
+				int r = lookup_row(&c, flags, op, len, calls, nt, &median);
+
+				if (r < 0) {
+					failed = 1;
+					goto out;
+				}
+				if (!fi && nt == 1 && !r && len == c.lmax)
+					*lookup1 = median;
+				failed |= r;
+			}
+		}
+	}
+	lookup_report(&c);
+out:
+	if (failed && !c.tab)
+		fprintf(stderr, "kvbench ram: cannot set up the lookup measurement\n");
+	if (c.chains)
+		for (t = 0; t < c.nt_max; t++)
+			free(c.chains[t]);
+	free(c.chains);
+	free(c.rate);
+	bench_samples_free(&c.all);
+	bench_table_free(c.tab);
+	kvt_close(c.s);
+	return failed;
+}
