@@ -96,6 +96,13 @@ struct kvt_dev_ops {
 	 * kernel, such as -ENOMEM past RLIMIT_MEMLOCK).
 	 */
 	int (*buf_update)(void *q, unsigned first, void *base, size_t len);
+	/*
+	 * Optional (NULL: not known). The most DEV_ALIGN pages of memory that
+	 * one request to the device under fd carries whole, however scattered
+	 * the pages (its segment and size limits): a longer read into 4 KiB
+	 * pages is split into several requests. 0 when not known.
+	 */
+	unsigned (*max_pages)(int fd);
 };
 
 /* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */

@@ -434,6 +434,7 @@ void disk_stats(struct disk_tier *d, const struct stat_visitor *v)
 	stat_int(v, "region_size", (int64_t)d->region_size);
 	stat_int(v, "devices", (int64_t)d->ndev);
 	stat_int(v, "fixed_buffers", (int64_t)d->nfixed);
+	stat_int(v, "staged_reads", (int64_t)ctr_get(&d->staged_reads));
 	stat_int(v, "mem_fixed_ios", (int64_t)ctr_get(&d->mem_fixed_ios));
 	stat_int(v, "mem_plain_ios", (int64_t)ctr_get(&d->mem_plain_ios));
 	stat_int(v, "mem_register_refusals", (int64_t)ctr_get(&d->mem_refusals));
@@ -484,6 +485,7 @@ static void tier_free(struct disk_tier *d)
 			memcpy(&d->sfree[c], p, sizeof(void *));
 			free(p);
 		}
+	disk_hstage_free_all(d);
 	if (d->ents)
 		munmap(d->ents, d->ents_map);
 	free(d->slots);
@@ -518,6 +520,7 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 		return -ENOMEM;
 	d->ops = ops ? ops : &uring_dev_ops;
 	d->ndev = o->ndev;
+	d->hpool_max = HSTAGE_POOL;
 	d->cur = NIL;
 	d->ent_free = NIL;
 	pthread_mutex_init(&d->lock, NULL);
@@ -550,6 +553,11 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 			goto fail;
 		}
 		d->fds[i] = fd;
+		unsigned mp = d->ops->max_pages ? d->ops->max_pages(fd) : 0;
+		if (!mp)
+			mp = DEFAULT_MAX_PAGES;
+		if (!d->max_pages || mp < d->max_pages)
+			d->max_pages = mp;
 	}
 	if (fixed_base && fixed_len) {
 		d->fixed_base = fixed_base;

@@ -78,6 +78,16 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n);
  * checksum of each op that succeeded. */
 int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums);
 
+/*
+ * The most bytes of huge-page memory the tier stages whole records in
+ * (HSTAGE_POOL, 128 MiB, unless lowered here; bytes above that are
+ * ignored): a record whose payload would take more pages than one device
+ * request carries is read into such a stage, verified there and copied
+ * out; once the stages are spent, reads go straight into the caller's
+ * buffer (or into plain memory of the tier's own) instead.
+ */
+void disk_set_stage_pool(struct disk_tier *d, size_t bytes);
+
 /* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);
 

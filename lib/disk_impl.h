@@ -40,6 +40,12 @@
 #define DATA_ALIGN (64u * 1024)
 #define IO_CHUNK (8u << 20)       /* metadata I/O is split into pieces this big */
 #define STAGE_CACHE (64u << 20)   /* staging bytes kept for reuse */
+#define HSTAGE_POOL (128u << 20)  /* record staging bytes in huge pages, at most */
+#define HSTAGE_ALIGN (2u << 20)   /* a huge page */
+#define HSTAGE_UNIT (64u << 10)   /* their pieces are multiples of this */
+#define HSTAGE_CLASSES 128u       /* pieces up to 8 MiB */
+#define DEFAULT_MAX_PAGES 128u    /* pages per request where the device's
+				     limits are not known (Linux's default) */
 
 struct rec_hdr {
 	uint64_t magic;
@@ -106,6 +112,15 @@ struct disk_tier {
 	pthread_mutex_t slock;
 	void *sfree[64];
 	uint64_t scached;
+	/* record stages in huge pages (disk_hstage_get): free lists by size */
+	char *hbase;
+	size_t hused, hpool_max;
+	int hfailed;
+	void *hfree[HSTAGE_CLASSES];
+	/* the most 4 KiB pages one device request carries without being
+	 * split (the smallest over the devices): payloads longer than that
+	 * are staged in huge pages rather than read into a caller's pages */
+	uint32_t max_pages;
 	/* everything below is under lock */
 	pthread_mutex_t lock;
 	struct region *regions;
@@ -123,6 +138,7 @@ struct disk_tier {
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
 	_Atomic uint64_t queue_failures;
 	_Atomic uint64_t mem_fixed_ios, mem_plain_ios, mem_refusals;
+	_Atomic uint64_t staged_reads; /* records read whole into a huge-page stage */
 	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
 };
 
@@ -183,8 +199,13 @@ struct wr {
 /* disk_io.c */
 void *disk_stage_get(struct disk_tier *d, size_t bytes);
 void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
+void *disk_hstage_get(struct disk_tier *d, size_t bytes);
+void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes);
+void disk_hstage_free_all(struct disk_tier *d);
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
+void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
+		    const struct dev_hooks *hooks);
 int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len);
 int8_t disk_buf_fixed(struct disk_tier *d, const void *p, size_t len, unsigned *hold);
 void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "disk_impl.h"
 
@@ -57,6 +58,85 @@ void disk_stage_put(struct disk_tier *d, void *p, size_t bytes)
 	}
 	pthread_mutex_unlock(&d->slock);
 	free(p);
+}
+
+/*
+ * Record stages in transparent huge pages: a record read into one is one
+ * device request however long, where a caller's 4 KiB pages would take
+ * more segments than the device carries in one request. Pieces (sizes
+ * rounded up to HSTAGE_UNIT) are cut from one range of HSTAGE_POOL bytes,
+ * reserved at the first use, its huge pages faulted in as pieces are first
+ * used; freed pieces wait on a list per size until the tier closes.
+ * Returns NULL when the range is spent (the caller reads another way).
+ */
+static unsigned hstage_class(size_t bytes)
+{
+	size_t units = (bytes + HSTAGE_UNIT - 1) / HSTAGE_UNIT;
+
+	return units < HSTAGE_CLASSES ? (unsigned)units : 0;
+}
+
+void *disk_hstage_get(struct disk_tier *d, size_t bytes)
+{
+	unsigned c = hstage_class(bytes);
+	size_t piece = (size_t)c * HSTAGE_UNIT;
+	void *p = NULL;
+
+	if (!c)
+		return NULL;
+	pthread_mutex_lock(&d->slock);
+	if (!d->hbase && !d->hfailed) {
+		char *m = mmap(NULL, HSTAGE_POOL + HSTAGE_ALIGN, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m == MAP_FAILED) {
+			d->hfailed = 1;
+		} else {
+			/* aligned to a huge page: trim the ends */
+			char *a = (char *)pad_up((uintptr_t)m, HSTAGE_ALIGN);
+			if (a > m)
+				munmap(m, (size_t)(a - m));
+			munmap(a + HSTAGE_POOL, (size_t)(m + HSTAGE_ALIGN - a));
+			madvise(a, HSTAGE_POOL, MADV_HUGEPAGE);
+			d->hbase = a;
+		}
+	}
+	if (d->hfree[c]) {
+		p = d->hfree[c];
+		memcpy(&d->hfree[c], p, sizeof(void *));
+	} else if (d->hbase && d->hused + piece <= d->hpool_max) {
+		p = d->hbase + d->hused;
+		d->hused += piece;
+	}
+	pthread_mutex_unlock(&d->slock);
+	return p;
+}
+
+void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes)
+{
+	unsigned c = hstage_class(bytes);
+
+	/* as disk_stage_put: after a lost I/O, never handed out again */
+	if (!p || !c || atomic_load_explicit(&d->lost, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&d->slock);
+	memcpy(p, &d->hfree[c], sizeof(void *));
+	d->hfree[c] = p;
+	pthread_mutex_unlock(&d->slock);
+}
+
+void disk_set_stage_pool(struct disk_tier *d, size_t bytes)
+{
+	pthread_mutex_lock(&d->slock);
+	d->hpool_max = bytes < HSTAGE_POOL ? bytes : HSTAGE_POOL;
+	pthread_mutex_unlock(&d->slock);
+}
+
+void disk_hstage_free_all(struct disk_tier *d)
+{
+	/* after a lost I/O the kernel may still write into them */
+	if (d->hbase && !atomic_load_explicit(&d->lost, memory_order_relaxed))
+		munmap(d->hbase, HSTAGE_POOL);
+	d->hbase = NULL;
 }
 
 /* --- queues ------------------------------------------------------------------ */
@@ -146,14 +226,24 @@ static void fail_ios(struct dev_io **ios, unsigned n, const struct dev_hooks *ho
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks)
 {
+	disk_run_depth(d, ios, n, 2 * d->qd, hooks);
+}
+
+/* disk_run with at most depth ios in flight (1 .. 2 * queue depth: the
+ * queue's slots). */
+void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
+		    const struct dev_hooks *hooks)
+{
 	void *q;
 
 	if (!n)
 		return;
+	if (depth < 1 || depth > 2 * d->qd)
+		depth = 2 * d->qd;
 	q = queue_get(d);
 	if (!q) {
 		fail_ios(ios, n, hooks);
-	} else if (dev_run_hooks(d->ops, q, ios, n, 2 * d->qd, &d->inflight, hooks) < 0) {
+	} else if (dev_run_hooks(d->ops, q, ios, n, depth, &d->inflight, hooks) < 0) {
 		for (unsigned i = 0; i < n; i++)
 			if (ios[i]->lost)
 				atomic_store(&d->lost, 1);

@@ -16,14 +16,23 @@
 
 /* --- reads ------------------------------------------------------------------- */
 
+/* Where a record is read: whole into a stage of the tier's own
+ * (RD_STAGED), its header into a stage and its payload straight into the
+ * op's buffer (RD_DIRECT), or whole, in one request, into a huge-page
+ * stage of the tier's own (RD_HUGE). Staged payloads are verified there
+ * and copied out. */
+enum { RD_STAGED = 0, RD_DIRECT = 1, RD_HUGE = 2 };
+
 struct rd {
 	uint32_t e;
 	uint64_t w;
 	int active;
-	int direct;
+	int mode;                 /* RD_* */
 	unsigned mr;              /* hold on a caller range, or 0 */
 	void *stage;
 	size_t stage_bytes;
+	void *hstage;             /* RD_HUGE: the record's stage */
+	size_t hstage_bytes;
 	struct dev_io io[2];
 	unsigned nio;
 	unsigned left;            /* ios not complete yet */
@@ -38,18 +47,24 @@ struct load_ctx {
 	const uint32_t *own;      /* io index -> op */
 };
 
+/* Where r's payload was read. */
+static void *rd_payload(const struct rd *r, const kvt_op *op)
+{
+	return r->mode == RD_DIRECT ? op->buf : (char *)r->stage + PAGE;
+}
+
 /* Checks a record just read for op: header sound and naming op's key and
  * length, payload checksum right; copies a staged payload out. */
 static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 {
 	const struct rec_hdr *h = r->stage;
 	uint64_t len = w_len(r->w);
-	const void *payload = r->direct ? op->buf : (char *)r->stage + PAGE;
+	const void *payload = rd_payload(r, op);
 
 	if (!disk_hdr_ok(d, h) || h->key_lo != op->key.lo || h->key_hi != op->key.hi ||
 	    h->len != len || h->payload_sum != kvt_checksum(payload, len))
 		return -EBADMSG;
-	if (!r->direct)
+	if (r->mode != RD_DIRECT)
 		memcpy(op->buf, payload, len);
 	r->sum = h->payload_sum;
 	return 0;
@@ -69,11 +84,12 @@ static void load_done(void *arg, unsigned i, struct dev_io *io)
 		r->err = rd_verify(c->d, r, &c->ops[b]);
 }
 
-/* Sets up the reads of block i (rd[i] active, its stage not taken yet):
- * header and payload into a stage, or the header into a stage and the
- * payload straight into the op's buffer (direct). Returns ios added to
- * ios/own at nios, 0 when no stage memory could be had. */
-static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int direct,
+/* Sets up the reads of block i (rd[i] active, its stage not taken yet;
+ * for RD_HUGE, r->hstage taken): header and payload into a stage (RD_HUGE:
+ * that one), or the header into a stage and the payload into the op's
+ * buffer. Returns ios added to ios/own at nios, 0 when no stage memory
+ * could be had. */
+static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int mode,
 			 uint32_t i, struct dev_io **ios, uint32_t *own)
 {
 	uint64_t len = w_len(r->w), pad = pad_up(len, PAGE);
@@ -81,15 +97,15 @@ static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int dire
 	uint64_t off;
 
 	page_addr(d, w_page(r->w), &dev, &off);
-	r->direct = direct;
-	r->stage_bytes = direct ? PAGE : PAGE + pad;
-	r->stage = disk_stage_get(d, r->stage_bytes);
+	r->mode = mode;
+	r->stage_bytes = mode == RD_DIRECT ? PAGE : PAGE + pad;
+	r->stage = mode == RD_HUGE ? r->hstage : disk_stage_get(d, r->stage_bytes);
 	r->nio = 0;
 	if (!r->stage)
 		return 0;
 	disk_io_set(&r->io[0], DEV_READ, dev, off, r->stage, (uint32_t)r->stage_bytes, -1);
 	r->nio = 1;
-	if (direct) {
+	if (mode == RD_DIRECT) {
 		disk_io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
 		       disk_buf_fixed(d, op->buf, pad, &r->mr));
 		r->nio = 2;
@@ -117,18 +133,36 @@ static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, siz
 	for (size_t i = 0; i < n; i++) {
 		struct rd *r = &rd[i];
 
-		if (!r->active || !r->nio || !r->direct || r->err != -EBADMSG)
+		if (!r->active || !r->nio || r->mode != RD_DIRECT || r->err != -EBADMSG)
 			continue;
 		disk_stage_put(d, r->stage, r->stage_bytes);
+		r->stage = NULL;
 		memreg_put(d->mr, r->mr);
 		r->mr = 0;
-		nios += rd_setup(d, r, &ops[i], 0, (uint32_t)i, ios + nios, own + nios);
+		nios += rd_setup(d, r, &ops[i], RD_STAGED, (uint32_t)i, ios + nios, own + nios);
 		if (!r->nio)
 			r->err = -ENOMEM;
 	}
 	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
 	disk_run(d, ios, nios, &hooks);
+}
+
+/*
+ * The ios a batch of reads keeps in flight: the tier's queue depth in
+ * records, whether each record is one read or two (the device sees one
+ * request either way where the two are adjacent and merged).
+ */
+static unsigned read_depth(const struct disk_tier *d, const struct rd *rd, size_t n,
+			   unsigned nios)
+{
+	size_t recs = 0;
+
+	for (size_t i = 0; i < n; i++)
+		recs += rd[i].active && rd[i].nio;
+	if (!recs)
+		return d->qd;
+	return (unsigned)((nios * (uint64_t)d->qd + recs - 1) / recs);
 }
 
 int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
@@ -171,10 +205,35 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
 }
 
 /*
- * Phase 2: the reads of each active op, into ios/own (io -> op). Payloads
- * go straight into the caller's buffers, except where ops share one: those
- * are staged, verified in the tier's own memory and copied. Returns the
- * number of ios.
+ * How block i's payload is read: straight into the caller's buffer where
+ * it may (page-aligned, long enough, shared with no other op) and the read
+ * is one device request there (no longer than the device's request carries
+ * in 4 KiB pages, or into the registered arena's huge pages); else into a
+ * huge-page stage, one request however long, verified there and copied
+ * out (the copy runs while the batch's other reads are in flight); where
+ * no huge-page stage is left, directly after all if it may, else staged
+ * with its header.
+ */
+static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
+{
+	uint64_t pad = pad_up(w_len(r->w), PAGE);
+	int may = alone && ((uintptr_t)op->buf % PAGE) == 0 && op->len >= pad;
+
+	if (may && (pad / PAGE <= d->max_pages || disk_fixed_index(d, op->buf, pad) >= 0))
+		return RD_DIRECT;
+	r->hstage_bytes = PAGE + pad;
+	r->hstage = disk_hstage_get(d, r->hstage_bytes);
+	if (r->hstage) {
+		ctr_add(&d->staged_reads, 1);
+		return RD_HUGE;
+	}
+	return may ? RD_DIRECT : RD_STAGED;
+}
+
+/*
+ * Phase 2: the reads of each active op, into ios/own (io -> op), each
+ * payload where rd_mode() puts it; ops that share a buffer are staged,
+ * verified in the tier's own memory and copied. Returns the number of ios.
  */
 static unsigned get_ios(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd,
 			struct dev_io **ios, uint32_t *own)
@@ -189,10 +248,8 @@ static unsigned get_ios(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *r
 
 		if (!r->active)
 			continue;
-		uint64_t pad = pad_up(w_len(r->w), PAGE);
-		int direct = shared && !shared[i] && ((uintptr_t)ops[i].buf % PAGE) == 0 &&
-			     ops[i].len >= pad;
-		nios += rd_setup(d, r, &ops[i], direct, (uint32_t)i, ios + nios, own + nios);
+		int mode = rd_mode(d, &ops[i], r, shared && !shared[i]);
+		nios += rd_setup(d, r, &ops[i], mode, (uint32_t)i, ios + nios, own + nios);
 	}
 	free(shared);
 	return nios;
@@ -260,7 +317,7 @@ static size_t get_unpin(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *r
 			/* From the tier's own copy where there is one; a caller's
 			 * buffer may have changed, so the copy must match the sum. */
 			re[nre].key = ops[i].key;
-			re[nre].data = r->direct ? ops[i].buf : (char *)r->stage + PAGE;
+			re[nre].data = rd_payload(r, &ops[i]);
 			re[nre].sum = r->sum;
 			re[nre].have_sum = 1;
 			re[nre].len = ops[i].len;
@@ -296,7 +353,7 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	unsigned nios = get_ios(d, ops, n, rd, ios, own);
 	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
-	disk_run(d, ios, nios, &hooks);
+	disk_run_depth(d, ios, nios, read_depth(d, rd, n, nios), &hooks);
 	rd_again_staged(d, rd, ops, n, ios, own);
 	get_report(d, ops, n, rd, sums);
 
@@ -308,7 +365,9 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 
 	for (size_t i = 0; i < n; i++) {
 		if (rd[i].active) {
-			disk_stage_put(d, rd[i].stage, rd[i].stage_bytes);
+			if (rd[i].mode != RD_HUGE)
+				disk_stage_put(d, rd[i].stage, rd[i].stage_bytes);
+			disk_hstage_put(d, rd[i].hstage, rd[i].hstage_bytes);
 			memreg_put(d->mr, rd[i].mr);
 		}
 		if (ops[i].result && !first)

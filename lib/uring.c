@@ -557,6 +557,47 @@ static int uring_buf_update(void *qp, unsigned first, void *base, size_t len)
 	return (unsigned)ret == n ? 0 : -EIO;
 }
 
+/* A number from the sysfs file dir/name, or 0. */
+static unsigned long sysfs_num(const char *dir, const char *name)
+{
+	char p[256];
+	unsigned long v = 0;
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	if (!(f = fopen(p, "re")))
+		return 0;
+	if (fscanf(f, "%lu", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+/* The request queue's limits of the block device under fd (the device
+ * itself, or the one holding the file system of a file; a partition's are
+ * its disk's): max_segments, and max_sectors_kb in pages. */
+static unsigned uring_max_pages(int fd)
+{
+	struct stat st;
+	char dir[128];
+	unsigned long segs, kb;
+
+	if (fstat(fd, &st) < 0)
+		return 0;
+	dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
+	snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/queue", major(dev), minor(dev));
+	segs = sysfs_num(dir, "max_segments");
+	if (!segs) {
+		snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/../queue", major(dev),
+			 minor(dev));
+		segs = sysfs_num(dir, "max_segments");
+	}
+	kb = sysfs_num(dir, "max_sectors_kb");
+	if (kb && kb / (DEV_ALIGN / 1024) < segs)
+		segs = kb / (DEV_ALIGN / 1024);
+	return segs > 65536 ? 65536 : (unsigned)segs;
+}
+
 const struct kvt_dev_ops uring_dev_ops = {
 	.dev_open = uring_dev_open,
 	.dev_close = uring_dev_close,
@@ -566,4 +607,5 @@ const struct kvt_dev_ops uring_dev_ops = {
 	.submit = uring_submit,
 	.reap = uring_reap,
 	.buf_update = uring_buf_update,
+	.max_pages = uring_max_pages,
 };

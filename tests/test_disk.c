@@ -52,6 +52,8 @@ static struct {
 	_Atomic int scribble_len; /* the next read of this length: its first
 				     byte changed after it completes (another
 				     writer of the buffer) */
+	_Atomic unsigned max_pages; /* what the device says one request
+				       carries (0: the real device's) */
 } faults;
 
 struct fq {
@@ -164,6 +166,13 @@ static int f_buf_update(void *q, unsigned first, void *base, size_t len)
 	return uring_dev_ops.buf_update(f->inner, first, base, len);
 }
 
+static unsigned f_max_pages(int fd)
+{
+	unsigned m = atomic_load(&faults.max_pages);
+
+	return m ? m : uring_dev_ops.max_pages(fd);
+}
+
 /* uring_dev_ops with the queue calls wrapped; filled in main(). */
 static struct kvt_dev_ops fops;
 
@@ -249,6 +258,11 @@ static long long stat_of(struct disk_tier *d, const char *name)
 					 : (long long)json_real_value(v);
 	json_decref(o);
 	return r;
+}
+
+static size_t pad_to(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
 }
 
 static size_t size_of(uint64_t i)
@@ -791,6 +805,59 @@ static void overwritten_direct_read_is_read_again(void **st)
 	fix_done(&f);
 }
 
+/* Payloads longer than one device request carries in 4 KiB pages are read
+ * whole into the tier's huge-page stages, verified there and copied into
+ * the caller's buffer; shorter ones still go straight into it. A record
+ * changed after its read is damaged (it was read into the tier's own
+ * memory). While the stages are spent, reads go straight to the caller. */
+static void long_payloads_are_staged_whole_and_verified(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 12, LEN = 100000, SHORT = 16384, STRIDE = 50 * 4096 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	atomic_store(&faults.max_pages, 4); /* 16 KiB per request */
+	struct disk_tier *d = open_ok(&f, &fops);
+	atomic_store(&faults.max_pages, 0);
+	kvt_op ops[N];
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)N * STRIDE), 0);
+	for (int i = 0; i < N; i++) {
+		ops[i] = (kvt_op){ test_key(300 + (uint64_t)i), bufs + (size_t)i * STRIDE,
+				   i < N - 2 ? LEN : SHORT, 0 };
+		fill_block(ops[i].key, ops[i].buf, ops[i].len);
+	}
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	/* stages for two records only, then for all */
+	disk_set_stage_pool(d, 2 * pad_to(4096 + LEN, 65536));
+	for (int round = 0; round < 2; round++) {
+		long long before = stat_of(d, "staged_reads");
+		memset(bufs, 0, (size_t)N * STRIDE);
+		for (int i = 0; i < N; i++)
+			ops[i].len = STRIDE;
+		assert_int_equal(disk_get_batch(d, ops, N), 0);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(ops[i].result, 0);
+			assert_int_equal(ops[i].len, i < N - 2 ? LEN : SHORT);
+			assert_true(check_block(ops[i].key, ops[i].buf, ops[i].len));
+		}
+		/* never the short ones */
+		assert_int_equal(stat_of(d, "staged_reads") - before, round ? N - 2 : 2);
+		disk_set_stage_pool(d, 128 * MiB);
+	}
+
+	/* a record that changes after its read into a stage is damaged */
+	atomic_store(&faults.scribble_len, (int)(4096 + pad_to(LEN, 4096)));
+	assert_int_equal(get_block(d, 300, LEN), -EBADMSG);
+	assert_int_equal(atomic_load(&faults.scribble_len), 0);
+	assert_int_equal(stat_of(d, "checksum_failures"), 1);
+	assert_int_equal(get_block(d, 300, LEN), -ENOENT); /* dropped */
+	free(bufs);
+	disk_close(d);
+	fix_done(&f);
+}
+
 struct held_get {
 	struct disk_tier *d;
 	kvt_op *ops;
@@ -1061,7 +1128,7 @@ static void stats_report_every_counter(void **st)
 	static const char *names[] = { "capacity", "bytes_used", "objects", "hits",
 		"misses", "puts", "spills", "reclaims", "reinsertions",
 		"checksum_failures", "io_errors", "queue_failures", "queue_depth", "inflight",
-		"index_bytes_per_block" };
+		"staged_reads", "index_bytes_per_block" };
 
 	for (uint64_t i = 0; i < 40; i++)
 		assert_int_equal(put_block(d, i, 60000), 0);
@@ -1142,6 +1209,7 @@ int main(void)
 	fops.submit = f_submit;
 	fops.reap = f_reap;
 	fops.buf_update = f_buf_update;
+	fops.max_pages = f_max_pages;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(put_get_round_trip_many_sizes),
@@ -1158,6 +1226,7 @@ int main(void)
 		cmocka_unit_test(junk_pages_read_as_misses),
 		cmocka_unit_test(injected_faults_fail_cleanly),
 		cmocka_unit_test(overwritten_direct_read_is_read_again),
+		cmocka_unit_test(long_payloads_are_staged_whole_and_verified),
 		cmocka_unit_test(caller_range_is_held_while_its_io_runs),
 		cmocka_unit_test(failed_queue_is_replaced_not_reused),
 		cmocka_unit_test(full_device_is_refused),
