@@ -386,6 +386,28 @@ size_t ram_evict_to_low(struct ram_tier *r)
 	return n;
 }
 
+size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
+{
+	uint64_t floor = bytes < r->high_bytes ? r->high_bytes - bytes : 0;
+	size_t n = 0;
+	int again = 0;
+
+	while (atomic_load_explicit(&r->used, memory_order_relaxed) > floor) {
+		int rc = evict_batch(r, EVICT_BATCH, floor);
+		if (rc == -EAGAIN && again++ < 4)
+			continue;
+		if (rc < 0)
+			break;
+		n += (size_t)rc;
+	}
+	return n;
+}
+
+uint64_t ram_high_bytes(struct ram_tier *r)
+{
+	return r->high_bytes;
+}
+
 int ram_above_high(struct ram_tier *r)
 {
 	return atomic_load_explicit(&r->used, memory_order_relaxed) > r->high_bytes;

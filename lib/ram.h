@@ -137,6 +137,15 @@ int ram_above_high(struct ram_tier *r);
  * below the low watermark or nothing is evictable. Returns blocks evicted. */
 size_t ram_evict_to_low(struct ram_tier *r);
 
+/* Evicts (and spills, EVICT_BATCH blocks at a time) least recently used
+ * blocks until bytes more fit below the high watermark or nothing is
+ * evictable: room for a put batch's blocks made in a few large spills
+ * instead of one small one per block. Returns blocks evicted. */
+size_t ram_make_room(struct ram_tier *r, uint64_t bytes);
+
+/* The high watermark in bytes (ram.high_watermark of the capacity). */
+uint64_t ram_high_bytes(struct ram_tier *r);
+
 void *ram_arena_base(struct ram_tier *r);
 size_t ram_arena_size(struct ram_tier *r);
 /* The memfd of a shared arena (local.socket set), or -1. */

@@ -190,23 +190,52 @@ struct disk_leg {
 };
 
 /*
+ * Where a put chunk holds more bytes than the RAM tier keeps below its high
+ * watermark, its leading ops would be evicted (spilled) by its later ones
+ * before it ends: returns how many lead ops go straight to disk, from the
+ * caller's buffers, with the write-arounds; RAM then makes room for the
+ * others in a few large spills (ram_make_room) rather than one small one
+ * per block. 0 without a disk tier, with write-through (every block goes
+ * to disk anyway) or ram.refuse_when_leased (RAM refuses, nothing goes
+ * around).
+ */
+static size_t put_overflow(kvt_store *s, const kvt_op *ops, size_t n, uint64_t *ram_bytes)
+{
+	uint64_t keep = ram_high_bytes(s->ram), tail = 0;
+	size_t lead = n;
+
+	*ram_bytes = 0;
+	if (!s->disk || s->cfg.write_policy == KVT_WRITE_THROUGH || s->cfg.refuse_when_leased)
+		return 0;
+	while (lead > 0 && ops[lead - 1].len <= keep - tail)
+		tail += ops[--lead].len;
+	*ram_bytes = tail;
+	return lead;
+}
+
+/*
  * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
- * to disk (unless ram.refuse_when_leased), write-through copies follow,
- * all of the chunk's disk writes in one submission.
+ * to disk (unless ram.refuse_when_leased), as do the lead blocks of a chunk
+ * larger than RAM (put_overflow); write-through copies follow, all of the
+ * chunk's disk writes in one submission.
  */
 static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 {
 	struct disk_leg leg[CHUNK];
 	kvt_op dops[CHUNK];
 	size_t nd = 0;
+	uint64_t ram_bytes;
+	size_t lead = put_overflow(s, ops, n, &ram_bytes);
 
+	if (lead)
+		ram_make_room(s->ram, ram_bytes);
 	for (size_t i = 0; i < n; i++) {
 		kvt_op *op = &ops[i];
 		int rc = check_put_args(s, op->buf, op->len, fn);
 		op->result = rc;
 		if (rc || (s->disk && disk_contains(s->disk, op->key, NULL)))
 			continue; /* bad op, or immutable and already stored */
-		rc = ram_put(s->ram, op->key, op->buf, op->len);
+		rc = i < lead ? -ENOSPC : ram_put(s->ram, op->key, op->buf, op->len);
 		if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
 			leg[nd] = (struct disk_leg){ i, 0 };
 			dops[nd++] = *op;

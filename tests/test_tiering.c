@@ -195,6 +195,57 @@ static void test_batch_put_writes_around_in_one_go(void **state)
 	kvt_close(s);
 }
 
+/*
+ * A put batch larger than RAM writes its lead blocks to disk straight from
+ * the caller's buffers (write-arounds) and keeps its newest blocks in RAM,
+ * making room for them by spilling what RAM held before; with
+ * ram.refuse_when_leased every block goes through RAM as before. Every
+ * block reads back right either way.
+ */
+static void test_batch_larger_than_ram_writes_its_lead_around(void **state)
+{
+	(void)state;
+	enum { OLD = 4, N = 10 };
+	kvt_op ops[N];
+	char *bufs[N];
+
+	for (int pass = 0; pass < 2; pass++) {
+		kvt_store *s = pass ? open_tiered("lead2.dat", 4, 1.0,
+						  ", \"refuse_when_leased\": true")
+				    : open_tiered("lead.dat", 4, 1.0, "");
+		for (uint64_t i = 0; i < OLD; i++)
+			store_put_block(s, test_key(i), MiB);
+		for (int i = 0; i < N; i++) {
+			bufs[i] = malloc(MiB);
+			fill_block(test_key(10 + (uint64_t)i), bufs[i], MiB);
+			ops[i] = (kvt_op){ test_key(10 + (uint64_t)i), bufs[i], MiB, 1 };
+		}
+		assert_int_equal(kvt_put_batch(s, ops, N), 0);
+		long long around = store_stat(s, "store", "write_arounds");
+		long long in_ram = store_stat(s, "ram", "objects");
+		if (pass == 0) {
+			/* 4 MiB of RAM keeps the last 4; the first 6 go around, and
+			 * the 4 blocks RAM held before are spilled to make room */
+			assert_int_equal(around, N - 4);
+			assert_int_equal(in_ram, 4);
+			assert_int_equal(store_stat(s, "ram", "spills"), OLD);
+		} else {
+			assert_int_equal(around, 0);
+			assert_int_equal(store_stat(s, "ram", "spills"), OLD + N - in_ram);
+		}
+		long long ram_hits = store_stat(s, "store", "hits_ram");
+		assert_int_equal(store_get_block(s, test_key(10 + N - 1), MiB), 0);
+		assert_int_equal(store_stat(s, "store", "hits_ram"), ram_hits + 1);
+		for (uint64_t i = 0; i < OLD; i++)
+			assert_int_equal(store_get_block(s, test_key(i), MiB), 0);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(store_get_block(s, test_key(10 + (uint64_t)i), MiB), 0);
+			free(bufs[i]);
+		}
+		kvt_close(s);
+	}
+}
+
 static void test_remove_clears_both_tiers(void **state)
 {
 	(void)state;
@@ -652,6 +703,7 @@ int main(void)
 		cmocka_unit_test(test_promotion_admits_on_second_hit_when_full),
 		cmocka_unit_test(test_write_around_when_ram_is_all_leased),
 		cmocka_unit_test(test_batch_put_writes_around_in_one_go),
+		cmocka_unit_test(test_batch_larger_than_ram_writes_its_lead_around),
 		cmocka_unit_test(test_remove_clears_both_tiers),
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
 		cmocka_unit_test(test_threads_across_tiers),
