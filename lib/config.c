@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "internal.h"
+#include "peer.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -614,13 +615,16 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 		} else if (!strcmp(k, "transport")) {
 			const char *t = json_string_value(v);
 			if (!t)
-				r = bad_type("peers.transport", "\"tcp\" or \"rdma\"", v);
+				r = bad_type("peers.transport", "\"tcp\", \"rdma\" or \"auto\"", v);
+			else if (!strcmp(t, "tcp"))
+				c->peer_transport = PEER_TCP;
 			else if (!strcmp(t, "rdma"))
-				r = kvt_fail(-ENOTSUP, "peers.transport: \"rdma\" is not in this "
-					     "version (no RDMA transport is built); use \"tcp\"");
-			else if (strcmp(t, "tcp"))
-				r = kvt_fail(-EINVAL, "peers.transport: \"%.*s\" is not \"tcp\" or \"rdma\"",
-					     QUOTE_MAX, t);
+				c->peer_transport = PEER_RDMA;
+			else if (!strcmp(t, "auto"))
+				c->peer_transport = PEER_AUTO;
+			else
+				r = kvt_fail(-EINVAL, "peers.transport: \"%.*s\" is not \"tcp\", "
+					     "\"rdma\" or \"auto\"", QUOTE_MAX, t);
 		} else if (!strcmp(k, "connect_timeout_ms")) {
 			r = get_ms("peers.connect_timeout_ms", v, &c->peer_connect_ms);
 		} else if (!strcmp(k, "request_timeout_ms")) {

@@ -48,6 +48,7 @@ struct kvt_config {
 	uint32_t peer_down_ms;    /* "peers.down_ms", default 2000 */
 	uint32_t peer_idle_ms;    /* "peers.idle_timeout_ms", default 60000: the
 				     server closes a connection idle so long */
+	int peer_transport;       /* "peers.transport": PEER_TCP (default), PEER_RDMA, PEER_AUTO */
 	unsigned peer_max_conns;  /* "peers.max_conns_per_member", default 64 */
 	uint32_t peer_log_ms;     /* "peers.log_interval_ms", default 10000: at
 				     most one line a period about refused
@@ -69,9 +70,9 @@ struct kvt_config {
 /*
  * Fills cfg with the defaults, then applies json (NULL or "" keeps the
  * defaults). Returns 0, or -EINVAL with kvt_last_error() naming the key for
- * malformed JSON, unknown keys, wrong types and impossible values; -ENOTSUP
- * for features this build lacks ("peers.transport": "rdma"). On failure cfg
- * holds nothing to free.
+ * malformed JSON, unknown keys, wrong types and impossible values. (Whether
+ * an RDMA device serves "peers.transport": "rdma" is learnt at kvt_open.)
+ * On failure cfg holds nothing to free.
  */
 int config_parse(const char *json, struct kvt_config *cfg);
 

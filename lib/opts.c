@@ -45,6 +45,7 @@ struct peer_opts opts_peer(const struct kvt_config *c)
 		.idle_ms = c->peer_idle_ms,
 		.log_ms = c->peer_log_ms,
 		.max_conns = c->peer_max_conns,
+		.transport = c->peer_transport,
 	};
 }
 

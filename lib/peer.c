@@ -336,20 +336,75 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 	return e;
 }
 
+/*
+ * Sends the pins of a batch's descriptors back (one UNPIN frame, no answer
+ * awaited): after the READs, whether they worked or not, since nothing of
+ * them is in flight any more. A send that fails closes the connection, and
+ * the owner drops that connection's pins.
+ */
+static void send_unpin(struct peer_tier *p, unsigned m, const struct rdesc *d, size_t n,
+		       uint64_t dl)
+{
+	uint8_t *b = malloc(HDR + 8 * n);
+	struct member *x = &p->m[m];
+	int e = b ? 0 : -ENOMEM;
+
+	if (!e) {
+		hdr_pack(b, T_UNPIN, (uint32_t)n, 0, 8ull * n);
+		for (size_t i = 0; i < n; i++)
+			put64(b + HDR + 8 * i, d[i].pin);
+		e = peer_xfer(x->fd, b, HDR + 8 * n, 1, dl, -1);
+	}
+	free(b);
+	if (e) {
+		close(x->fd);
+		x->fd = -1;
+	}
+}
+
+/* A GET_R descriptor (flags F_RDMA) for op o, whose item header ih was
+ * read; the rest of the body follows. 0, or -EPROTO / the read's error. */
+static int read_desc(struct peer_tier *p, unsigned m, const struct hdr *h,
+		     const uint8_t *ih, const kvt_op *o, size_t op, uint64_t dl,
+		     struct rdesc *d, uint64_t *hold_ms)
+{
+	uint8_t tail[DESC - ITEM];
+	int e;
+
+	if (h->body_len != DESC || get32(ih) != 0)
+		return -EPROTO;
+	e = peer_xfer(p->m[m].fd, tail, sizeof(tail), 0, dl, -1);
+	if (e)
+		return e;
+	*d = (struct rdesc){ .op = op, .rkey = get32(ih + 4), .len = get64(ih + 8),
+			     .sum = get64(ih + 16), .addr = get64(ih + 24),
+			     .pin = get64(tail) };
+	uint64_t hold = get64(tail + 8);
+	if (d->len == 0 || d->len > o->len || !o->buf || d->len > UINT32_MAX || hold == 0)
+		return -EPROTO;
+	if (hold < *hold_ms)
+		*hold_ms = hold;
+	return 0;
+}
+
 int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 		   uint64_t *sums)
 {
 	size_t done = 0, got = 0;
+	struct rdesc *d = NULL;
 	int e = 0;
 
 	/* nothing reads as loaded unless its answer said so */
 	for (size_t i = 0; i < n; i++)
 		ops[i].result = -EIO;
+	if (p->rdma && !(d = malloc(sizeof(*d) * (n < PEER_KEYS_MAX ? n : PEER_KEYS_MAX) + 1)))
+		return kvt_fail(-ENOMEM, "peer get: out of memory");
 
 	while (done < n && !e) {
-		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX;
+		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX, nd = 0;
 		kvt_op *o = ops + done;
 		uint8_t *b = malloc(HDR + 24 * k);
+		uint64_t hold_ms = UINT64_MAX;
 
 		if (!b) {
 			e = -ENOMEM;
@@ -360,11 +415,13 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 			free(b);
 			break;
 		}
-		uint64_t want = 0;
+		/* descriptors welcome only over a working link */
+		int rd = d && peer_rdma_link(p, m);
+		uint64_t want = 0, t0 = kvt_now_ns();
 		for (size_t i = 0; i < k; i++)
 			want += o[i].buf ? o[i].len : 0;
 		uint64_t dl = trip_deadline(p, want);
-		hdr_pack(b, T_GET, (uint32_t)k, 0, 24ull * k);
+		hdr_pack(b, T_GET, (uint32_t)k, rd ? F_RDMA : 0, 24ull * k);
 		for (size_t i = 0; i < k; i++) {
 			key_pack(b + HDR + 24 * i, o[i].key);
 			put64(b + HDR + 24 * i + 16, o[i].buf ? o[i].len : 0);
@@ -378,10 +435,21 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 			e = reply_hdr(p, m, T_GET, 1, dl, &h);
 			if (!e && h.body_len < ITEM)
 				e = -EPROTO;
+			if (!e && (h.flags & F_RDMA) && !rd)
+				e = -EPROTO;
 			if (!e)
 				e = peer_xfer(p->m[m].fd, ih, ITEM, 0, dl, -1);
+			if (!e && (h.flags & F_RDMA)) {
+				e = read_desc(p, m, &h, ih, &o[i], i, dl, &d[nd], &hold_ms);
+				if (e)
+					break;
+				nd++;
+				continue; /* read (and counted) once all are described */
+			}
 			if (e)
 				break;
+			if (p->rdma)
+				ctr_add(&p->m[m].rdma_inline, 1);
 			int st = (int32_t)get32(ih);
 			uint64_t len = get64(ih + 8), sum = get64(ih + 16);
 			if (st == 0) {
@@ -416,6 +484,17 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 			else
 				ctr_add(&p->misses, 1);
 		}
+		if (!e && nd) {
+			/* The owner holds each pin for hold_ms from after t0; the
+			 * READs end (or are abandoned, their queue pair destroyed)
+			 * by three quarters of that: the rest is the grace. */
+			uint64_t rdl = t0 + hold_ms / 4 * 3 * 1000000ull;
+			peer_rdma_read(p, m, d, nd, o, sums ? sums + done : NULL,
+				       rdl < dl ? rdl : dl);
+			send_unpin(p, m, d, nd, req_deadline(p));
+			for (size_t j = 0; j < nd; j++)
+				ctr_add(o[d[j].op].result == 0 ? &p->hits : &p->misses, 1);
+		}
 		if (closed_under(p, m, e)) {
 			e = 0; /* nothing of this frame was answered: ask again */
 			continue;
@@ -428,9 +507,52 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 		done += k;
 		got = done;
 	}
+	free(d);
 	/* the answer broke off, or never came: what it did not deliver failed */
 	for (size_t i = got; e && i < n; i++)
 		ops[i].result = e;
+	return e;
+}
+
+/*
+ * Offers o[0..k) to m from staging (PUT with F_RDMA: descriptors, the owner
+ * READs them) when stage is not NULL, else sends them inline. With the
+ * member's lock; the bytes are copied to staging first.
+ */
+static int send_put(struct peer_tier *p, unsigned m, const kvt_op *o, size_t k,
+		    uint8_t *stage, uint32_t rkey, uint64_t dl)
+{
+	int fd = p->m[m].fd;
+	uint64_t body = 0, off = 0;
+	uint8_t h0[HDR];
+	int e;
+
+	for (size_t i = 0; i < k; i++)
+		body += stage ? OFFER : ITEM + o[i].len;
+	hdr_pack(h0, T_PUT, (uint32_t)k, stage ? F_RDMA : 0, body);
+	e = peer_xfer(fd, h0, HDR, 1, dl, -1);
+	for (size_t i = 0; i < k && !e; i++) {
+		uint8_t ih[OFFER];
+		uint64_t sum = kvt_checksum(o[i].buf, o[i].len);
+
+		key_pack(ih, o[i].key);
+		put64(ih + 16, o[i].len);
+		put64(ih + 24, sum);
+		if (stage) {
+			memcpy(stage + off, o[i].buf, o[i].len);
+			put64(ih + 32, (uint64_t)(uintptr_t)(stage + off));
+			put32(ih + 40, rkey);
+			put32(ih + 44, 0);
+			off += o[i].len;
+			e = peer_xfer(fd, ih, OFFER, 1, dl, -1);
+			continue;
+		}
+		e = peer_xfer(fd, ih, ITEM, 1, dl, -1);
+		if (!e)
+			e = peer_xfer(fd, o[i].buf, o[i].len, 1, dl, -1);
+		if (!e)
+			ctr_add(&p->bytes_out, o[i].len);
+	}
 	return e;
 }
 
@@ -447,8 +569,16 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		const kvt_op *o = ops + done;
 		uint64_t body = 0;
 
-		for (size_t i = 0; i < k; i++)
-			body += ITEM + o[i].len;
+		if (p->rdma) {
+			/* an offer fits in staging (one block at least) */
+			size_t j = 0;
+			for (; j < k && (j == 0 || body + o[j].len <= peer_rdma_stage_max()); j++)
+				body += o[j].len;
+			k = j;
+		} else {
+			for (size_t i = 0; i < k; i++)
+				body += o[i].len;
+		}
 		uint8_t *res = malloc(4 * k + 1);
 		if (!res) {
 			e = -ENOMEM;
@@ -459,22 +589,11 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 			free(res);
 			break;
 		}
-		uint64_t dl = trip_deadline(p, body);
-		uint8_t h0[HDR];
-		hdr_pack(h0, T_PUT, (uint32_t)k, 0, body);
-		e = peer_xfer(p->m[m].fd, h0, HDR, 1, dl, -1);
-		for (size_t i = 0; i < k && !e; i++) {
-			uint8_t ih[ITEM];
-
-			key_pack(ih, o[i].key);
-			put64(ih + 16, o[i].len);
-			put64(ih + 24, kvt_checksum(o[i].buf, o[i].len));
-			e = peer_xfer(p->m[m].fd, ih, ITEM, 1, dl, -1);
-			if (!e)
-				e = peer_xfer(p->m[m].fd, o[i].buf, o[i].len, 1, dl, -1);
-			if (!e)
-				ctr_add(&p->bytes_out, o[i].len);
-		}
+		uint32_t rkey = 0;
+		uint8_t *stage = p->rdma && peer_rdma_link(p, m) ?
+				 peer_rdma_stage(p, m, body, &rkey) : NULL;
+		uint64_t dl = trip_deadline(p, body + ITEM * k);
+		e = send_put(p, m, o, k, stage, rkey, dl);
 		struct hdr h;
 		if (!e)
 			e = reply_hdr(p, m, T_PUT, (uint32_t)k, dl, &h);
@@ -482,8 +601,12 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 			e = -EPROTO;
 		if (!e)
 			e = peer_xfer(p->m[m].fd, res, 4 * k, 0, dl, -1);
-		for (size_t i = 0; i < k && !e; i++)
+		for (size_t i = 0; i < k && !e; i++) {
 			results[done + i] = (int32_t)get32(res + 4 * i);
+			if (p->rdma)
+				ctr_add(stage ? &p->m[m].rdma_offered : &p->m[m].rdma_inline,
+					stage ? (results[done + i] == 0 ? o[i].len : 0) : 1);
+		}
 		free(res);
 		if (closed_under(p, m, e)) {
 			e = 0;
@@ -502,10 +625,12 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 
 static void tier_free(struct peer_tier *p)
 {
+	peer_rdma_close(p);
 	for (unsigned i = 0; p->m && i < p->n; i++) {
 		if (p->m[i].fd >= 0)
 			close(p->m[i].fd);
 		pthread_mutex_destroy(&p->m[i].lock);
+		pthread_mutex_destroy(&p->m[i].rlock);
 		free(p->m[i].name);
 		free(p->m[i].addr);
 	}
@@ -597,6 +722,7 @@ int peer_open(const struct peer_opts *o, const struct peer_local *local,
 	for (unsigned i = 0; i < p->n; i++) {
 		p->m[i].fd = -1;
 		pthread_mutex_init(&p->m[i].lock, NULL);
+		pthread_mutex_init(&p->m[i].rlock, NULL);
 	}
 	for (unsigned i = 0; i < p->n; i++) {
 		struct member *x = &p->m[i];
@@ -634,6 +760,8 @@ int peer_open(const struct peer_opts *o, const struct peer_local *local,
 	e = peer_resolve("peers.listen", o->listen, &la, &ll);
 	if (!e)
 		e = source_open(p, &la, ll);
+	if (!e)
+		e = peer_rdma_open(p, o);
 	if (!e && pipe2(p->wake, O_CLOEXEC) < 0)
 		e = kvt_fail(-errno, "peers: pipe: %s", strerror(errno));
 	if (!e) {
@@ -697,6 +825,7 @@ void peer_stats(struct peer_tier *p, const struct stat_visitor *v)
 			stat_int(&o, "requests", (int64_t)ctr_get(&x->requests));
 			stat_int(&o, "failures", (int64_t)ctr_get(&x->failures));
 			stat_int(&o, "timeouts", (int64_t)ctr_get(&x->timeouts));
+			peer_rdma_member_stats(p, i, &o);
 		}
 	}
 #define C(name, field) stat_int(v, name, (int64_t)ctr_get(&p->field))
@@ -716,4 +845,6 @@ void peer_stats(struct peer_tier *p, const struct stat_visitor *v)
 	C("connections_evicted", conns_evicted);
 	C("bad_messages", bad_messages);
 #undef C
+	stat_str(v, "transport", p->rdma ? "rdma" : "tcp");
+	peer_rdma_stats(p, v);
 }

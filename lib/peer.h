@@ -1,6 +1,8 @@
 /*
  * peer.h - the peer tier: membership, rendezvous hashing, the control and
- * data protocol over TCP, the server thread and the client side.
+ * data protocol over TCP, the server thread and the client side, and the
+ * transports that move a block's bytes beneath the protocol: "tcp" (inline
+ * in the frames) and "rdma" (one-sided READs, peer_rdma.c).
  *
  * Each key has one owner among peers.members, chosen by rendezvous hashing
  * (the member whose XXH3-64 of the key, seeded by the XXH3-64 of its name,
@@ -51,6 +53,44 @@
  * Every client wait is bounded (peers.connect_timeout_ms,
  * peers.request_timeout_ms); a member that fails is marked down for
  * peers.down_ms, during which its keys read as misses without a wait.
+ *
+ * The transport seam. Everything that decides (membership, HELLO, owners,
+ * lookups and leases, pins and deadlines) stays in these control frames on
+ * the TCP connection, for both transports; only where a block's bytes
+ * travel differs. Keeping one protocol means one set of checks, one
+ * members-only rule and one failure model, and a member without RDMA is
+ * still served (inline). With peers.transport "rdma" (or "auto" where a
+ * device serves this node's address):
+ *   GET      flags bit 0 = descriptors welcome (sent only over a working
+ *            link). The owner answers a block in its RAM with a GET_R of
+ *            flags bit 0 whose 48-byte body is a descriptor: i32 0, u32
+ *            rkey, u64 len, u64 sum, u64 address, u64 pin id, u64 hold_ms;
+ *            it pinned the block for hold_ms first. Anything else (not in
+ *            RAM, too large, no pin left) is answered inline as before, so
+ *            a block on the owner's disk is not promoted to be lent.
+ *            The requester READs all descriptors of the batch into its
+ *            registered staging in one chain (rlink_move) that ends by
+ *            three quarters of hold_ms from before it asked, checks every
+ *            checksum, copies each block to the caller's buffer, and then
+ *            sends one UNPIN with the pin ids.
+ *   UNPIN    (0x06) count pin ids, body = count x u64; no answer.
+ *   PUT      flags bit 0 = an offer: body = count x (u64 lo, u64 hi, u64
+ *            len, u64 sum, u64 address, u32 rkey, u32 0) describing the
+ *            bytes in the requester's staging. The owner reserves arena
+ *            space, READs them over its own link to the requester, checks
+ *            each checksum and only then publishes it; PUT_R as before.
+ *            Owner-pull rather than the requester WRITing into reserved
+ *            space: no memory anywhere is registered for remote writes,
+ *            there is no reserve round trip, and a requester that dies
+ *            after its offer makes the owner's READ fail, which frees the
+ *            reservation unpublished and counts a failed put.
+ * Exposed memory: the RAM arena (registered once at open) and each
+ * member's staging, both for remote reads only. A block is lent from the
+ * arena only while pinned: the pin ends at the UNPIN, when the connection
+ * that took it ends, or when hold_ms (2 x peers.request_timeout_ms + 1 s)
+ * lapses; the requester gave up and destroyed its queue pair by three
+ * quarters of that, so no READ is in flight when RAM may reuse the space
+ * (pins.h), and a READ that raced a reuse would fail its checksum.
  */
 #ifndef KVT_PEER_H
 #define KVT_PEER_H
@@ -84,7 +124,25 @@ struct peer_local {
 	/* as kvt_put_batch, local tiers only; sets each op's result */
 	void (*put)(void *arg, kvt_op *ops, size_t n);
 	void (*release)(void *arg, const kvt_key *keys, size_t n);
+	/* The RDMA transport's (all NULL: blocks always travel inline).
+	 * pin: the RAM block of key (at most cap bytes), pinned in the arena
+	 * until unpin(ref): 0 with *block and *len, -ENOENT (not in RAM),
+	 * -ENOBUFS with *len. reserve: len bytes of arena for a block that
+	 * is not visible yet: 0 with *at and *handle, or -errno. publish
+	 * makes it key's block (0, or -errno with the space freed); unreserve
+	 * frees it unpublished. */
+	int (*pin)(void *arg, kvt_key key, size_t cap, uint64_t *ref, void **block,
+		   size_t *len);
+	void (*unpin)(void *arg, uint64_t ref);
+	int (*reserve)(void *arg, size_t len, void **at, uint64_t *handle);
+	int (*publish)(void *arg, kvt_key key, uint64_t handle, size_t len);
+	void (*unreserve)(void *arg, uint64_t handle);
 };
+
+/* peers.transport */
+enum { PEER_TCP, PEER_RDMA, PEER_AUTO };
+
+struct rlink_ops;
 
 /* What the peer tier is opened with (opts_peer() in opts.c fills it from
  * the configuration's "peers" keys); the strings are copied at open. */
@@ -101,6 +159,10 @@ struct peer_opts {
 	uint32_t idle_ms;             /* peers.idle_timeout_ms */
 	uint32_t log_ms;              /* peers.log_interval_ms */
 	unsigned max_conns;           /* peers.max_conns_per_member */
+	int transport;                /* peers.transport: PEER_TCP, _RDMA, _AUTO */
+	const struct rlink_ops *rdma_ops; /* NULL: libibverbs (tests: a fake) */
+	void *arena;                  /* the RAM arena, registered once for */
+	size_t arena_len;             /* RDMA (NULL: blocks go inline) */
 };
 
 struct peer_tier;

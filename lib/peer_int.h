@@ -8,6 +8,9 @@
  *                 HELLO, requests served from the local tiers
  *   peer_net.c    TCP: addresses, the node's own source address, bounded
  *                 non-blocking I/O, socket options
+ *   peer_rdma.c   the RDMA transport under the protocol: the rlink node,
+ *                 the arena and staging registrations, links to members,
+ *                 pins of served blocks, READs of descriptors and offers
  * The protocol itself is described in peer.h and kvtier-peer(7).
  */
 #ifndef KVT_PEER_INT_H
@@ -21,6 +24,7 @@
 
 #include "internal.h"
 #include "peer.h"
+#include "stats.h"
 
 #define MAGIC 0x3150564bu          /* "KVP1" little-endian */
 #define VERSION 1u
@@ -32,7 +36,20 @@
 #define NOBODY UINT32_MAX          /* a slot's member before HELLO */
 
 enum { T_HELLO = 1, T_LOOKUP = 2, T_GET = 3, T_PUT = 4, T_RELEASE = 5,
-       T_REPLY = 0x80, T_ERROR = 0xff };
+       T_UNPIN = 6, T_REPLY = 0x80, T_ERROR = 0xff };
+
+/* flags bit 0 of GET (descriptors welcome), GET_R (this is a descriptor)
+ * and PUT (an offer: descriptors, no bytes) */
+#define F_RDMA 1u
+#define DESC 48u                   /* a GET_R descriptor's body */
+#define OFFER 48u                  /* a PUT offer item */
+
+/* A block to READ: from a GET_R descriptor or a PUT offer. */
+struct rdesc {
+	size_t op;                 /* the op (or offer item) it is for */
+	uint64_t len, sum, addr, pin;
+	uint32_t rkey;
+};
 
 struct hdr {
 	uint32_t magic;
@@ -54,6 +71,18 @@ struct member {
 	int unanswered;           /* fd reused, nothing read back yet */
 	_Atomic uint64_t down_until;
 	_Atomic uint64_t requests, failures, timeouts;
+	/* RDMA (peer_rdma.c): the link to this member, used by the client
+	 * and by the server's pulls of its offers */
+	pthread_mutex_t rlock;    /* rl, rl_retry, rl_dials */
+	struct rlink *rl;
+	uint64_t rl_retry;        /* ns: no dial before this after a failure */
+	uint64_t rl_dials;
+	/* client side, under lock: registered staging for gets and offers */
+	uint8_t *stage;
+	size_t stage_len;
+	struct rlink_region *stage_reg;
+	_Atomic uint64_t rdma_read, rdma_offered, rdma_wrs, rdma_errors;
+	_Atomic uint64_t rdma_reconnects, rdma_inline, rdma_cerrs;
 };
 
 struct peer_tier {
@@ -67,6 +96,7 @@ struct peer_tier {
 	uint64_t max_block;
 	uint32_t connect_ms, request_ms, down_ms, log_ms, idle_ms;
 	unsigned max_conns;       /* per member */
+	struct peer_rdma *rdma;   /* NULL: transport tcp */
 	/* server */
 	int lfd;
 	int wake[2];              /* readable once closing */
@@ -194,6 +224,46 @@ int peer_ms_left(uint64_t deadline);
 int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake);
 /* TCP_NODELAY, keepalive, non-blocking. */
 void peer_sock_opts(int fd);
+
+/* --- peer_rdma.c --------------------------------------------------------------- */
+
+/* Opens the RDMA transport for o->transport rdma or auto (p->rdma stays
+ * NULL for tcp, or for auto without a device, which is logged). Returns 0
+ * or -errno with kvt_last_error() naming the address. */
+int peer_rdma_open(struct peer_tier *p, const struct peer_opts *o);
+void peer_rdma_close(struct peer_tier *p);
+/* Member m's link, dialled now if needed (not within down_ms of a failed
+ * dial): 1 when usable, 0 when not. Called with the member's lock. */
+int peer_rdma_link(struct peer_tier *p, unsigned m);
+/* READs the n blocks of d from m into staging before deadline, checks
+ * each checksum and copies it into ops[d[i].op].buf: each op's result and
+ * len set, sums (if not NULL) at op. Returns 0, or the link's error (then
+ * every op of d is -EIO and the link is closed). With the member's lock. */
+int peer_rdma_read(struct peer_tier *p, unsigned m, const struct rdesc *d, size_t n,
+		   kvt_op *ops, uint64_t *sums, uint64_t deadline);
+/* Staging of at least len bytes for an offer to m, and its rkey: NULL when
+ * it cannot be had (then the offer goes inline). With the member's lock. */
+uint8_t *peer_rdma_stage(struct peer_tier *p, unsigned m, size_t len, uint32_t *rkey);
+/* The most bytes one offer (or one round of READs) moves. */
+size_t peer_rdma_stage_max(void);
+/* Owner: pins key's RAM block for the connection in server slot, and fills
+ * desc (DESC bytes): 0, or -ENOENT/-ENOBUFS (*len set)/-EAGAIN: serve it
+ * inline instead. */
+int peer_rdma_pin(struct peer_tier *p, unsigned slot, kvt_key key, uint64_t cap,
+		  uint8_t *desc, size_t *len);
+void peer_rdma_unpin(struct peer_tier *p, unsigned slot, const uint64_t *ids, size_t n);
+/* Owner: every pin of a connection that ended. */
+void peer_rdma_drop(struct peer_tier *p, unsigned slot);
+/* Owner: ends lapsed pins; returns the ms until the next look (-1: none). */
+int peer_rdma_lapse(struct peer_tier *p);
+/* Owner: READs the n offered blocks of member m into reserved arena,
+ * checks and publishes each; res[i] per offer (-EIO for all when the READ
+ * failed). */
+void peer_rdma_pull(struct peer_tier *p, unsigned m, const kvt_key *keys,
+		    const struct rdesc *d, size_t n, int32_t *res, uint64_t deadline);
+/* The member's RDMA counters, and the transport's own. */
+void peer_rdma_member_stats(struct peer_tier *p, unsigned m, const struct stat_visitor *v);
+void peer_rdma_stats(struct peer_tier *p, const struct stat_visitor *v);
 
 /* --- peer_server.c ----------------------------------------------------------- */
 

@@ -229,6 +229,15 @@ static int serve_get(struct conn *c, const struct hdr *h)
 		if (cap > p->max_block)
 			cap = p->max_block;
 		ctr_add(&p->served_gets, 1);
+		if (h->flags & F_RDMA) {
+			/* a RAM block by descriptor; anything else inline */
+			uint8_t f[HDR + DESC];
+			if (peer_rdma_pin(p, (unsigned)c->slot, k, cap, f + HDR, &len) == 0) {
+				hdr_pack(f, T_GET | T_REPLY, 1, F_RDMA, DESC);
+				e = peer_xfer(c->fd, f, HDR + DESC, 1, dl, -1);
+				continue;
+			}
+		}
 		if (p->local.visit) {
 			struct visit_ctx v = { .c = c };
 
@@ -260,15 +269,107 @@ static int serve_get(struct conn *c, const struct hdr *h)
 	return e;
 }
 
+/* PUT_R: one status per item. */
+static int send_put_r(struct conn *c, const struct hdr *h, const uint8_t *res,
+		      uint64_t dl)
+{
+	uint8_t out[HDR];
+
+	hdr_pack(out, T_PUT | T_REPLY, h->count, 0, 4ull * h->count);
+	int e = peer_xfer(c->fd, out, HDR, 1, dl, -1);
+	if (!e)
+		e = peer_xfer(c->fd, (void *)res, 4ull * h->count, 1, dl, -1);
+	return e;
+}
+
+/*
+ * PUT with F_RDMA: count offers (key, len, checksum, address, rkey of the
+ * member's staging); their blocks are READ into reserved arena, checked and
+ * published (peer_rdma_pull); one PUT_R with the results.
+ */
+static int serve_offer(struct conn *c, const struct hdr *h)
+{
+	struct peer_tier *p = c->p;
+	size_t n = h->count;
+	uint64_t dl = req_deadline(p), bytes = 0;
+	int e;
+
+	if (h->body_len != (uint64_t)OFFER * n) {
+		send_error(c, "body of %llu bytes for %u PUT offers",
+			   (unsigned long long)h->body_len, h->count);
+		return -EPROTO;
+	}
+	uint8_t *items = malloc(OFFER * n + 1);
+	kvt_key *keys = malloc(sizeof(*keys) * n + 1);
+	struct rdesc *d = malloc(sizeof(*d) * n + 1);
+	int32_t *res = malloc(sizeof(*res) * n + 1);
+	uint8_t *out = malloc(4 * n + 1);
+	e = items && keys && d && res && out ? 0 : -ENOMEM;
+	if (!e)
+		e = peer_xfer(c->fd, items, OFFER * n, 0, dl, p->wake[0]);
+	for (size_t i = 0; i < n && !e; i++) {
+		const uint8_t *it = items + OFFER * i;
+		keys[i] = key_unpack(it);
+		d[i] = (struct rdesc){ .op = i, .len = get64(it + 16), .sum = get64(it + 24),
+				       .addr = get64(it + 32), .rkey = get32(it + 40) };
+		if (d[i].len == 0 || d[i].len > p->max_block || d[i].len > UINT32_MAX) {
+			send_error(c, "PUT offer %zu of %llu bytes (limit %llu)", i,
+				   (unsigned long long)d[i].len,
+				   (unsigned long long)p->max_block);
+			e = -EPROTO;
+		}
+		bytes += d[i].len;
+	}
+	if (!e) {
+		dl = trip_deadline(p, bytes);
+		peer_rdma_pull(p, c->member, keys, d, n, res, dl);
+		for (size_t i = 0; i < n; i++)
+			put32(out + 4 * i, (uint32_t)res[i]);
+		e = send_put_r(c, h, out, dl);
+	}
+	free(items);
+	free(keys);
+	free(d);
+	free(res);
+	free(out);
+	return e;
+}
+
+/* UNPIN: count pin ids the member is done with; no answer. */
+static int serve_unpin(struct conn *c, const struct hdr *h)
+{
+	size_t n = h->count;
+
+	if (h->body_len != 8ull * n) {
+		send_error(c, "body of %llu bytes for %u pins",
+			   (unsigned long long)h->body_len, h->count);
+		return -EPROTO;
+	}
+	uint8_t *b = malloc(8 * n + 1);
+	uint64_t *ids = malloc(sizeof(*ids) * n + 1);
+	int e = b && ids ? peer_xfer(c->fd, b, 8 * n, 0, req_deadline(c->p), c->p->wake[0])
+			 : -ENOMEM;
+	for (size_t i = 0; i < n && !e; i++)
+		ids[i] = get64(b + 8 * i);
+	if (!e)
+		peer_rdma_unpin(c->p, (unsigned)c->slot, ids, n);
+	free(b);
+	free(ids);
+	return e;
+}
+
 /* PUT: count items, each checked and stored; one PUT_R with the results. */
 static int serve_put(struct conn *c, const struct hdr *h)
 {
 	struct peer_tier *p = c->p;
 	uint64_t dl = trip_deadline(p, h->body_len), left = h->body_len;
 	size_t n = h->count;
-	uint8_t out[HDR];
-	uint8_t *res = calloc(4 * n + 1, 1);
+	uint8_t *res;
 	int e;
+
+	if (h->flags & F_RDMA)
+		return serve_offer(c, h);
+	res = calloc(4 * n + 1, 1);
 
 	if (!res)
 		return -ENOMEM;
@@ -319,12 +420,8 @@ static int serve_put(struct conn *c, const struct hdr *h)
 			   (unsigned long long)left);
 		e = -EPROTO;
 	}
-	if (!e) {
-		hdr_pack(out, T_PUT | T_REPLY, h->count, 0, 4ull * n);
-		e = peer_xfer(c->fd, out, HDR, 1, dl, -1);
-		if (!e)
-			e = peer_xfer(c->fd, res, 4 * n, 1, dl, -1);
-	}
+	if (!e)
+		e = send_put_r(c, h, res, dl);
 	free(res);
 	return e;
 }
@@ -344,6 +441,8 @@ static int serve(struct conn *c, const struct hdr *h)
 		return serve_get(c, h);
 	case T_PUT:
 		return serve_put(c, h);
+	case T_UNPIN:
+		return serve_unpin(c, h);
 	default:
 		send_error(c, "unknown request type %u", h->type);
 		return -EPROTO;
@@ -514,6 +613,9 @@ static void *conn_main(void *arg)
 	}
 	free(c.buf);
 	free(a);
+	/* its queue pair may live on, but nothing it was described stays
+	 * pinned past the connection (a late READ fails its checksum) */
+	peer_rdma_drop(p, (unsigned)c.slot);
 	pthread_mutex_lock(&p->clock);
 	p->slots[c.slot] = (struct slot){ .fd = -1, .member = NOBODY };
 	close(c.fd);
@@ -530,8 +632,12 @@ void *peer_listener_main(void *arg)
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = p->lfd, .events = POLLIN },
 					{ .fd = p->wake[0], .events = POLLIN } };
-		/* wakes when a summary of quiet strangers is due */
-		if (poll(pf, 2, peer_strangers_summary(p, 0)) < 0) {
+		/* wakes when a summary of quiet strangers is due, and to end
+		 * the pins that lapsed */
+		int wait = peer_strangers_summary(p, 0), lapse = peer_rdma_lapse(p);
+		if (lapse >= 0 && (wait < 0 || lapse < wait))
+			wait = lapse;
+		if (poll(pf, 2, wait) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;

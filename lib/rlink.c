@@ -271,6 +271,7 @@ static int reap(struct rlink *l, uint64_t *outstanding, uint64_t target,
 		for (int i = 0; i < got; i++) {
 			if (wc[i].status) {
 				ctr_add(&l->node->ctr.completion_errors, 1);
+				l->completion_errors++;
 				return -EIO;
 			}
 			if (wc[i].id > *outstanding)

@@ -126,6 +126,7 @@ struct rlink {
 	struct rlink_node *node;
 	void *qp;                  /* NULL once broken */
 	uint64_t inflight;         /* unsignalled work requests not yet covered */
+	uint64_t completion_errors; /* this link's, for its user's counters */
 };
 
 /*

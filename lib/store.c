@@ -33,7 +33,7 @@ static void unspill_from_disk(void *arg, kvt_key key)
 	disk_remove(s->disk, key);
 }
 
-static void kick_evictor(kvt_store *s)
+void store_kick_evictor(kvt_store *s)
 {
 	pthread_mutex_lock(&s->elock);
 	s->ekick = 1;
@@ -43,7 +43,7 @@ static void kick_evictor(kvt_store *s)
 
 static void kick_evictor_cb(void *arg)
 {
-	kick_evictor(arg);
+	store_kick_evictor(arg);
 }
 
 struct local_client *store_client(kvt_store *s)
@@ -93,7 +93,7 @@ void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
 	if (ram_promote(s->ram, key, buf, len, gen, sum) == 0) {
 		ctr_add(&s->promotions, 1);
 		if (ram_above_high(s->ram))
-			kick_evictor(s);
+			store_kick_evictor(s);
 	}
 }
 
@@ -284,7 +284,7 @@ int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int fo
 			store_put_to_peers(s, ops + i, k);
 	}
 	if (ram_above_high(s->ram))
-		kick_evictor(s);
+		store_kick_evictor(s);
 	int rc = store_first_failure(ops, n);
 	if (rc != -ENOSPC)
 		return rc;
@@ -378,6 +378,8 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	if (s->cfg.npeers) {
 		struct peer_local local = store_peer_local(s);
 		struct peer_opts po = opts_peer(&s->cfg);
+		po.arena = ram_arena_base(s->ram);
+		po.arena_len = ram_arena_size(s->ram);
 		rc = peer_open(&po, &local, &s->peer);
 		if (rc)
 			goto fail;

@@ -98,6 +98,8 @@ void batch_workers_stop(kvt_store *s);
 /* store_peer.c */
 /* What this node serves its peers: its own tiers, never forwarding. */
 struct peer_local store_peer_local(kvt_store *s);
+/* Wakes the evictor thread. */
+void store_kick_evictor(kvt_store *s);
 int store_owner(kvt_store *s, kvt_key key);
 int store_peer_result(int rc);
 int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,

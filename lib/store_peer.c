@@ -257,10 +257,62 @@ void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 	}
 }
 
+/* The RDMA transport's: blocks pinned in place for members to READ, and
+ * arena reserved for blocks members offer, published once verified. */
+static int serve_pin(void *arg, kvt_key key, size_t cap, uint64_t *ref, void **block,
+		     size_t *len)
+{
+	kvt_store *s = arg;
+	uint64_t off;
+	int rc = ram_pin(s->ram, key, cap, ref, &off, len);
+
+	if (rc == 0)
+		*block = (uint8_t *)ram_arena_base(s->ram) + off;
+	return rc;
+}
+
+static void serve_unpin(void *arg, uint64_t ref)
+{
+	kvt_store *s = arg;
+
+	ram_unpin(s->ram, ref);
+}
+
+static int serve_reserve(void *arg, size_t len, void **at, uint64_t *handle)
+{
+	kvt_store *s = arg;
+	int64_t off = ram_slot_alloc(s->ram, len, 1);
+
+	if (off < 0)
+		return (int)off;
+	*handle = (uint64_t)off;
+	*at = (uint8_t *)ram_arena_base(s->ram) + off;
+	return 0;
+}
+
+static int serve_publish(void *arg, kvt_key key, uint64_t handle, size_t len)
+{
+	kvt_store *s = arg;
+	int rc = ram_slot_publish(s->ram, key, handle, len);
+
+	if (rc >= 0 && ram_above_high(s->ram))
+		store_kick_evictor(s);
+	return rc < 0 ? rc : 0;
+}
+
+static void serve_unreserve(void *arg, uint64_t handle)
+{
+	kvt_store *s = arg;
+
+	ram_slot_free(s->ram, handle);
+}
+
 struct peer_local store_peer_local(kvt_store *s)
 {
 	struct peer_local local = { .arg = s, .lookup = serve_lookup,
 		.get = serve_get, .visit = serve_visit, .put = serve_put,
-		.release = serve_release };
+		.release = serve_release, .pin = serve_pin, .unpin = serve_unpin,
+		.reserve = serve_reserve, .publish = serve_publish,
+		.unreserve = serve_unreserve };
 	return local;
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "peer.h"
 #include "internal.h"
 
 #define KiB (1ull << 10)
@@ -638,11 +639,29 @@ static void test_peers_reject_bad_values(void **state)
 		    -EINVAL, "peers.mode: unknown key");
 }
 
-static void test_peers_rdma_is_refused_as_unsupported(void **state)
+/* Whether a device serves "rdma" is kvt_open's to learn (test_peer_rdma). */
+static void test_peers_transport_values(void **state)
 {
+	struct kvt_config c;
+	const char *t[] = { "tcp", "rdma", "auto" };
+	int want[] = { PEER_TCP, PEER_RDMA, PEER_AUTO };
+	char json[256];
+
 	(void)state;
-	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"rdma\", " MEMBERS "}}",
-		    -ENOTSUP, "peers.transport: \"rdma\" is not in this version");
+	expect_ok("{\"peers\": {\"self\": \"a\", " MEMBERS "}}", &c);
+	assert_int_equal(c.peer_transport, PEER_TCP);
+	config_free(&c);
+	for (int i = 0; i < 3; i++) {
+		snprintf(json, sizeof(json), "{\"peers\": {\"self\": \"a\", \"transport\": "
+			 "\"%s\", " MEMBERS "}}", t[i]);
+		expect_ok(json, &c);
+		assert_int_equal(c.peer_transport, want[i]);
+		config_free(&c);
+	}
+	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": \"RDMA\", " MEMBERS "}}",
+		    -EINVAL, "peers.transport: \"RDMA\" is not \"tcp\", \"rdma\" or \"auto\"");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"transport\": 1, " MEMBERS "}}",
+		    -EINVAL, "peers.transport");
 }
 
 static void test_failure_resets_config_and_frees_paths(void **state)
@@ -697,7 +716,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_types_are_named),
 		cmocka_unit_test(test_peers_parse_with_defaults),
 		cmocka_unit_test(test_peers_reject_bad_values),
-		cmocka_unit_test(test_peers_rdma_is_refused_as_unsupported),
+		cmocka_unit_test(test_peers_transport_values),
 		cmocka_unit_test(test_failure_resets_config_and_frees_paths),
 		cmocka_unit_test(test_config_free_is_safe_on_a_zeroed_config),
 	};

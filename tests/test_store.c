@@ -90,9 +90,10 @@ static void test_open_rejects_bad_config(void **state)
 	}
 	assert_int_equal(kvt_open(NULL, NULL), -EINVAL);
 	assert_non_null(strstr(kvt_last_error(), "out"));
-	assert_int_equal(kvt_open("{\"peers\": {\"self\": \"a\", \"transport\": \"rdma\", "
+	assert_int_equal(kvt_open("{\"peers\": {\"self\": \"a\", \"transport\": \"verbs\", "
 				  "\"members\": [{\"name\": \"a\", \"addr\": \"127.0.0.1:1\"}]}}",
-				  &s), -ENOTSUP);
+				  &s), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "peers.transport"));
 }
 
 static void test_put_get_roundtrip_and_sizes(void **state)

@@ -1,0 +1,485 @@
+/*
+ * test_peer_rdma.c - the peer tier's RDMA transport (lib/peer_rdma.c) on the
+ * CPU: two stores' peer tiers on 127.0.0.1, their control frames over real
+ * TCP and their bytes through the in-process fabric of fabric.h, which
+ * injects what a soft-RoCE VM cannot produce on demand. Checks gets by
+ * descriptor (READs of pinned RAM blocks, every byte verified, pins
+ * released by UNPIN), puts by offer (the owner READs, verifies, publishes),
+ * the inline fallback (a block not in RAM, a member without RDMA), and each
+ * failure as a miss or a counted failure in bounded time with the link
+ * redialled: a completion error, a queue pair in error, a disconnect in the
+ * middle of a transfer, completions that never come (the deadline), an
+ * offer whose READ fails (never visible, its reservation freed). Also: pins
+ * lapse on the owner, a stranger's RDMA connection is refused, and
+ * peers.transport "rdma" without a device fails kvt_open naming the address
+ * while "auto" falls back to TCP.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "fabric.h"
+#include "internal.h"
+#include "peer_int.h"
+#include "ram.h"
+#include "store_impl.h"
+#include "util.h"
+
+#define BLK 65536u
+#define NB 24u
+#define REQUEST_MS 300u
+
+struct fx {
+	kvt_store *s[2];
+	struct peer_tier *t[2];
+	int port[2];
+	char addr[2][32];
+	kvt_key keys[NB];          /* owned by b, stored in b's RAM */
+	uint8_t *buf[NB];
+};
+
+/* Opens member self's tier over its store (local: instead of the store's
+ * own, then with no arena to lend from). */
+static int open_tier_with(struct fx *f, unsigned self, int transport,
+			  const struct rlink_ops *ops, const struct peer_local *local,
+			  struct peer_tier **out)
+{
+	char *names[] = { "a", "b" }, *addrs[] = { f->addr[0], f->addr[1] };
+	struct ram_tier *r = f->s[self]->ram;
+	struct peer_opts o = {
+		.nmembers = 2, .names = names, .addrs = addrs, .self = self,
+		.listen = f->addr[self], .max_block = 1 << 20, .connect_ms = 500,
+		.request_ms = REQUEST_MS, .down_ms = 100, .idle_ms = 60000,
+		.log_ms = 10000, .max_conns = 8, .transport = transport,
+		.rdma_ops = ops, .arena = local ? NULL : ram_arena_base(r),
+		.arena_len = local ? 0 : ram_arena_size(r),
+	};
+	struct peer_local l = local ? *local : store_peer_local(f->s[self]);
+	return peer_open(&o, &l, out);
+}
+
+static int open_tier(struct fx *f, unsigned self, int transport,
+		     const struct rlink_ops *ops, struct peer_tier **out)
+{
+	return open_tier_with(f, self, transport, ops, NULL, out);
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	fabric_reset();
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(kvt_open("{\"ram\": {\"capacity\": \"32MiB\"}}", &f->s[i]), 0);
+		f->port[i] = test_free_port();
+		snprintf(f->addr[i], sizeof(f->addr[i]), "127.0.0.1:%d", f->port[i]);
+	}
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(open_tier(f, i, PEER_RDMA, &fake_ops, &f->t[i]), 0);
+	for (unsigned i = 0; i < NB; i++) {
+		f->keys[i] = test_key(1000 + i);
+		store_put_block(f->s[1], f->keys[i], BLK);
+		f->buf[i] = malloc(BLK);
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	for (int i = 0; i < 2; i++) {
+		peer_close(f->t[i]);
+		kvt_close(f->s[i]);
+	}
+	for (unsigned i = 0; i < NB; i++)
+		free(f->buf[i]);
+	free(f);
+	return 0;
+}
+
+/* A counter of the tier's stats: of member m (m >= 0), of the tier (-1) or
+ * of its "rdma" section (-2). */
+static long long tstat(struct peer_tier *t, int m, const char *name)
+{
+	json_t *o = json_object();
+	struct stat_visitor v = stats_json_visitor(o);
+	peer_stats(t, &v);
+	json_t *sec = m >= 0 ? json_array_get(json_object_get(o, "members"), (size_t)m)
+		     : m == -1 ? o : json_object_get(o, "rdma");
+	json_t *x = json_object_get(sec, name);
+	if (!x)
+		fail_msg("no stat %s", name);
+	long long r = json_is_true(x) ? 1 : json_integer_value(x);
+	json_decref(o);
+	return r;
+}
+
+static const char *transport(struct peer_tier *t)
+{
+	static char s[16];
+	json_t *o = json_object();
+	struct stat_visitor v = stats_json_visitor(o);
+	peer_stats(t, &v);
+	snprintf(s, sizeof(s), "%s", json_string_value(json_object_get(o, "transport")));
+	json_decref(o);
+	return s;
+}
+
+/* a gets keys[from..from+n) from b; returns peer_get_batch's result. */
+static int get_n(struct fx *f, unsigned from, unsigned n, kvt_op *ops)
+{
+	for (unsigned i = 0; i < n; i++) {
+		memset(f->buf[from + i], 0, BLK);
+		ops[i] = (kvt_op){ .key = f->keys[from + i], .buf = f->buf[from + i], .len = BLK };
+	}
+	return peer_get_batch(f->t[0], 1, ops, n, NULL);
+}
+
+static void all_loaded(struct fx *f, unsigned from, unsigned n, const kvt_op *ops)
+{
+	for (unsigned i = 0; i < n; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].len, BLK);
+		assert_true(check_block(f->keys[from + i], f->buf[from + i], BLK));
+	}
+}
+
+/* b's pins: released by UNPIN frames that no one waits for */
+static void wait_unpinned(struct fx *f)
+{
+	for (int i = 0; i < 400 && tstat(f->t[1], -2, "pins_held"); i++)
+		usleep(5000);
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 0);
+}
+
+static void test_get_reads_pinned_blocks(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[NB];
+
+	assert_string_equal(transport(f->t[0]), "rdma");
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	all_loaded(f, 0, NB, ops);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_bytes_read"), (long long)NB * BLK);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_work_requests"), NB);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_inline"), 0);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_link"), 1);
+	assert_int_equal(tstat(f->t[0], -1, "hits"), NB);
+	assert_int_equal(tstat(f->t[1], -2, "blocks_pinned"), NB);
+	assert_int_equal(tstat(f->t[1], -2, "pins_taken"), NB);
+	wait_unpinned(f);
+	assert_int_equal(tstat(f->t[1], -2, "pins_released"), NB);
+	/* chained and signalled as rlink does: one link, dialled once */
+	assert_int_equal(seen(&F.wrs), NB);
+	assert_int_equal(tstat(f->t[0], -2, "links_dialled"), 1);
+	assert_int_equal(tstat(f->t[1], -2, "links_accepted"), 1);
+
+	/* a missing key and one too large for its buffer answer as over TCP */
+	kvt_op miss[2] = {
+		{ .key = test_key(1), .buf = f->buf[0], .len = BLK },
+		{ .key = f->keys[1], .buf = f->buf[1], .len = BLK / 2 },
+	};
+	assert_int_equal(peer_get_batch(f->t[0], 1, miss, 2, NULL), 0);
+	assert_int_equal(miss[0].result, -ENOENT);
+	assert_int_equal(miss[1].result, -ENOBUFS);
+	assert_int_equal(miss[1].len, BLK);
+}
+
+static void test_put_offer_is_pulled_and_verified(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[8];
+	int res[8];
+
+	for (unsigned i = 0; i < 8; i++) {
+		ops[i] = (kvt_op){ .key = test_key(5000 + i), .buf = f->buf[i], .len = BLK };
+		fill_block(ops[i].key, f->buf[i], BLK);
+	}
+	assert_int_equal(peer_put_batch(f->t[0], 1, ops, 8, res), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		assert_int_equal(res[i], 0);
+		assert_int_equal(store_get_block(f->s[1], ops[i].key, BLK), 0);
+	}
+	assert_int_equal(tstat(f->t[0], 1, "rdma_bytes_offered"), 8ll * BLK);
+	assert_int_equal(tstat(f->t[1], 0, "rdma_bytes_read"), 8ll * BLK);
+	assert_int_equal(tstat(f->t[1], -2, "pulled_bytes"), 8ll * BLK);
+	assert_int_equal(tstat(f->t[0], -1, "bytes_out"), 0); /* nothing inline */
+}
+
+/* One injected failure during a get: every block of the batch a miss, the
+ * link closed and counted, nothing hung; the next get redials and loads. */
+static void get_fails_then_recovers(struct fx *f, const char *counter)
+{
+	kvt_op ops[NB];
+	uint64_t t0 = kvt_now_ns();
+
+	get_n(f, 0, NB, ops);
+	/* bounded: the READ deadline is within the pins' hold (2 x 300 + 1000 ms) */
+	assert_true(kvt_now_ns() - t0 < 5000000000ull);
+	for (unsigned i = 0; i < NB; i++)
+		assert_int_not_equal(ops[i].result, 0);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_failures"), 1);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_link"), 0);
+	if (counter)
+		assert_int_equal(tstat(f->t[0], 1, counter), 1);
+	wait_unpinned(f);
+	assert_true(tstat(f->t[0], 1, "up")); /* the member itself answered */
+
+	pthread_mutex_lock(&F.lock);
+	F.fail_status_at = F.refuse_post = F.reset_after = F.stall = 0;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	all_loaded(f, 0, NB, ops);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_reconnects"), 1);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_link"), 1);
+}
+
+static void test_completion_error_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+
+	pthread_mutex_lock(&F.lock);
+	F.fail_status_at = F.wrs + 5;
+	pthread_mutex_unlock(&F.lock);
+	get_fails_then_recovers(f, "rdma_completion_errors");
+}
+
+static void test_qp_error_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+
+	pthread_mutex_lock(&F.lock);
+	F.refuse_post = 1;
+	pthread_mutex_unlock(&F.lock);
+	get_fails_then_recovers(f, NULL);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_completion_errors"), 0);
+}
+
+static void test_disconnect_mid_transfer_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+
+	pthread_mutex_lock(&F.lock);
+	F.reset_after = F.wrs + 10;
+	pthread_mutex_unlock(&F.lock);
+	get_fails_then_recovers(f, NULL);
+}
+
+static void test_deadline_is_a_miss(void **state)
+{
+	struct fx *f = *state;
+
+	pthread_mutex_lock(&F.lock);
+	F.stall = 1;
+	pthread_mutex_unlock(&F.lock);
+	get_fails_then_recovers(f, NULL);
+}
+
+/* The owner's READ of an offer fails (the requester's side broke): counted,
+ * never visible, the reserved arena freed. */
+static void test_offer_whose_read_fails_is_never_visible(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[4];
+	int res[4];
+	long long used = store_stat(f->s[1], "ram", "bytes_used");
+
+	for (unsigned i = 0; i < 4; i++) {
+		ops[i] = (kvt_op){ .key = test_key(7000 + i), .buf = f->buf[i], .len = BLK };
+		fill_block(ops[i].key, f->buf[i], BLK);
+	}
+	pthread_mutex_lock(&F.lock);
+	F.fail_status_at = F.wrs + 2;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(peer_put_batch(f->t[0], 1, ops, 4, res), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(res[i], -EIO);
+		size_t len;
+		assert_int_equal(kvt_get(f->s[1], ops[i].key, f->buf[4], BLK, &len), -ENOENT);
+	}
+	assert_int_equal(store_stat(f->s[1], "ram", "bytes_used"), used);
+	assert_int_equal(tstat(f->t[1], -2, "pull_failures"), 1);
+	assert_int_equal(tstat(f->t[1], 0, "rdma_completion_errors"), 1);
+	/* the owner's link to a is redialled by the next offer */
+	pthread_mutex_lock(&F.lock);
+	F.fail_status_at = 0;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(peer_put_batch(f->t[0], 1, ops, 4, res), 0);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(res[i], 0);
+	assert_int_equal(tstat(f->t[1], 0, "rdma_reconnects"), 1);
+}
+
+/* Pins the requester never releases lapse on the owner (the listener ends
+ * them after hold_ms), and a slot's pins go with its connection. */
+static void test_pins_lapse_and_drop(void **state)
+{
+	struct fx *f = *state;
+	uint8_t desc[DESC];
+	size_t len;
+	uint64_t t0 = kvt_now_ns();
+
+	assert_int_equal(peer_rdma_pin(f->t[1], 7, f->keys[0], BLK, desc, &len), 0);
+	assert_int_equal(len, BLK);
+	assert_int_equal(get64(desc + 40), tstat(f->t[1], -2, "hold_ms"));
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 1);
+	/* the block is pinned: removing it leaves its bytes readable */
+	const uint8_t *b = (const uint8_t *)(uintptr_t)get64(desc + 24);
+	assert_int_equal(kvt_remove(f->s[1], f->keys[0]), 0);
+	assert_true(check_block(f->keys[0], b, BLK));
+	while (tstat(f->t[1], -2, "pins_held") && kvt_now_ns() - t0 < 10000000000ull)
+		usleep(20000);
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 0);
+	assert_int_equal(tstat(f->t[1], -2, "pins_lapsed"), 1);
+	assert_true(kvt_now_ns() - t0 >= (uint64_t)tstat(f->t[1], -2, "hold_ms") * 1000000ull);
+
+	assert_int_equal(peer_rdma_pin(f->t[1], 9, f->keys[1], BLK, desc, &len), 0);
+	peer_rdma_drop(f->t[1], 9);
+	assert_int_equal(tstat(f->t[1], -2, "pins_dropped"), 1);
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 0);
+}
+
+static int admit_none(void *arg, const struct sockaddr *from)
+{
+	(void)arg;
+	(void)from;
+	return 0;
+}
+
+static void test_stranger_is_refused(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_in s = { .sin_family = AF_INET, .sin_port = htons(1) };
+	struct sockaddr_in b = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->port[1]) };
+	struct rlink_node *n;
+	struct rlink *l = NULL;
+
+	s.sin_addr.s_addr = htonl(0x0a000009u);
+	b.sin_addr.s_addr = htonl(0x7f000001u);
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&s,
+					 admit_none, NULL, &n), 0);
+	assert_int_equal(rlink_dial(n, (struct sockaddr *)&b, 1000, &l), -ECONNREFUSED);
+	assert_null(l);
+	assert_int_equal(tstat(f->t[1], -2, "links_refused"), 1);
+	assert_int_equal(tstat(f->t[1], -1, "connections_from_strangers"), 1);
+	rlink_node_close(n);
+}
+
+/* A member without RDMA: the link cannot be dialled, so gets and puts
+ * travel inline over TCP, counted as such. */
+static void test_member_without_rdma_gets_inline(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[NB], p[2];
+	int res[2];
+
+	peer_close(f->t[1]);
+	assert_int_equal(open_tier(f, 1, PEER_TCP, NULL, &f->t[1]), 0);
+	assert_string_equal(transport(f->t[1]), "tcp");
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	all_loaded(f, 0, NB, ops);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_inline"), NB);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_bytes_read"), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		p[i] = (kvt_op){ .key = test_key(9000 + i), .buf = f->buf[i], .len = BLK };
+		fill_block(p[i].key, f->buf[i], BLK);
+	}
+	assert_int_equal(peer_put_batch(f->t[0], 1, p, 2, res), 0);
+	assert_int_equal(res[0], 0);
+	assert_int_equal(res[1], 0);
+	assert_int_equal(store_get_block(f->s[1], p[1].key, BLK), 0);
+}
+
+/* Not in the owner's RAM (on its disk, say): inline, while the rest of the
+ * batch goes by descriptor. */
+static void test_block_not_in_ram_goes_inline(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[4];
+
+	/* no RAM pin possible: the owner's tier opened without pin */
+	peer_close(f->t[1]);
+	struct peer_local l = store_peer_local(f->s[1]);
+	l.pin = NULL;
+	assert_int_equal(open_tier_with(f, 1, PEER_RDMA, &fake_ops, &l, &f->t[1]), 0);
+	assert_int_equal(get_n(f, 0, 4, ops), 0);
+	all_loaded(f, 0, 4, ops);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_inline"), 4);
+}
+
+/* transport "rdma" where no device serves the address fails, naming it;
+ * "auto" falls back to TCP (with a log line) and works. */
+static void test_no_device(void **state)
+{
+	struct fx *f = *state;
+	struct peer_tier *t;
+	kvt_op ops[2];
+
+	peer_close(f->t[0]);
+	f->t[0] = NULL;
+	pthread_mutex_lock(&F.lock);
+	F.nodev = 1;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(open_tier(f, 0, PEER_RDMA, &fake_ops, &t), -ENODEV);
+	assert_non_null(strstr(kvt_last_error(), "no RDMA at 127.0.0.1"));
+	assert_int_equal(open_tier(f, 0, PEER_AUTO, &fake_ops, &f->t[0]), 0);
+	assert_string_equal(transport(f->t[0]), "tcp");
+	assert_int_equal(get_n(f, 0, 2, ops), 0);
+	all_loaded(f, 0, 2, ops);
+}
+
+/* The same through kvt_open and libibverbs, on a host without RDMA. */
+static void test_kvt_open_without_device(void **state)
+{
+	char cfg[512];
+	kvt_store *s;
+	int port = test_free_port(), other = test_free_port();
+
+	(void)state;
+	if (access("/dev/infiniband", F_OK) == 0)
+		skip(); /* this host has RDMA devices */
+	const char *fmt = "{\"ram\": {\"capacity\": \"8MiB\"}, \"peers\": {\"self\": \"a\", "
+		"\"transport\": \"%s\", \"members\": [{\"name\": \"a\", \"addr\": "
+		"\"127.0.0.1:%d\"}, {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}]}}";
+	snprintf(cfg, sizeof(cfg), fmt, "rdma", port, other);
+	assert_int_equal(kvt_open(cfg, &s), -ENODEV);
+	assert_non_null(strstr(kvt_last_error(), "peers.transport \"rdma\": no RDMA at 127.0.0.1"));
+	snprintf(cfg, sizeof(cfg), fmt, "auto", port, other);
+	assert_int_equal(kvt_open(cfg, &s), 0);
+	char st[8192];
+	assert_true(kvt_stats_json(s, st, sizeof(st)) > 0);
+	assert_non_null(strstr(st, "\"transport\":\"tcp\""));
+	kvt_close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_get_reads_pinned_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_put_offer_is_pulled_and_verified, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_completion_error_is_a_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_qp_error_is_a_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disconnect_mid_transfer_is_a_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_deadline_is_a_miss, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_offer_whose_read_fails_is_never_visible, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_block_not_in_ram_goes_inline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_device, setup, teardown),
+		cmocka_unit_test(test_kvt_open_without_device),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
