@@ -135,7 +135,7 @@ $(BUILD)/kvbench-gpu: bench/gpu/kvbench_gpu.cu $(wildcard examples/cuda/*.cuh) i
 # (BENCH_TESTS) also link kvbench's code (bench/*.h) through libkvbench.a.
 TEST_UTIL := $(wildcard tests/util.c tests/fabric.c)
 BENCH_TESTS := $(addprefix $(BUILD)/tests/,test_bench test_replay test_trace \
-		test_workload test_fuzz_corpus)
+		test_workload test_fuzz_corpus test_peer_rdma_verbs)
 $(BENCH_TESTS): TEST_BENCH := -Ibench -Ibench/replay $(BENCHLIB)
 $(BENCH_TESTS): $(BENCHLIB) $(KVBENCH)
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(COMMONLIB) $(INTLIB)
@@ -167,7 +167,7 @@ check-install: all
 # Debian's kernel under QEMU with a soft-RoCE device and runs them there
 # (.ci/rdma-deps.sh installs QEMU and the rest). Without QEMU or the kernel
 # package it says SKIP, unless KVT_REQUIRE_RDMA=1 (CI), where that fails.
-RDMA_TESTS := $(BUILD)/tests/test_rlink_verbs
+RDMA_TESTS := $(BUILD)/tests/test_rlink_verbs $(BUILD)/tests/test_peer_rdma_verbs
 check-rdma: all $(RDMA_TESTS)
 	@rc=0; tests/rdma/vm.sh --timeout 900 -- sh tests/run.sh $(RDMA_TESTS) || rc=$$?; \
 	if [ $$rc -eq 77 ] && [ "$(KVT_REQUIRE_RDMA)" != 1 ]; then \

@@ -1,7 +1,8 @@
 /*
- * peer.c - "kvbench peer": the peer tier over TCP, through the public API.
- * Two stores are opened in this process, members "a" and "b" of one peer
- * group on two free ports of 127.0.0.1, each with a RAM tier only. Blocks
+ * peer.c - "kvbench peer": the peer tier over TCP (--transport tcp) or RDMA
+ * (--transport rdma), through the public API. Two stores are opened in
+ * this process, members "a" and "b" of one peer group on two free ports of
+ * 127.0.0.1 (or of the two hosts of --hosts), each with a RAM tier only. Blocks
  * whose keys b owns (rendezvous hashing, as lib/peer.c computes it) are put
  * on b, where they stay; a then loads them with kvt_get_batch, so every
  * block crosses the loopback connection from b's server to a's client. Each
@@ -14,13 +15,18 @@
  * plain TCP stream on 127.0.0.1 moving the same bytes (a thread accepts and
  * sends them in block-size chunks, this thread receives them into the same
  * destination buffers, TCP_NODELAY on both ends), measured right before and
- * right after each repetition; the better of the two counts.
+ * right after each repetition; the better of the two counts. Over RDMA the
+ * limit is the bench's own RDMA READ stream between the two hosts (rlink.h:
+ * the same bytes READ in batches of the same size into the same buffers,
+ * one rlink_move per batch). On a software RDMA device (rxe, siw) the
+ * figures are marked emulated: they say nothing about a NIC's speed.
  *
  * Also: kvt_lookup on a of a chain of keys that b owns and stores, so each
  * call is one LOOKUP round trip to b; calls per second.
  * Uses only <kvtier.h> (and common_key_owner() to find the owner of a key).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -35,6 +41,8 @@
 
 
 #include "bench.h"
+#include "internal.h"
+#include "rlink.h"
 
 #define CMD "peer"
 #define LOOKUP_KEYS 64            /* keys of the lookup chain */
@@ -53,18 +61,25 @@ static const char usage[] =
 	"  --blocks N         blocks loaded per repetition (default 256); a multiple of\n"
 	"                     --batch, at most 4GiB in all\n"
 	"  --batch N          blocks per kvt_get_batch, 1 to 4096 (default 16)\n"
+	"  --transport T      tcp (default) or rdma: how blocks travel between a and b;\n"
+	"                     with rdma the limit is an RDMA READ stream between them\n"
+	"  --hosts A,B        the addresses of a and b (default 127.0.0.1,127.0.0.1);\n"
+	"                     over rdma an RDMA device must serve them\n"
 	"  --reps N           timed repetitions after one warm-up (default 5)\n"
 	"  --json FILE        write the results as JSON to FILE\n"
 	"  --help             this text\n";
 
-enum { OPT_BS = BENCH_OPT_FIRST_FREE, OPT_BLOCKS, OPT_BATCH };
+enum { OPT_BS = BENCH_OPT_FIRST_FREE, OPT_BLOCKS, OPT_BATCH, OPT_TRANSPORT, OPT_HOSTS };
 
 struct run {
 	uint64_t bs;
 	unsigned long nblocks, batch;
 	unsigned reps;
-	unsigned port_a, port_b;
+	unsigned port_a, port_b, port_loop;
 	unsigned request_ms;
+	int rdma;                 /* --transport rdma */
+	char host[2][64];         /* --hosts */
+	char soft_dev[64];        /* a software RDMA device found, or "" */
 	kvt_store *a, *b;
 	kvt_key *keys;            /* nblocks keys owned by b */
 	kvt_key chain[LOOKUP_KEYS]; /* lookup keys owned by b */
@@ -99,10 +114,11 @@ static int open_member(const struct run *r, const char *self, uint64_t capacity,
 
 	snprintf(cfg, sizeof(cfg),
 		 "{\"ram\": {\"capacity\": %llu}, \"peers\": {\"self\": \"%s\", "
-		 "\"request_timeout_ms\": %u, \"members\": ["
-		 "{\"name\": \"a\", \"addr\": \"127.0.0.1:%u\"}, "
-		 "{\"name\": \"b\", \"addr\": \"127.0.0.1:%u\"}]}}",
-		 (unsigned long long)capacity, self, r->request_ms, r->port_a, r->port_b);
+		 "\"request_timeout_ms\": %u, \"transport\": \"%s\", \"members\": ["
+		 "{\"name\": \"a\", \"addr\": \"%s:%u\"}, "
+		 "{\"name\": \"b\", \"addr\": \"%s:%u\"}]}}",
+		 (unsigned long long)capacity, self, r->request_ms, r->rdma ? "rdma" : "tcp",
+		 r->host[0], r->port_a, r->host[1], r->port_b);
 	rc = kvt_open(cfg, out);
 	if (rc)
 		fprintf(stderr, "kvbench peer: kvt_open(%s): %s\n", cfg, kvt_last_error());
@@ -121,13 +137,14 @@ static int open_stores(struct run *r)
 	int rc;
 
 	cap = (cap + (1ull << 20) - 1) & ~((1ull << 20) - 1);
-	if ((rc = common_ports_reserve(&held, 2))) {
+	if ((rc = common_ports_reserve(&held, 3))) {
 		fprintf(stderr, "kvbench peer: no free port on 127.0.0.1: %s\n",
 			strerror(-rc));
 		return rc;
 	}
 	r->port_a = (unsigned)held.port[0];
 	r->port_b = (unsigned)held.port[1];
+	r->port_loop = (unsigned)held.port[2];
 	rc = open_member(r, "a", cap, &r->a);
 	if (!rc) {
 		rc = open_member(r, "b", cap, &r->b);
@@ -149,6 +166,18 @@ static double stat_or_nan(kvt_store *s, const char *path)
 		v = NAN;
 	json_decref(st);
 	return v;
+}
+
+/* A counter of member m in s's peer section, or NAN. */
+static double member_stat(kvt_store *s, unsigned m, const char *name)
+{
+	json_t *st = bench_store_stats(s);
+	json_t *v = json_object_get(json_array_get(json_object_get(json_object_get(st, "peer"),
+								   "members"), m), name);
+	double x = json_is_number(v) ? json_number_value(v) : NAN;
+
+	json_decref(st);
+	return x;
 }
 
 /* Puts keys[0..n) on b (each block common_fill'd from its key), through a
@@ -299,6 +328,97 @@ out:
 	return (double)got / ((double)(t1 - t0 ? t1 - t0 : 1) / 1e9);
 }
 
+/* --- the limit over RDMA: READs between the two hosts ----------------------- */
+
+static int admit_any(void *arg, const struct sockaddr *from)
+{
+	(void)arg;
+	(void)from;
+	return 1;
+}
+
+static int sockaddr_of(const char *host, unsigned port, struct sockaddr_in *sa)
+{
+	*sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+/*
+ * One pass of the RDMA limit: b's node lends r->src (one block), a's node
+ * READs it r->nblocks times into r->dst's batch buffers in turn, one
+ * rlink_move of r->batch blocks at a time, as a's peer client READs a
+ * batch. Bytes/s over the moves, or NAN.
+ */
+static double rdma_loop(const struct run *r)
+{
+	struct sockaddr_in sa, sb;
+	struct rlink_node *na = NULL, *nb = NULL;
+	struct rlink_region *rs = NULL, *rd = NULL;
+	struct rlink *l = NULL;
+	struct rlink_seg *seg = calloc(r->batch, sizeof(*seg));
+	uint64_t busy = 0, bytes = 0;
+	uint32_t lk, rk, dlk, drk;
+	int e = -ENOMEM;
+
+	if (!seg || sockaddr_of(r->host[0], r->port_loop, &sa) ||
+	    sockaddr_of(r->host[1], r->port_loop, &sb))
+		goto out;
+	if ((e = rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&sb, admit_any, NULL, &nb)) ||
+	    (e = rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&sa, admit_any, NULL, &na)) ||
+	    (e = rlink_reg(nb, r->src, r->bs, 0, &rs)) ||
+	    (e = rlink_reg(na, r->dst, r->batch * r->bs, 0, &rd)) ||
+	    (e = rlink_keys(rs, r->src, r->bs, &lk, &rk)) ||
+	    (e = rlink_keys(rd, r->dst, r->batch * r->bs, &dlk, &drk)) ||
+	    (e = rlink_dial(na, (struct sockaddr *)&sb, 3000, &l)))
+		goto out;
+	for (size_t j = 0; j < r->batch; j++)
+		seg[j] = (struct rlink_seg){ .local = r->dst + j * r->bs, .lkey = dlk,
+					     .remote = (uintptr_t)r->src, .rkey = rk,
+					     .len = (uint32_t)r->bs };
+	for (size_t i = 0; i < r->nblocks && !e; i += r->batch) {
+		uint64_t t0 = bench_now_ns();
+		e = rlink_move(l, 0, seg, r->batch,
+			       t0 + (uint64_t)LOOP_TIMEOUT_S * 1000000000ull);
+		busy += bench_now_ns() - t0;
+		bytes += r->batch * r->bs;
+	}
+out:
+	rlink_close(l);
+	rlink_unreg(rd);
+	rlink_unreg(rs);
+	rlink_node_close(na);
+	rlink_node_close(nb);
+	free(seg);
+	if (e) {
+		fprintf(stderr, "kvbench peer: the RDMA loop between %s and %s failed: %s (%s)\n",
+			r->host[0], r->host[1], strerror(-e), kvt_last_error());
+		return NAN;
+	}
+	return (double)bytes / ((double)(busy ? busy : 1) / 1e9);
+}
+
+static double limit_loop(const struct run *r)
+{
+	return r->rdma ? rdma_loop(r) : tcp_loop(r);
+}
+
+/* The first software RDMA device (soft-RoCE "rxe", soft-iWARP "siw") in
+ * /sys/class/infiniband, into r->soft_dev ("" when none). */
+static void find_soft_device(struct run *r)
+{
+	DIR *d = opendir("/sys/class/infiniband");
+	struct dirent *e;
+
+	r->soft_dev[0] = 0;
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, "rxe", 3) || !strncmp(e->d_name, "siw", 3)) {
+			snprintf(r->soft_dev, sizeof(r->soft_dev), "%.63s", e->d_name);
+			break;
+		}
+	if (d)
+		closedir(d);
+}
+
 /* --- the figures --------------------------------------------------------------- */
 
 /*
@@ -402,6 +522,8 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 		{ "block-size", required_argument, NULL, OPT_BS },
 		{ "blocks", required_argument, NULL, OPT_BLOCKS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "transport", required_argument, NULL, OPT_TRANSPORT },
+		{ "hosts", required_argument, NULL, OPT_HOSTS },
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -433,6 +555,29 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 				return bench_usage_error(CMD, "bad --batch '%s': an integer "
 							 "from 1 to 4096", optarg);
 			break;
+		case OPT_TRANSPORT:
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma"))
+				return bench_usage_error(CMD, "bad --transport '%s': tcp or rdma",
+							 optarg);
+			r->rdma = !strcmp(optarg, "rdma");
+			break;
+		case OPT_HOSTS: {
+			struct in_addr ia;
+			const char *comma = strchr(optarg, ',');
+			size_t la = comma ? (size_t)(comma - optarg) : 0;
+			if (!comma || la == 0 || la >= sizeof(r->host[0]) ||
+			    strlen(comma + 1) >= sizeof(r->host[1]))
+				return bench_usage_error(CMD, "bad --hosts '%s': two IPv4 "
+							 "addresses, A,B", optarg);
+			memcpy(r->host[0], optarg, la);
+			r->host[0][la] = 0;
+			snprintf(r->host[1], sizeof(r->host[1]), "%s", comma + 1);
+			if (inet_pton(AF_INET, r->host[0], &ia) != 1 ||
+			    inet_pton(AF_INET, r->host[1], &ia) != 1)
+				return bench_usage_error(CMD, "bad --hosts '%s': two IPv4 "
+							 "addresses, A,B", optarg);
+			break;
+		}
 		default:
 			return bench_usage_error(CMD, "unexpected option");
 		}
@@ -448,6 +593,8 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 					 (unsigned long long)(r->nblocks * r->bs >> 20),
 					 MAX_TOTAL >> 20);
 	r->reps = co->reps;
+	if (r->rdma)
+		find_soft_device(r);
 	/* the library's default: each block of a batch has the whole of it */
 	r->request_ms = 2000;
 	return -1;
@@ -499,15 +646,20 @@ static int peer_loads(struct run *r, struct figures *g)
 			       !bench_stop_signal(); rep++) {
 		struct bench_samples l = { 0 };
 		double h0 = stat_or_nan(r->a, "store.hits_peer");
-		double before = tcp_loop(r);
+		double before = limit_loop(r);
 		double x = peer_load(r, &l, &g->bad, &g->good);
-		double after = tcp_loop(r);
+		double after = limit_loop(r);
 		double h1 = stat_or_nan(r->a, "store.hits_peer");
+		double inl = r->rdma ? member_stat(r->a, 1, "rdma_inline") : 0;
 
 		forget_on_a(r);
 		if (!isnan(h0) && !isnan(h1) && h1 - h0 < (double)r->nblocks)
 			g->notpeer += r->nblocks - (unsigned long)(h1 - h0);
-		if (isnan(x) || g->bad || g->notpeer || (isnan(before) && isnan(after))) {
+		if (r->rdma && inl != 0) {
+			fprintf(stderr, "kvbench peer: %s blocks went inline over TCP, not by "
+				"RDMA\n", isnan(inl) ? "?" : "some");
+			rc = BENCH_EXIT_FAIL;
+		} else if (isnan(x) || g->bad || g->notpeer || (isnan(before) && isnan(after))) {
 			if (g->notpeer)
 				fprintf(stderr, "kvbench peer: %lu blocks were not loaded "
 					"from b\n", g->notpeer);
@@ -554,8 +706,8 @@ static int peer_lookups(struct run *r, struct figures *g)
 
 static void peer_print(const struct run *r, struct figures *g)
 {
-	static const char *const hdr[] = { "figure (median)", "peer", "min", "max",
-					   "TCP loop", "share", "share min-max" };
+	const char *const hdr[] = { "figure (median)", "peer", "min", "max",
+				    r->rdma ? "RDMA loop" : "TCP loop", "share", "share min-max" };
 	struct bench_table *t = bench_table_new(7, hdr);
 	char sz[32];
 
@@ -576,11 +728,21 @@ static void peer_print(const struct run *r, struct figures *g)
 	printf("\n");
 	bench_table_print(t, stdout, 2);
 	bench_table_free(t);
-	printf("  limit: one TCP stream on 127.0.0.1 of the same %llu MiB in %s sends, "
-	       "TCP_NODELAY, the better\n  of the passes right before and right after "
-	       "each repetition; share = peer / limit per repetition\n",
-	       (unsigned long long)(r->nblocks * r->bs >> 20),
-	       bench_fmt_size(r->bs, sz, sizeof(sz)));
+	if (r->rdma)
+		printf("  limit: RDMA READs of the same %llu MiB from %s to %s, %lu blocks of "
+		       "%s per rlink_move, the better\n  of the passes right before and right "
+		       "after each repetition; share = peer / limit per repetition\n",
+		       (unsigned long long)(r->nblocks * r->bs >> 20), r->host[1], r->host[0],
+		       r->batch, bench_fmt_size(r->bs, sz, sizeof(sz)));
+	else
+		printf("  limit: one TCP stream on 127.0.0.1 of the same %llu MiB in %s sends, "
+		       "TCP_NODELAY, the better\n  of the passes right before and right after "
+		       "each repetition; share = peer / limit per repetition\n",
+		       (unsigned long long)(r->nblocks * r->bs >> 20),
+		       bench_fmt_size(r->bs, sz, sizeof(sz)));
+	if (r->soft_dev[0])
+		printf("  EMULATED: the RDMA device here is %s, a software device; these "
+		       "figures are not a speed\n", r->soft_dev);
 	printf("  latency per batch of %lu (%llu KiB): p50 %.0f us, p90 %.0f us, "
 	       "p99 %.0f us\n", r->batch, (unsigned long long)(r->batch * r->bs >> 10),
 	       g->sla.median, g->sla.p90, g->sla.p99);
@@ -594,7 +756,7 @@ static void peer_print(const struct run *r, struct figures *g)
 /* The "config" of the JSON document. */
 static void peer_config(json_t *doc, const struct run *r)
 {
-	char addr[2][32];
+	char addr[2][80];
 
 	bench_json_config(doc, "block_size", json_integer((json_int_t)r->bs));
 	bench_json_config(doc, "blocks", json_integer((json_int_t)r->nblocks));
@@ -602,8 +764,11 @@ static void peer_config(json_t *doc, const struct run *r)
 	bench_json_config(doc, "reps", json_integer(r->reps));
 	bench_json_config(doc, "lookup_keys", json_integer(LOOKUP_KEYS));
 	bench_json_config(doc, "request_timeout_ms", json_integer(r->request_ms));
-	snprintf(addr[0], sizeof(addr[0]), "127.0.0.1:%u", r->port_a);
-	snprintf(addr[1], sizeof(addr[1]), "127.0.0.1:%u", r->port_b);
+	snprintf(addr[0], sizeof(addr[0]), "%s:%u", r->host[0], r->port_a);
+	snprintf(addr[1], sizeof(addr[1]), "%s:%u", r->host[1], r->port_b);
+	bench_json_config(doc, "transport", json_string(r->rdma ? "rdma" : "tcp"));
+	if (r->rdma)
+		bench_json_config(doc, "emulated", json_boolean(r->soft_dev[0] != 0));
 	bench_json_config(doc, "members", json_pack("[{s:s, s:s}, {s:s, s:s}]", "name", "a",
 						    "addr", addr[0], "name", "b", "addr",
 						    addr[1]));
@@ -617,14 +782,16 @@ static int peer_json(const struct run *r, const struct figures *g, int rc, const
 	if (!doc)
 		return BENCH_EXIT_FAIL;
 	peer_config(doc, r);
-	l = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "name", "tcp_loop", "for",
-		      "peer_get_batch", "addr", "127.0.0.1", "bytes",
+	l = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:o}", "name",
+		      r->rdma ? "rdma_read_loop" : "tcp_loop", "for",
+		      "peer_get_batch", "addr", r->rdma ? r->host[1] : "127.0.0.1", "bytes",
 		      (json_int_t)(r->nblocks * r->bs), "chunk_bytes", (json_int_t)r->bs,
 		      "value", bench_json_real(g->sl.median), "reps", bench_json_reps(&g->sl));
 	bench_json_limit(doc, l);
 	o = json_pack("{s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o, s:o}", "name",
 		      "peer_get_batch", "unit", "bytes/s", "value", bench_json_real(g->sf.median),
-		      "reps", bench_json_reps(&g->sf), "limit", "tcp_loop", "limit_value",
+		      "reps", bench_json_reps(&g->sf), "limit",
+		      r->rdma ? "rdma_read_loop" : "tcp_loop", "limit_value",
 		      bench_json_real(g->sl.median), "limit_reps", bench_json_reps(&g->sl),
 		      "share", bench_json_real(g->ss.median), "share_reps",
 		      bench_json_reps(&g->ss));
@@ -657,7 +824,8 @@ static int peer_json(const struct run *r, const struct figures *g, int rc, const
 
 int bench_peer_main(int argc, char **argv)
 {
-	struct run r = { .bs = 1ull << 20, .nblocks = 256, .batch = 16 };
+	struct run r = { .bs = 1ull << 20, .nblocks = 256, .batch = 16,
+			 .host = { "127.0.0.1", "127.0.0.1" } };
 	struct figures g = { 0 };
 	struct bench_common co;
 	char sz[32];
@@ -668,11 +836,12 @@ int bench_peer_main(int argc, char **argv)
 	kvt_set_log(log_to_stderr, NULL, KVT_LOG_WARN);
 	rc = peer_setup(&r, &g);
 	if (rc == BENCH_EXIT_OK) {
-		printf("kvbench peer: libkvtier %s, %u CPUs; stores a (127.0.0.1:%u) and b "
-		       "(127.0.0.1:%u) in this process,\n"
+		printf("kvbench peer: libkvtier %s, %u CPUs; stores a (%s:%u) and b "
+		       "(%s:%u) in this process, transport %s,\n"
 		       "RAM tiers only; a loads %lu blocks of %s that b owns, %lu per "
 		       "kvt_get_batch; median of %u reps after a warm-up\n",
-		       kvt_version(), bench_ncpus(), r.port_a, r.port_b, r.nblocks,
+		       kvt_version(), bench_ncpus(), r.host[0], r.port_a, r.host[1], r.port_b,
+		       r.rdma ? "rdma" : "tcp", r.nblocks,
 		       bench_fmt_size(r.bs, sz, sizeof(sz)), r.batch, r.reps);
 		fflush(stdout);
 		bench_catch_stop();
