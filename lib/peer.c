@@ -572,7 +572,7 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		if (p->rdma) {
 			/* an offer fits in staging (one block at least) */
 			size_t j = 0;
-			for (; j < k && (j == 0 || body + o[j].len <= peer_rdma_stage_max()); j++)
+			for (; j < k && (j == 0 || body + o[j].len <= peer_rdma_stage_max(p)); j++)
 				body += o[j].len;
 			k = j;
 		} else {

@@ -70,9 +70,10 @@
  *            a block on the owner's disk is not promoted to be lent.
  *            The requester READs all descriptors of the batch into its
  *            registered staging in one chain (rlink_move) that ends by
- *            three quarters of hold_ms from before it asked, checks every
- *            checksum, copies each block to the caller's buffer, and then
- *            sends one UNPIN with the pin ids.
+ *            three quarters of hold_ms from before it asked (straight into
+ *            a caller buffer in memory registered with kvt_mem_register),
+ *            checks every checksum, copies each staged block to the
+ *            caller's buffer, and then sends one UNPIN with the pin ids.
  *   UNPIN    (0x06) count pin ids, body = count x u64; no answer.
  *   PUT      flags bit 0 = an offer: body = count x (u64 lo, u64 hi, u64
  *            len, u64 sum, u64 address, u32 rkey, u32 0) describing the
@@ -209,6 +210,19 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		   int *results);
 int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n);
+
+/*
+ * Caller memory (kvt_mem_register) registered with the RDMA device too, so
+ * that a get whose buffer lies in it READs straight there instead of
+ * through staging. peer_mem_register returns 0, or -errno when the range
+ * is not registered with the device (TCP transport: -ENOTSUP; the device
+ * refused, or PEER_MEM_MAX ranges: logged); the range then works through
+ * staging. peer_mem_deregister ends the registration of the range at base
+ * (waiting for READs into it in flight, each bounded by its deadline).
+ */
+#define PEER_MEM_MAX 64
+int peer_mem_register(struct peer_tier *p, void *base, size_t len);
+void peer_mem_deregister(struct peer_tier *p, void *base);
 
 /* The member's name (for messages). */
 const char *peer_name(const struct peer_tier *p, unsigned m);

@@ -245,7 +245,7 @@ int peer_rdma_read(struct peer_tier *p, unsigned m, const struct rdesc *d, size_
  * it cannot be had (then the offer goes inline). With the member's lock. */
 uint8_t *peer_rdma_stage(struct peer_tier *p, unsigned m, size_t len, uint32_t *rkey);
 /* The most bytes one offer (or one round of READs) moves. */
-size_t peer_rdma_stage_max(void);
+size_t peer_rdma_stage_max(const struct peer_tier *p);
 /* Owner: pins key's RAM block for the connection in server slot, and fills
  * desc (DESC bytes): 0, or -ENOENT/-ENOBUFS (*len set)/-EAGAIN: serve it
  * inline instead. */

@@ -13,6 +13,9 @@
  *     client (READs of blocks the member pinned) and by the server (READs
  *     of blocks the member offered), dialled on first use and after a
  *     failure, not within down_ms of a failed dial.
+ *   - Caller memory of kvt_mem_register, registered too (PEER_MEM_MAX
+ *     ranges under a rwlock held across the READs into them), so gets
+ *     into it READ straight there.
  *   - The pins of served blocks (pins.h), per server connection slot: held
  *     for hold_ms, released by the member's UNPIN frame, dropped when the
  *     connection ends, lapsed by the listener.
@@ -31,7 +34,8 @@
 #include "pins.h"
 #include "rlink.h"
 
-#define STAGE_MAX (64ull << 20)    /* staging of one member, and one round of READs */
+#define STAGE_MAX (64ull << 20)    /* staging of one member, and one round of
+				      READs (or one block, if larger) */
 #define STAGE_STEP (1ull << 20)
 
 struct peer_rdma {
@@ -39,7 +43,9 @@ struct peer_rdma {
 	struct rlink_region *arena;   /* NULL: nothing is served by descriptor */
 	struct pins *pins;            /* per server connection slot */
 	uint32_t hold_ms;
-	_Atomic uint64_t pinned, pulls, pull_failures, pulled_bytes;
+	pthread_rwlock_t mlock;       /* mem[] */
+	struct { void *base; size_t len; struct rlink_region *reg; } mem[PEER_MEM_MAX];
+	_Atomic uint64_t pinned, pulls, pull_failures, pulled_bytes, direct;
 };
 
 /* The members-only rule of the RDMA side, before any queue pair exists. */
@@ -91,6 +97,7 @@ int peer_rdma_open(struct peer_tier *p, const struct peer_opts *o)
 	/* longer than any member's deadline for its READs (which it sets to
 	 * three quarters of this from before it asked): the grace */
 	r->hold_ms = 2 * p->request_ms + 1000;
+	pthread_rwlock_init(&r->mlock, NULL);
 	e = pins_open(CONNS_MAX, r->hold_ms, unpin_cb, p, &r->pins);
 	if (!e)
 		e = rlink_node_open(ops, (struct sockaddr *)&self, admit, p, &r->node);
@@ -103,6 +110,7 @@ int peer_rdma_open(struct peer_tier *p, const struct peer_opts *o)
 			rlink_unreg(r->arena);
 		rlink_node_close(r->node);
 		pins_close(r->pins);
+		pthread_rwlock_destroy(&r->mlock);
 		free(r);
 		if (e == -ENOMEM && !why[0])
 			return e;
@@ -142,6 +150,9 @@ void peer_rdma_close(struct peer_tier *p)
 		stage_free(&p->m[i]);
 	}
 	pins_close(r->pins);          /* every pin ends: no link reads now */
+	for (unsigned i = 0; i < PEER_MEM_MAX; i++)
+		rlink_unreg(r->mem[i].reg);
+	pthread_rwlock_destroy(&r->mlock);
 	rlink_unreg(r->arena);
 	rlink_node_close(r->node);
 	free(r);
@@ -226,7 +237,8 @@ static int move(struct peer_tier *p, unsigned m, const struct rlink_seg *s, size
 
 /* --- the client's side --------------------------------------------------------- */
 
-/* m's staging grown to at least len bytes (len <= STAGE_MAX). With lock. */
+/* m's staging grown to at least len bytes (len <= peer_rdma_stage_max()).
+ * With lock. */
 static int stage_grow(struct peer_tier *p, struct member *x, size_t len)
 {
 	if (x->stage_len >= len)
@@ -251,40 +263,70 @@ uint8_t *peer_rdma_stage(struct peer_tier *p, unsigned m, size_t len, uint32_t *
 	struct member *x = &p->m[m];
 	uint32_t lkey;
 
-	if (!p->rdma || len > STAGE_MAX || stage_grow(p, x, len) ||
+	if (!p->rdma || len > peer_rdma_stage_max(p) || stage_grow(p, x, len) ||
 	    rlink_keys(x->stage_reg, x->stage, len, &lkey, rkey))
 		return NULL;
 	return x->stage;
 }
 
-size_t peer_rdma_stage_max(void)
+size_t peer_rdma_stage_max(const struct peer_tier *p)
 {
-	return STAGE_MAX;
+	return p->max_block > STAGE_MAX ? p->max_block : STAGE_MAX;
+}
+
+/* The lkey of [b, b + len) when it lies in registered caller memory
+ * (with mlock held for reading), else -1. */
+static int64_t caller_lkey(struct peer_rdma *r, const void *b, size_t len)
+{
+	uint32_t lkey, rkey;
+
+	for (unsigned i = 0; i < PEER_MEM_MAX; i++)
+		if (r->mem[i].reg && rlink_keys(r->mem[i].reg, b, len, &lkey, &rkey) == 0)
+			return lkey;
+	return -1;
 }
 
 int peer_rdma_read(struct peer_tier *p, unsigned m, const struct rdesc *d, size_t n,
 		   kvt_op *ops, uint64_t *sums, uint64_t deadline)
 {
+	struct peer_rdma *r = p->rdma;
 	struct member *x = &p->m[m];
 	struct rlink_seg *s = malloc(sizeof(*s) * (n ? n : 1));
 	size_t i = 0;
 	int e = s ? 0 : -ENOMEM;
 
+	/* held across the READs: a range is not deregistered under them */
+	pthread_rwlock_rdlock(&r->mlock);
 	while (i < n && !e) {
 		size_t k = 0;
-		uint64_t bytes = 0;
+		uint64_t staged = 0;
 
-		while (i + k < n && (k == 0 || bytes + d[i + k].len <= STAGE_MAX))
-			bytes += d[i + k++].len;
-		e = bytes > STAGE_MAX ? -EPROTO : stage_grow(p, x, bytes);
-		uint64_t off = 0;
+		/* a round: what fits in staging; blocks bound for registered
+		 * caller memory take no staging */
+		for (; i + k < n; k++) {
+			int64_t lk = caller_lkey(r, ops[d[i + k].op].buf, d[i + k].len);
+			if (lk >= 0) {
+				s[k] = (struct rlink_seg){ .local = ops[d[i + k].op].buf,
+							   .lkey = (uint32_t)lk };
+			} else {
+				if (k && staged + d[i + k].len > peer_rdma_stage_max(p))
+					break;
+				s[k] = (struct rlink_seg){ .local = NULL,
+							   .lkey = (uint32_t)staged };
+				staged += d[i + k].len;
+			}
+		}
+		e = staged > peer_rdma_stage_max(p) ? -EPROTO : stage_grow(p, x, staged);
 		for (size_t j = 0; j < k && !e; j++) {
 			uint32_t rkey;
-			s[j] = (struct rlink_seg){ .local = x->stage + off, .rkey = d[i + j].rkey,
-						   .remote = d[i + j].addr,
-						   .len = (uint32_t)d[i + j].len };
-			e = rlink_keys(x->stage_reg, s[j].local, d[i + j].len, &s[j].lkey, &rkey);
-			off += d[i + j].len;
+			if (!s[j].local) {
+				s[j].local = x->stage + s[j].lkey;
+				e = rlink_keys(x->stage_reg, s[j].local, d[i + j].len, &s[j].lkey,
+					       &rkey);
+			}
+			s[j].rkey = d[i + j].rkey;
+			s[j].remote = d[i + j].addr;
+			s[j].len = (uint32_t)d[i + j].len;
 		}
 		if (!e)
 			e = move(p, m, s, k, deadline);
@@ -296,7 +338,10 @@ int peer_rdma_read(struct peer_tier *p, unsigned m, const struct rdesc *d, size_
 				o->result = -EBADMSG;
 				continue;
 			}
-			memcpy(o->buf, b, d[i + j].len);
+			if (b == o->buf)
+				ctr_add(&r->direct, 1);
+			else
+				memcpy(o->buf, b, d[i + j].len);
 			o->len = d[i + j].len;
 			o->result = 0;
 			ctr_add(&p->bytes_in, d[i + j].len);
@@ -306,10 +351,63 @@ int peer_rdma_read(struct peer_tier *p, unsigned m, const struct rdesc *d, size_
 		if (!e)
 			i += k;
 	}
+	pthread_rwlock_unlock(&r->mlock);
 	for (; i < n; i++)
 		ops[d[i].op].result = -EIO;
 	free(s);
 	return e;
+}
+
+int peer_mem_register(struct peer_tier *p, void *base, size_t len)
+{
+	struct peer_rdma *r = p->rdma;
+	struct rlink_region *reg;
+	int e;
+
+	if (!r)
+		return -ENOTSUP;
+	/* local writes only: the device writes READ data into it */
+	e = rlink_reg(r->node, base, len, 0, &reg);
+	if (e) {
+		kvt_log(KVT_LOG_WARN, "peers: caller memory of %zu bytes not registered with "
+			"the RDMA device (%s); gets into it go through staging", len,
+			kvt_last_error());
+		return e;
+	}
+	pthread_rwlock_wrlock(&r->mlock);
+	unsigned i = 0;
+	while (i < PEER_MEM_MAX && r->mem[i].reg)
+		i++;
+	if (i < PEER_MEM_MAX) {
+		r->mem[i].base = base;
+		r->mem[i].len = len;
+		r->mem[i].reg = reg;
+	}
+	pthread_rwlock_unlock(&r->mlock);
+	if (i == PEER_MEM_MAX) {
+		rlink_unreg(reg);
+		kvt_log(KVT_LOG_WARN, "peers: %u caller ranges are registered with the RDMA "
+			"device already; gets into another go through staging", PEER_MEM_MAX);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+void peer_mem_deregister(struct peer_tier *p, void *base)
+{
+	struct peer_rdma *r = p->rdma;
+	struct rlink_region *reg = NULL;
+
+	if (!r)
+		return;
+	pthread_rwlock_wrlock(&r->mlock);
+	for (unsigned i = 0; i < PEER_MEM_MAX && !reg; i++)
+		if (r->mem[i].reg && r->mem[i].base == base) {
+			reg = r->mem[i].reg;
+			r->mem[i].reg = NULL;
+		}
+	pthread_rwlock_unlock(&r->mlock);
+	rlink_unreg(reg);
 }
 
 /* --- the owner's side ---------------------------------------------------------- */
@@ -474,5 +572,12 @@ void peer_rdma_stats(struct peer_tier *p, const struct stat_visitor *v)
 	stat_int(&o, "pull_failures", (int64_t)ctr_get(&r->pull_failures));
 	stat_int(&o, "pulled_bytes", (int64_t)ctr_get(&r->pulled_bytes));
 	stat_int(&o, "hold_ms", r->hold_ms);
+	stat_int(&o, "direct_reads", (int64_t)ctr_get(&r->direct));
+	pthread_rwlock_rdlock(&r->mlock);
+	int64_t nmem = 0;
+	for (unsigned i = 0; i < PEER_MEM_MAX; i++)
+		nmem += r->mem[i].reg != NULL;
+	pthread_rwlock_unlock(&r->mlock);
+	stat_int(&o, "caller_ranges", nmem);
 	pins_stats(r->pins, &o);
 }

@@ -1,9 +1,11 @@
 /*
  * store_mem.c - kvt_mem_register() and kvt_mem_deregister(): caller memory
  * the engine lends the store's batches so that their disk I/O moves
- * straight between the device and that memory as io_uring fixed buffers.
+ * straight between the device and that memory as io_uring fixed buffers,
+ * and, with peers over RDMA, peer gets READ straight into it.
  * The table of ranges is memreg.c; mapping a range onto the disk tier's
- * queues is the disk tier's (disk_mem_map).
+ * queues is the disk tier's (disk_mem_map), onto the RDMA device the peer
+ * tier's (peer_mem_register).
  */
 #include <errno.h>
 
@@ -26,6 +28,8 @@ KVT_API int kvt_mem_register(kvt_store *s, void *base, size_t len, unsigned flag
 		 * leaves the range registered here, its I/O the plain way. */
 		if (s->disk)
 			disk_mem_map(s->disk, &s->mreg.e[i], 1);
+		if (s->peer)
+			peer_mem_register(s->peer, base, len);
 		*id = s->mreg.e[i].id;
 	}
 	pthread_mutex_unlock(&s->mreg.lock);
@@ -45,6 +49,8 @@ KVT_API int kvt_mem_deregister(kvt_store *s, uint64_t id)
 	} else if ((rc = memreg_can_del(&s->mreg, i)) == 0) {
 		if (s->disk)
 			disk_mem_map(s->disk, &s->mreg.e[i], 0);
+		if (s->peer)
+			peer_mem_deregister(s->peer, s->mreg.e[i].base);
 		memreg_del(&s->mreg, i);
 	}
 	pthread_mutex_unlock(&s->mreg.lock);

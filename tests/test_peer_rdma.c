@@ -4,7 +4,7 @@
  * TCP and their bytes through the in-process fabric of fabric.h, which
  * injects what a soft-RoCE VM cannot produce on demand. Checks gets by
  * descriptor (READs of pinned RAM blocks, every byte verified, pins
- * released by UNPIN), puts by offer (the owner READs, verifies, publishes),
+ * released by UNPIN; straight into registered caller memory), puts by offer (the owner READs, verifies, publishes),
  * the inline fallback (a block not in RAM, a member without RDMA), and each
  * failure as a miss or a counted failure in bounded time with the link
  * redialled: a completion error, a queue pair in error, a disconnect in the
@@ -195,6 +195,49 @@ static void test_get_reads_pinned_blocks(void **state)
 	assert_int_equal(miss[0].result, -ENOENT);
 	assert_int_equal(miss[1].result, -ENOBUFS);
 	assert_int_equal(miss[1].len, BLK);
+}
+
+/* Caller memory registered with the device (kvt_mem_register's path):
+ * gets into it READ straight there, none through staging; once
+ * deregistered, through staging again. Over TCP there is nothing to
+ * register. */
+static void test_get_into_registered_memory(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[NB];
+	uint8_t *mem = malloc((size_t)NB * BLK);
+
+	assert_int_equal(peer_mem_register(f->t[0], mem, (size_t)NB * BLK), 0);
+	assert_int_equal(tstat(f->t[0], -2, "caller_ranges"), 1);
+	for (unsigned i = 0; i < NB; i++) {
+		memset(mem + (size_t)i * BLK, 0, BLK);
+		ops[i] = (kvt_op){ .key = f->keys[i], .buf = mem + (size_t)i * BLK, .len = BLK };
+	}
+	assert_int_equal(peer_get_batch(f->t[0], 1, ops, NB, NULL), 0);
+	for (unsigned i = 0; i < NB; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_true(check_block(f->keys[i], mem + (size_t)i * BLK, BLK));
+	}
+	assert_int_equal(tstat(f->t[0], -2, "direct_reads"), NB);
+	assert_int_equal(f->t[0]->m[1].stage_len, 0); /* no staging was needed */
+	/* a mix: half into registered memory, half into plain buffers */
+	for (unsigned i = 0; i < NB; i++)
+		ops[i] = (kvt_op){ .key = f->keys[i], .len = BLK,
+				   .buf = i % 2 ? f->buf[i] : mem + (size_t)i * BLK };
+	assert_int_equal(peer_get_batch(f->t[0], 1, ops, NB, NULL), 0);
+	for (unsigned i = 0; i < NB; i++)
+		assert_true(check_block(f->keys[i], ops[i].buf, BLK));
+	assert_int_equal(tstat(f->t[0], -2, "direct_reads"), NB + NB / 2);
+	peer_mem_deregister(f->t[0], mem);
+	assert_int_equal(tstat(f->t[0], -2, "caller_ranges"), 0);
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	all_loaded(f, 0, NB, ops);
+	assert_int_equal(tstat(f->t[0], -2, "direct_reads"), NB + NB / 2);
+	free(mem);
+
+	peer_close(f->t[1]);
+	assert_int_equal(open_tier(f, 1, PEER_TCP, NULL, &f->t[1]), 0);
+	assert_int_equal(peer_mem_register(f->t[1], f->buf[0], BLK), -ENOTSUP);
 }
 
 static void test_put_offer_is_pulled_and_verified(void **state)
@@ -468,6 +511,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_get_reads_pinned_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_get_into_registered_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_put_offer_is_pulled_and_verified, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_completion_error_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_error_is_a_miss, setup, teardown),
