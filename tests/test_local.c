@@ -763,6 +763,10 @@ static void test_attached_calls(void **state)
 	assert_int_equal(kvt_arena(a, &base, &alen), 0);
 	assert_int_equal(kvt_arena(node, &nbase, &nlen), 0);
 	assert_int_equal(alen, nlen);
+	/* Both mappings 2 MiB aligned, so that the memfd's huge pages (when
+	 * the kernel gives shared memory any) are mapped whole in each. */
+	assert_int_equal((uintptr_t)base % (2u << 20), 0);
+	assert_int_equal((uintptr_t)nbase % (2u << 20), 0);
 	assert_int_equal(kvt_arena_regions(a, r, 2), 1);
 	assert_ptr_equal(r[0].base, base);
 	assert_int_equal(r[0].len, alen);
