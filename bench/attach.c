@@ -279,7 +279,7 @@ int bench_attach_main(int argc, char **argv)
 	       100 * gr.median);
 	printf("  %-22s %10.2f %10.2f\n", "lookup p50 us", li.median, la.median);
 	printf("  %-22s %10.2f %10.2f\n", "lookup p99 us", li.p99, la.p99);
-	printf("\nissue 15 targets:\n");
+	printf("\nthe library's goals:\n");
 	printf("  attached get of %llu KiB blocks >= 90%% of in-process: %.0f%% %s\n",
 	       (unsigned long long)(size >> 10), 100 * gr.median,
 	       gr.median >= 0.9 ? "(met)" : "(NOT met)");
