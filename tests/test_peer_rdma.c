@@ -483,7 +483,18 @@ static void test_no_device(void **state)
 	all_loaded(f, 0, 2, ops);
 }
 
-/* The same through kvt_open and libibverbs, on a host without RDMA. */
+static char logged[512];
+
+static void keep_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)arg;
+	if (strstr(msg, "peers.transport"))
+		snprintf(logged, sizeof(logged), "%s", msg);
+}
+
+/* The same through kvt_open and libibverbs, on a host without RDMA; the
+ * fallback of "auto" is said through the log callback. */
 static void test_kvt_open_without_device(void **state)
 {
 	char cfg[512];
@@ -500,7 +511,12 @@ static void test_kvt_open_without_device(void **state)
 	assert_int_equal(kvt_open(cfg, &s), -ENODEV);
 	assert_non_null(strstr(kvt_last_error(), "peers.transport \"rdma\": no RDMA at 127.0.0.1"));
 	snprintf(cfg, sizeof(cfg), fmt, "auto", port, other);
+	logged[0] = 0;
+	kvt_set_log(keep_log, NULL, KVT_LOG_WARN);
 	assert_int_equal(kvt_open(cfg, &s), 0);
+	kvt_set_log(NULL, NULL, 0);
+	assert_non_null(strstr(logged, "peers.transport \"auto\": no RDMA at 127.0.0.1"));
+	assert_non_null(strstr(logged, "peers use TCP"));
 	char st[8192];
 	assert_true(kvt_stats_json(s, st, sizeof(st)) > 0);
 	assert_non_null(strstr(st, "\"transport\":\"tcp\""));
