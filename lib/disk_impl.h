@@ -31,7 +31,7 @@
 #define CK_MAGIC 0x31544b43504b564bull  /* "KVKPCKT1" */
 
 #define NIL UINT32_MAX
-#define NQUEUES 8                 /* batches that can run at once */
+#define NQUEUES 32                /* batches that can run at once (one per slot loader) */
 #define PAGE_BITS 34              /* global page numbers: 64 TiB of regions */
 #define LEN_BITS 28               /* block length - 1: blocks up to 256 MiB */
 #define MAX_LEN (1ull << LEN_BITS)

@@ -44,6 +44,10 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	t->kick = kick;
 	t->kick_arg = arg;
 	t->free_head = t->live_head = t->live_tail = NIL;
+	/* One thread per load in flight: a read that the kernel serves by
+	 * copying (a file in tmpfs or the page cache) runs on an io_uring
+	 * worker of the thread that submitted it, one at a time, so loads
+	 * overlap only across loader threads. */
 	t->want_th = cfg->queue_depth / LOAD_GROUP;
 	if (t->want_th < 2)
 		t->want_th = 2;

@@ -21,8 +21,8 @@
 #include "slot.h"
 #include "stats.h"
 
-#define LOAD_GROUP 4u         /* disk loads per submission */
-#define LOADERS_MAX 8u        /* loader threads */
+#define LOAD_GROUP 1u         /* disk loads per submission */
+#define LOADERS_MAX 32u       /* loader threads */
 #define LOAD_WAIT_MS 500      /* a load waits this long for arena space */
 #define REGION_MAX (1ull << 30)
 #define NIL UINT32_MAX

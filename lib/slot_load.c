@@ -1,11 +1,12 @@
 /*
  * slot_load.c - the loader threads of the zero-copy slots: they take disk
- * loads in groups of LOAD_GROUP (one submission each, several groups in
- * flight), read each group's blocks from the disk tier into fresh arena
- * extents, turn the records into PIN_OWN (or free them when the load failed
- * or was released meanwhile), and report the loads to their pin batch, so
- * the engine starts copying a block as soon as its group has landed. While
- * idle they lapse slots whose deadline has passed. Knows nothing of
+ * loads in groups of LOAD_GROUP (one submission each, as many in flight as
+ * there are loaders: disk.queue_depth / LOAD_GROUP), read each group's
+ * blocks from the disk tier into fresh arena extents, turn the records into
+ * PIN_OWN (or free them when the load failed or was released meanwhile),
+ * and report the loads to their pin batch, so the engine starts copying a
+ * block as soon as it has landed. The first loader also lapses slots whose
+ * deadline has passed, waking for that while idle. Knows nothing of
  * reservations or of the public calls' arguments.
  */
 #include <errno.h>
@@ -64,7 +65,7 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 	kvt_op ops[LOAD_GROUP];
 	uint64_t off[LOAD_GROUP];
 	size_t len[LOAD_GROUP];
-	int res[LOAD_GROUP], io[LOAD_GROUP];
+	int res[LOAD_GROUP], io[LOAD_GROUP] = { 0 };
 	uint32_t nio = 0;
 
 	for (uint32_t k = 0; k < j->n; k++) {
@@ -80,7 +81,10 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		res[k] = o < 0 ? (int)o : 0;
 		off[k] = o < 0 ? 0 : (uint64_t)o;
 		if (o >= 0) {
-			ops[nio] = (kvt_op){ key, t->base + o, len[k], 0 };
+			/* The extent's whole 4 KiB units: a payload whose length is
+			 * not a multiple of them still lands in place, not staged. */
+			size_t cap = (len[k] + 4095) & ~(size_t)4095;
+			ops[nio] = (kvt_op){ key, t->base + o, cap, 0 };
 			io[nio++] = (int)k;
 		}
 	}
@@ -114,10 +118,17 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 	free(j);
 }
 
+struct loader_arg {
+	struct slot_table *t;
+	int timer;        /* this loader also lapses forgotten slots */
+};
+
 static void *loader_main(void *arg)
 {
-	struct slot_table *t = arg;
+	struct slot_table *t = ((struct loader_arg *)arg)->t;
+	int timer = ((struct loader_arg *)arg)->timer;
 
+	free(arg);
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		slot_expire(t, kvt_now_ns());
@@ -125,6 +136,10 @@ static void *loader_main(void *arg)
 		if (!j) {
 			if (t->stop)
 				break;
+			if (!timer) {
+				pthread_cond_wait(&t->qcond, &t->lock);
+				continue;
+			}
 			/* Wake at the next deadline (at least every 100 ms), so
 			 * forgotten slots lapse even when nobody calls. */
 			uint64_t now = kvt_now_ns(), wake = now + 100000000ull;
@@ -149,8 +164,15 @@ static void *loader_main(void *arg)
 int slot_start_loaders(struct slot_table *t)
 {
 	while (t->nth < t->want_th) {
-		if (pthread_create(&t->th[t->nth], NULL, loader_main, t))
+		struct loader_arg *a = malloc(sizeof(*a));
+		if (a) {
+			a->t = t;
+			a->timer = t->nth == 0;
+		}
+		if (!a || pthread_create(&t->th[t->nth], NULL, loader_main, a)) {
+			free(a);
 			return t->nth ? 0 : kvt_fail(-ENOMEM, "kvt_get_pin: cannot start a loader thread");
+		}
 		t->nth++;
 	}
 	return 0;
