@@ -46,7 +46,7 @@ struct conn {
 	cudaStream_t st[CONN_STREAMS];
 	char *staging[CONN_STREAMS]; /* CONN_GROUP blocks each (KV_FLASH only) */
 	unsigned next;
-	size_t window;  /* blocks pinned at a time by conn_restore (0: 128) */
+	size_t window;  /* blocks per pin window of conn_restore (0: 128); two in flight */
 	/* what the last call did */
 	size_t saved, skipped_stored, unsaved, restored, from_disk;
 };
@@ -293,62 +293,100 @@ static inline void conn_dispatch(struct conn *c, kvt_slot *sl, const size_t *idx
 }
 
 /*
- * Pins n keys of sl and copies each block into cache block ids[i] as it
- * becomes ready. Slots refused for the pin cap (-EAGAIN: earlier windows'
- * unpins are still queued behind their copies) are pinned again shortly.
+ * One window of a restore: n keys of sl (for cache blocks ids[]) being
+ * pinned, and what a round of pins needs. pend[0..np) are the slots still
+ * to pin; b the round's batch, whose slots are tmp[0..np).
  */
-static inline void conn_restore_window(struct conn *c, kvt_slot *sl, size_t n,
-				       const int *ids)
-{
-	kvt_slot *tmp = (kvt_slot *)calloc(n, sizeof(kvt_slot));
-	size_t *pend = (size_t *)malloc(n * sizeof(size_t));
-	size_t *idx = (size_t *)malloc(n * sizeof(size_t));
-	int *tid = (int *)malloc(n * sizeof(int));
-	size_t np = n;
+struct conn_win {
+	kvt_slot *sl;
+	const int *ids;
+	size_t n, np;
+	kvt_slot *tmp;
+	size_t *pend, *idx;
+	int *tid;
+	kvt_pin_batch *b;
+};
 
-	for (size_t i = 0; i < n; i++)
-		pend[i] = i;
-	for (int tries = 0; np && tries < 10000; tries++) {
-		kvt_pin_batch *b = NULL;
-		size_t nready = 0, again = 0;
-		if (tries)
-			conn_sleep_us(200);
-		for (size_t k = 0; k < np; k++) {
-			memset(&tmp[k], 0, sizeof(tmp[k]));
-			tmp[k].key = sl[pend[k]].key;
-			tid[k] = ids[pend[k]];
-		}
-		KVT_CK(kvt_get_pin(c->s, tmp, np, 0, &b));
-		for (size_t k = 0; k < np; k++)
-			if (tmp[k].result == 0)
-				idx[nready++] = k;
-		conn_dispatch(c, tmp, idx, nready, tid); /* RAM hits: now */
-		int r;
-		while ((r = kvt_pin_reap(b, idx, np < CONN_GROUP ? np : CONN_GROUP, -1)) > 0) {
-			conn_dispatch(c, tmp, idx, (size_t)r, tid); /* each as it lands */
-			c->from_disk += (size_t)r;
-		}
-		kvt_pin_free(b);
-		for (size_t k = 0; k < np; k++) {
-			sl[pend[k]] = tmp[k];
-			if (tmp[k].result == -EAGAIN)
-				pend[again++] = pend[k];
-		}
-		np = again;
+/* Pins the window's pending slots and dispatches its RAM hits at once; the
+ * disk hits load in the background (conn_win_finish reaps them). */
+static inline void conn_win_pin(struct conn *c, struct conn_win *w)
+{
+	size_t nready = 0;
+	for (size_t k = 0; k < w->np; k++) {
+		memset(&w->tmp[k], 0, sizeof(w->tmp[k]));
+		w->tmp[k].key = w->sl[w->pend[k]].key;
+		w->tid[k] = w->ids[w->pend[k]];
 	}
-	free(tmp);
-	free(pend);
-	free(idx);
-	free(tid);
+	KVT_CK(kvt_get_pin(c->s, w->tmp, w->np, 0, &w->b));
+	for (size_t k = 0; k < w->np; k++)
+		if (w->tmp[k].result == 0)
+			w->idx[nready++] = k;
+	conn_dispatch(c, w->tmp, w->idx, nready, w->tid); /* RAM hits: now */
+}
+
+static inline void conn_win_start(struct conn *c, struct conn_win *w, kvt_slot *sl,
+				  size_t n, const int *ids)
+{
+	w->sl = sl;
+	w->ids = ids;
+	w->n = w->np = n;
+	w->tmp = (kvt_slot *)calloc(n, sizeof(kvt_slot));
+	w->pend = (size_t *)malloc(n * sizeof(size_t));
+	w->idx = (size_t *)malloc(n * sizeof(size_t));
+	w->tid = (int *)malloc(n * sizeof(int));
+	for (size_t i = 0; i < n; i++)
+		w->pend[i] = i;
+	conn_win_pin(c, w);
+}
+
+/*
+ * Copies each disk hit of the window into the cache as it lands. Slots
+ * refused for the pin cap (-EAGAIN: earlier windows' unpins are still
+ * queued behind their copies) are pinned again shortly, until none is left.
+ */
+static inline void conn_win_finish(struct conn *c, struct conn_win *w)
+{
+	for (int tries = 0; w->np; tries++) {
+		size_t max = w->np < CONN_GROUP ? w->np : CONN_GROUP, again = 0, got;
+		do {
+			/* Blocks as they land, a few at a time: what has landed
+			 * within a millisecond of the first goes out as one group
+			 * (one scatter and one unpin callback for all of them). */
+			got = 0;
+			for (int r; got < max; got += (size_t)r) {
+				r = kvt_pin_reap(w->b, w->idx + got, max - got, got ? 1 : -1);
+				if (r <= 0)
+					break;
+			}
+			conn_dispatch(c, w->tmp, w->idx, got, w->tid);
+			c->from_disk += got;
+		} while (got);
+		kvt_pin_free(w->b);
+		w->b = NULL;
+		for (size_t k = 0; k < w->np; k++) {
+			w->sl[w->pend[k]] = w->tmp[k];
+			if (w->tmp[k].result == -EAGAIN)
+				w->pend[again++] = w->pend[k];
+		}
+		w->np = again;
+		if (!w->np || tries >= 10000)
+			break;
+		conn_sleep_us(200);
+		conn_win_pin(c, w);
+	}
+	free(w->tmp);
+	free(w->pend);
+	free(w->idx);
+	free(w->tid);
 }
 
 /*
  * Restores the leading stored blocks of a request into cache blocks
  * block_ids[]: the scheduler side's lookup (leasing what it reports), then
- * the worker side's pins and copies, a window of blocks at a time so that
- * pins stay within ram.pin_cap. Returns how many leading blocks are being
- * restored (the engine computes the rest); they are in place once
- * conn_sync() returns.
+ * the worker side's pins and copies, a window of blocks at a time (the next
+ * window pinned while this one lands) so that pins stay within
+ * ram.pin_cap. Returns how many leading blocks are being restored (the
+ * engine computes the rest); they are in place once conn_sync() returns.
  */
 static inline size_t conn_restore(struct conn *c, const uint32_t *tokens,
 				  size_t ntokens, const int *block_ids)
@@ -366,9 +404,19 @@ static inline size_t conn_restore(struct conn *c, const uint32_t *tokens,
 	c->from_disk = 0;
 	for (size_t i = 0; i < found; i++)
 		sl[i].key = keys[i];
-	for (size_t w = 0; w < found; w += window)
-		conn_restore_window(c, sl + w, found - w < window ? found - w : window,
-				    block_ids + w);
+	/* Two windows in flight: the next one's loads are queued before this
+	 * one's are reaped, so the disk never idles between windows. */
+	struct conn_win win[2];
+	int cur = 0;
+	if (found)
+		conn_win_start(c, &win[0], sl, found < window ? found : window, block_ids);
+	for (size_t w = 0; w < found; w += window, cur ^= 1) {
+		size_t nx = w + window;
+		if (nx < found)
+			conn_win_start(c, &win[cur ^ 1], sl + nx,
+				       found - nx < window ? found - nx : window, block_ids + nx);
+		conn_win_finish(c, &win[cur]);
+	}
 	KVT_CK(kvt_release(c->s, keys, found));
 	/* Blocks are useful only up to the first that failed to load. */
 	size_t ok = 0;
