@@ -390,9 +390,11 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
  * each block becomes visible to lookups and loads, is counted as a put, is
  * checksummed when written to disk, and may be evicted and spilled like any
  * other. The block is slots[i].len bytes as reserved. Never waits for disk
- * or peer I/O: even with disk.write_policy "write_through" the block reaches
- * the disk only when it is evicted, and it is not stored at the member that
- * owns its key. Slots whose result is not 0 are skipped. Per
+ * or peer I/O: with disk.write_policy "write_through" the block is written
+ * to disk in the background by the library's loader threads (a kvt_remove
+ * after the commit wins), with "on_evict" when it is evicted; it is not
+ * stored at the member that owns its key. Slots whose result is not 0 are
+ * skipped. Per
  * slot, result becomes 0 (published, or the key was stored meanwhile),
  * -ESTALE (not a live reservation of this store: aborted, committed, or
  * lapsed after ram.pin_ms) or -ENOMEM; ref and addr are cleared. Returns
@@ -416,8 +418,9 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * read into it, checked against its checksum, asynchronously (result
  * -EINPROGRESS): each such load completes on its own and is reported by
  * kvt_pin_reap() on *out, which is set on success (free it with
- * kvt_pin_free()); until then only the slot's ref may be read. Such a block
- * is private to its slot (not promoted into the RAM tier). Other results:
+ * kvt_pin_free()); until then only the slot's ref may be read. With
+ * disk.promote, a loaded block the RAM tier admits becomes the key's RAM
+ * block in place (no copy); otherwise it is private to its slot. Other results:
  * -ENOENT (stored nowhere on this node; blocks that only a peer holds are
  * not loaded this way), -EAGAIN (ram.pin_cap of the RAM tier is held in
  * slots), -EINVAL. A pinned block is never evicted, moved or reused, even

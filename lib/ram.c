@@ -610,6 +610,44 @@ int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
 	return insert_extent(r, key, off, len, NULL);
 }
 
+int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
+		     uint64_t gen, uint64_t *ref)
+{
+	struct shard *sh = shard_of(r, key);
+
+	if (!admit_promotion(r, key, len)) {
+		ctr_add(&r->promotions_declined, 1);
+		return -EAGAIN;
+	}
+	pthread_mutex_lock(&sh->lock);
+	if (shard_find(sh, key) != IDX_NONE) {
+		pthread_mutex_unlock(&sh->lock);
+		return 1;
+	}
+	if (atomic_load_explicit(gen_of(r, key), memory_order_relaxed) != gen) {
+		pthread_mutex_unlock(&sh->lock);
+		return -ESTALE;
+	}
+	uint32_t id = shard_insert(sh, key);
+	if (id == IDX_NONE) {
+		pthread_mutex_unlock(&sh->lock);
+		return -ENOMEM;
+	}
+	struct ram_ent *e = shard_ent(sh, id);
+	e->off = off;
+	e->len = (uint32_t)len;
+	e->stamp = next_tick(r);
+	ent_set_state(e, IENT_LRU);
+	e->pins = 1;
+	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+	sh->pinned++;
+	*ref = (uint64_t)(sh - r->shards) << 32 | id;
+	pthread_mutex_unlock(&sh->lock);
+	ctr_add(&r->objects, 1);
+	ctr_add(&r->puts, 1);
+	return 0;
+}
+
 int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	    uint64_t *off, size_t *len)
 {

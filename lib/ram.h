@@ -107,6 +107,18 @@ void ram_slot_free(struct ram_tier *r, uint64_t off);
 int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len);
 
 /*
+ * A promotion without a copy: the extent off (from ram_slot_alloc) holds
+ * len bytes of key read and verified from a lower tier. When admitted as
+ * ram_promote admits a copy, and no ram_remove changed key's generation
+ * since gen (ram_gen before the read began), it becomes key's block,
+ * pinned once as ram_pin would (*ref; ram_unpin ends it), and returns 0.
+ * Otherwise the extent stays the caller's: 1 (key is stored already),
+ * -EAGAIN (not admitted), -ESTALE (removed meanwhile), -ENOMEM (index full).
+ */
+int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
+		     uint64_t gen, uint64_t *ref);
+
+/*
  * Pins the block of key (at most cap bytes) as ram_visit does, but until
  * ram_unpin(ref): sets *off (its offset from ram_arena_base()), *len and
  * *ref, counts a hit and returns 0; -ENOENT; -ENOBUFS with *len set. A

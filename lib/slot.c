@@ -12,6 +12,8 @@
  *   PIN_RAM   - a pin on a RAM-tier block (ram_pin)
  *   LOADING   - a disk hit being read into a fresh extent by a loader
  *   PIN_OWN   - that extent, loaded and checked, private to the slot
+ * and a load that the RAM tier admits as a promotion becomes PIN_RAM: its
+ * extent is then the RAM block of its key, pinned by the slot.
  * A LOADING record released early (unpinned or lapsed) is marked and freed
  * by its loader once the read is done, so no I/O ever lands in reused space.
  * This file knows what each state holds in the RAM tier, never how a slot
@@ -41,6 +43,8 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	t->pin_ns = (uint64_t)cfg->pin_ms * 1000000ull;
 	t->cap_bytes = (uint64_t)((double)t->arena_len * cfg->pin_cap);
 	t->max_block = cfg->max_block;
+	t->promote = cfg->promote;
+	t->write_through = cfg->write_policy == KVT_WRITE_THROUGH;
 	t->kick = kick;
 	t->kick_arg = arg;
 	t->free_head = t->live_head = t->live_tail = NIL;
@@ -256,6 +260,9 @@ void slot_stats(struct slot_table *t, const struct stat_visitor *v)
 	stat_int(v, "pins_ram", (int64_t)ctr_get(&t->pins_ram));
 	stat_int(v, "loads", (int64_t)ctr_get(&t->loads));
 	stat_int(v, "load_failures", (int64_t)ctr_get(&t->load_failures));
+	stat_int(v, "loads_promoted", (int64_t)ctr_get(&t->loads_promoted));
+	stat_int(v, "write_throughs", (int64_t)ctr_get(&t->write_throughs));
+	stat_int(v, "write_through_failures", (int64_t)ctr_get(&t->write_through_failures));
 	stat_int(v, "unpins", (int64_t)ctr_get(&t->unpins));
 	stat_int(v, "lapses", (int64_t)ctr_get(&t->lapses));
 	stat_int(v, "stale", (int64_t)ctr_get(&t->stale));

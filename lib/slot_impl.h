@@ -33,6 +33,7 @@ struct slot_rec {
 	kvt_key key;
 	uint64_t off;         /* arena offset (RESERVED, PIN_OWN, LOADING once allocated) */
 	uint64_t ram_ref;     /* PIN_RAM */
+	uint64_t ram_gen;     /* LOADING: the key's RAM generation at the pin */
 	uint64_t deadline;    /* CLOCK_MONOTONIC ns */
 	uint32_t len;
 	uint32_t gen;         /* bumped at every free: stale handles do not match */
@@ -43,10 +44,13 @@ struct slot_rec {
 	uint8_t has_off;      /* LOADING: off is allocated */
 };
 
-/* Up to LOAD_GROUP disk loads of one pin batch. */
+/* Up to LOAD_GROUP disk loads of one pin batch, or (b NULL) the
+ * write-through of one committed block. */
 struct slot_job {
 	struct kvt_pin_batch *b;
 	struct slot_job *next;
+	kvt_key wkey;             /* write-through: the block, and its RAM */
+	uint64_t wgen;            /* generation right after the commit */
 	uint32_t n;
 	uint32_t rec[LOAD_GROUP];
 	size_t idx[LOAD_GROUP];   /* the slots' indexes in b->slots */
@@ -67,6 +71,8 @@ struct slot_table {
 	char *base;
 	size_t arena_len;
 	uint64_t pin_ns, cap_bytes, max_block;
+	int promote;              /* disk.promote: loads become RAM blocks */
+	int write_through;        /* disk.write_policy "write_through" */
 	void (*kick)(void *arg);
 	void *kick_arg;
 
@@ -83,7 +89,8 @@ struct slot_table {
 	unsigned nth, want_th;
 
 	_Atomic uint64_t reserves, reserved_stored, reserve_refusals, commits, aborts;
-	_Atomic uint64_t pins_ram, loads, load_failures, unpins, lapses, stale;
+	_Atomic uint64_t pins_ram, loads, load_failures, loads_promoted, unpins, lapses, stale;
+	_Atomic uint64_t write_throughs, write_through_failures;
 };
 
 static inline void cond_init_monotonic(pthread_cond_t *c)
@@ -127,5 +134,8 @@ int slot_check_args(kvt_store *s, const kvt_slot *slots, size_t n, const char *f
 int slot_start_loaders(struct slot_table *t);
 int slot_queue_loads(struct slot_table *t, struct kvt_pin_batch *b,
 		     const size_t *load, const uint32_t *rec, size_t n);
+/* Queues the write to disk of key's RAM block, committed with RAM
+ * generation gen. Table locked. Returns 0 or -ENOMEM. */
+int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen);
 
 #endif

@@ -5,8 +5,10 @@
  * blocks from the disk tier into fresh arena extents, turn the records into
  * PIN_OWN (or free them when the load failed or was released meanwhile),
  * and report the loads to their pin batch, so the engine starts copying a
- * block as soon as it has landed. The first loader also lapses slots whose
- * deadline has passed, waking for that while idle. Knows nothing of
+ * block as soon as it has landed. They also write committed blocks to disk
+ * when the disk tier writes through (kvt_put_commit never waits for that).
+ * The first loader also lapses slots whose deadline has passed, waking for
+ * that while idle. Knows nothing of
  * reservations or of the public calls' arguments.
  */
 #include <errno.h>
@@ -59,6 +61,24 @@ static int64_t load_extent(struct slot_table *t, size_t len)
 	return o;
 }
 
+/*
+ * A verified load whose key the RAM tier admits (disk.promote) becomes its
+ * RAM block in place, pinned by the slot (PIN_RAM), without a copy: later
+ * lookups and gets hit RAM. Otherwise it stays private (PIN_OWN). Table
+ * locked.
+ */
+static void promote(struct slot_table *t, struct slot_rec *r)
+{
+	uint64_t ref;
+
+	if (t->promote &&
+	    ram_slot_promote(t->ram, r->key, r->off, r->len, r->ram_gen, &ref) == 0) {
+		r->state = R_PIN_RAM;
+		r->ram_ref = ref;
+		ctr_add(&t->loads_promoted, 1);
+	}
+}
+
 /* Reads a job's blocks from disk into fresh extents and reports them. */
 static void run_job(struct slot_table *t, struct slot_job *j)
 {
@@ -107,14 +127,48 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		if (r->released)
 			res[k] = -ECANCELED;
 		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);
-		if (res[k] == 0)
+		if (res[k] == 0) {
 			r->state = R_PIN_OWN;
-		else
+			promote(t, r);
+		} else {
 			slot_rec_free(t, j->rec[k]);
+		}
 	}
 	pthread_mutex_unlock(&t->lock);
 
 	report(t, j, res, off, len);
+	free(j);
+}
+
+/*
+ * Writes a committed block to disk (disk.write_policy "write_through"),
+ * from its RAM copy, pinned meanwhile. A removal of the key since the
+ * commit wins: the block is not written, or is removed from the disk again
+ * once written (kvt_remove changes the RAM generation before it removes
+ * the disk's copy, so a removal that this check misses comes after the
+ * write and removes it itself).
+ */
+static void run_write(struct slot_table *t, struct slot_job *j)
+{
+	uint64_t ref, off;
+	size_t len;
+	int rc = ram_pin(t->ram, j->wkey, SIZE_MAX, &ref, &off, &len);
+
+	if (rc == 0) {
+		if (ram_gen(t->ram, j->wkey) == j->wgen)
+			rc = disk_put(t->disk, j->wkey, t->base + off, len);
+		ram_unpin(t->ram, ref);
+		if (rc == 0 && ram_gen(t->ram, j->wkey) != j->wgen)
+			disk_remove(t->disk, j->wkey);
+	}
+	if (rc == 0) {
+		ctr_add(&t->write_throughs, 1);
+	} else if (rc != -ENOENT) {
+		char kb[34];
+		ctr_add(&t->write_through_failures, 1);
+		kvt_log(KVT_LOG_WARN, "write-through of committed block %s to disk failed: %s",
+			kvt_key_str(j->wkey, kb), kvt_strerror(rc));
+	}
 	free(j);
 }
 
@@ -153,7 +207,10 @@ static void *loader_main(void *arg)
 		if (!t->qhead)
 			t->qtail = NULL;
 		pthread_mutex_unlock(&t->lock);
-		run_job(t, j);
+		if (j->b)
+			run_job(t, j);
+		else
+			run_write(t, j);
 		pthread_mutex_lock(&t->lock);
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -175,6 +232,26 @@ int slot_start_loaders(struct slot_table *t)
 		}
 		t->nth++;
 	}
+	return 0;
+}
+
+int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen)
+{
+	struct slot_job *j = calloc(1, sizeof(*j));
+	int rc = j ? slot_start_loaders(t) : -ENOMEM;
+
+	if (rc) {
+		free(j);
+		return rc;
+	}
+	j->wkey = key;
+	j->wgen = gen;
+	if (t->qtail)
+		t->qtail->next = j;
+	else
+		t->qhead = j;
+	t->qtail = j;
+	pthread_cond_signal(&t->qcond);
 	return 0;
 }
 

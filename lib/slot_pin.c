@@ -58,6 +58,8 @@ static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
 		ctr_add(&t->pins_ram, 1);
 		return 0;
 	}
+	/* The generation first: a removal after it voids the promotion. */
+	uint64_t gen = ram_gen(t->ram, sl->key);
 	if (rc != -ENOENT || !t->disk || !disk_contains(t->disk, sl->key, &len))
 		return rc == -ENOENT ? -ENOENT : rc;
 	if (!under_cap(t, len))
@@ -65,6 +67,7 @@ static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
 	id = slot_rec_new(t, sl->key, len, R_LOADING);
 	if (id == NIL)
 		return -ENOMEM;
+	t->recs[id].ram_gen = gen;
 	sl->len = len;
 	sl->ref = handle_of(t, id);
 	*rec = id;

@@ -104,6 +104,20 @@ static int take_reservation(struct slot_table *t, kvt_slot *sl, const char *fn,
 	return 1;
 }
 
+/* Has a loader write a block just published to disk (write-through). The
+ * block stays published if that cannot even be queued: it reaches the disk
+ * when it is evicted, as under disk.write_policy "on_evict". */
+static void queue_write(struct slot_table *t, kvt_key key)
+{
+	uint64_t gen = ram_gen(t->ram, key);
+
+	pthread_mutex_lock(&t->lock);
+	int rc = slot_queue_write(t, key, gen);
+	pthread_mutex_unlock(&t->lock);
+	if (rc)
+		ctr_add(&t->write_through_failures, 1);
+}
+
 /* Ends the live reservations of slots[0..n): publishes them, or gives their
  * space back. Returns how many were ended. */
 static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish,
@@ -136,6 +150,8 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 			ctr_add(&t->commits, 1);
 			done++;
 		}
+		if (rc == 0 && t->disk && t->write_through)
+			queue_write(t, slots[i].key);
 	}
 	return done;
 }

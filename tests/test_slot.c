@@ -58,8 +58,13 @@ static kvt_store *open_ram(unsigned ram_mib, const char *extra)
 	return s;
 }
 
-/* A store with a disk tier in file (kept across opens). */
-static kvt_store *open_disk(const char *file, unsigned ram_mib, const char *extra)
+/* Disk keys of most cases: every put is written to disk at once. */
+#define WT ", \"write_policy\": \"write_through\""
+
+/* A store with a disk tier in file (kept across opens); extra is more
+ * "ram" keys, dextra more "disk" keys. */
+static kvt_store *open_disk_with(const char *file, unsigned ram_mib, const char *extra,
+				 const char *dextra)
 {
 	char cfg[1024];
 	kvt_store *s = NULL;
@@ -68,13 +73,17 @@ static kvt_store *open_disk(const char *file, unsigned ram_mib, const char *extr
 		 "{\"ram\": {\"capacity\": \"%uMiB\", \"high_watermark\": 1.0,"
 		 " \"low_watermark\": 0.99, \"mlock\": false%s},"
 		 " \"disk\": {\"path\": \"%s/%s\", \"capacity\": \"64MiB\","
-		 " \"region_size\": \"4MiB\", \"queue_depth\": 16,"
-		 " \"write_policy\": \"write_through\"}}",
-		 ram_mib, extra, dir, file);
+		 " \"region_size\": \"4MiB\", \"queue_depth\": 16%s}}",
+		 ram_mib, extra, dir, file, dextra);
 	int rc = kvt_open(cfg, &s);
 	if (rc)
 		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
 	return s;
+}
+
+static kvt_store *open_disk(const char *file, unsigned ram_mib, const char *extra)
+{
+	return open_disk_with(file, ram_mib, extra, WT);
 }
 
 static kvt_slot slot_of(kvt_key k, size_t len)
@@ -261,9 +270,9 @@ static void test_pin_ram_blocks_in_place(void **state)
 
 /* Puts n blocks of len, closes and reopens so that they are on disk only. */
 static kvt_store *blocks_on_disk_only(const char *file, uint64_t n, size_t len,
-				      const char *extra)
+				      const char *extra, const char *dextra)
 {
-	kvt_store *s = open_disk(file, 32, extra);
+	kvt_store *s = open_disk_with(file, 32, extra, dextra);
 	kvt_op *ops = calloc(n, sizeof(*ops));
 	char *buf = malloc(n * len);
 	for (uint64_t i = 0; i < n; i++) {
@@ -275,7 +284,7 @@ static kvt_store *blocks_on_disk_only(const char *file, uint64_t n, size_t len,
 	free(ops);
 	free(buf);
 	/* Reopened: the RAM tier is empty, the disk kept its blocks. */
-	s = open_disk(file, 32, extra);
+	s = open_disk_with(file, 32, extra, dextra);
 	assert_int_equal(store_stat(s, "ram", "objects"), 0);
 	return s;
 }
@@ -285,7 +294,8 @@ static void test_pin_loads_disk_hits_one_by_one(void **state)
 	(void)state;
 	const uint64_t n = 24;
 	const size_t len = 300000;
-	kvt_store *s = blocks_on_disk_only("load.dat", n, len, "");
+	/* Not promoted: each load stays private to its slot. */
+	kvt_store *s = blocks_on_disk_only("load.dat", n, len, "", WT ", \"promote\": false");
 	kvt_slot sl[25];
 	kvt_pin_batch *b = NULL;
 
@@ -327,6 +337,146 @@ static void test_pin_loads_disk_hits_one_by_one(void **state)
 	assert_int_equal(kvt_unpin(s, sl, n + 1), (int)n);
 	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
 	assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
+	assert_int_equal(store_stat(s, "slots", "loads_promoted"), 0);
+	kvt_close(s);
+}
+
+/* Reaps every load of b into sl (failing on a timeout); returns how many. */
+static size_t reap_all(kvt_pin_batch *b)
+{
+	size_t idx[8], got = 0;
+	int r;
+	while ((r = kvt_pin_reap(b, idx, 8, 10000)) > 0)
+		got += (size_t)r;
+	assert_int_equal(r, 0);
+	kvt_pin_free(b);
+	return got;
+}
+
+static void test_loads_become_ram_blocks_in_place(void **state)
+{
+	(void)state;
+	const uint64_t n = 8;
+	const size_t len = 300000; /* not a multiple of 4 KiB */
+	kvt_store *s = blocks_on_disk_only("promote.dat", n, len, "", WT);
+	kvt_slot sl[8], again[8];
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	assert_int_equal(reap_all(b), n);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(sl[i].result, 0);
+		assert_true(check_block(sl[i].key, sl[i].addr, len));
+	}
+	assert_int_equal(store_stat(s, "slots", "loads_promoted"), (long long)n);
+	assert_int_equal(store_stat(s, "ram", "objects"), (long long)n);
+	/* Pinned again while the first pins hold: RAM hits, ready at once,
+	 * at the very bytes the loads landed in. */
+	for (uint64_t i = 0; i < n; i++)
+		again[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, again, n, 0, &b), (int)n);
+	assert_int_equal(reap_all(b), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(again[i].result, 0);
+		assert_ptr_equal(again[i].addr, sl[i].addr);
+		assert_int_equal(again[i].len, len);
+	}
+	assert_int_equal(store_stat(s, "slots", "pins_ram"), (long long)n);
+	assert_int_equal(kvt_unpin(s, sl, n), (int)n);
+	assert_int_equal(kvt_unpin(s, again, n), (int)n);
+	/* Unpinned, they stay in RAM: a get hits RAM, not the disk. */
+	long long disk_hits = store_stat(s, "disk", "hits");
+	for (uint64_t i = 0; i < n; i++)
+		assert_int_equal(store_get_block(s, test_key(i), len), 0);
+	assert_int_equal(store_stat(s, "disk", "hits"), disk_hits);
+	assert_int_equal(store_stat(s, "ram", "pinned"), 0);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	kvt_close(s);
+}
+
+static void test_load_racing_remove_is_not_promoted(void **state)
+{
+	(void)state;
+	const uint64_t n = 24;
+	kvt_store *s = blocks_on_disk_only("race.dat", n, 65536, "", WT);
+	unsigned landed = 0;
+
+	/* Each key removed right after its pin: before its read, while it
+	 * runs, or after it landed. Whichever, the bytes lent out are the
+	 * block's, and the removal wins once the pin ends. */
+	for (uint64_t i = 0; i < n; i++) {
+		kvt_slot sl = slot_of(test_key(i), 0);
+		kvt_pin_batch *b = NULL;
+		size_t len;
+		assert_int_equal(kvt_get_pin(s, &sl, 1, 0, &b), 1);
+		assert_int_equal(kvt_remove(s, test_key(i)), 0);
+		assert_int_equal(reap_all(b), 1);
+		if (sl.result == 0) {
+			assert_true(check_block(sl.key, sl.addr, 65536));
+			landed++;
+		} else {
+			assert_int_equal(sl.result, -ENOENT);
+		}
+		kvt_unpin(s, &sl, 1);
+		assert_int_equal(kvt_get(s, test_key(i), NULL, 0, &len), -ENOENT);
+	}
+	assert_int_equal(store_stat(s, "ram", "objects"), 0);
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), 0);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	print_message("%u of %u loads landed before their removal took the disk's copy\n",
+		      landed, (unsigned)n);
+	kvt_close(s);
+}
+
+/* Waits up to 10 s for the counter slots.name to reach want. */
+static void wait_stat(kvt_store *s, const char *name, long long want)
+{
+	for (int ms = 0; store_stat(s, "slots", name) < want && ms < 10000; ms++)
+		sleep_ms(1);
+	assert_int_equal(store_stat(s, "slots", name), want);
+}
+
+static void test_commit_writes_through_in_the_background(void **state)
+{
+	(void)state;
+	kvt_store *s = open_disk("wt.dat", 32, "");
+	kvt_slot sl[4];
+
+	for (int i = 0; i < 4; i++)
+		sl[i] = slot_of(test_key((uint64_t)i), 200000);
+	assert_int_equal(kvt_put_reserve(s, sl, 4, 0), 4);
+	for (int i = 0; i < 4; i++)
+		fill_block(sl[i].key, sl[i].addr, 200000);
+	assert_int_equal(kvt_put_commit(s, sl, 4), 4);
+	wait_stat(s, "write_throughs", 4);
+	assert_int_equal(store_stat(s, "slots", "write_through_failures"), 0);
+	assert_int_equal(store_stat(s, "disk", "objects"), 4);
+	/* A removal after the commit wins over the write. */
+	kvt_slot late = slot_of(test_key(9), 200000);
+	assert_int_equal(kvt_put_reserve(s, &late, 1, 0), 1);
+	fill_block(late.key, late.addr, 200000);
+	assert_int_equal(kvt_put_commit(s, &late, 1), 1);
+	assert_int_equal(kvt_remove(s, test_key(9)), 0);
+	kvt_close(s);
+	/* On disk across a restart: the blocks come back from the disk only. */
+	s = open_disk("wt.dat", 32, "");
+	assert_int_equal(store_stat(s, "ram", "objects"), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(store_get_block(s, test_key((uint64_t)i), 200000), 0);
+	size_t len;
+	assert_int_equal(kvt_get(s, test_key(9), NULL, 0, &len), -ENOENT);
+	kvt_close(s);
+	/* With "on_evict" a commit writes nothing until the block is evicted. */
+	s = open_disk_with("oe.dat", 32, "", ", \"write_policy\": \"on_evict\"");
+	sl[0] = slot_of(test_key(0), 200000);
+	assert_int_equal(kvt_put_reserve(s, sl, 1, 0), 1);
+	fill_block(sl[0].key, sl[0].addr, 200000);
+	assert_int_equal(kvt_put_commit(s, sl, 1), 1);
+	sleep_ms(50);
+	assert_int_equal(store_stat(s, "slots", "write_throughs"), 0);
+	assert_int_equal(store_stat(s, "disk", "objects"), 0);
 	kvt_close(s);
 }
 
@@ -334,7 +484,7 @@ static void test_unpin_while_loading_cancels(void **state)
 {
 	(void)state;
 	const uint64_t n = 16;
-	kvt_store *s = blocks_on_disk_only("cancel.dat", n, MiB, "");
+	kvt_store *s = blocks_on_disk_only("cancel.dat", n, MiB, "", WT);
 	kvt_slot sl[16];
 	kvt_pin_batch *b = NULL;
 
@@ -577,6 +727,9 @@ int main(void)
 		cmocka_unit_test(test_commit_after_the_store_fills),
 		cmocka_unit_test(test_pin_ram_blocks_in_place),
 		cmocka_unit_test(test_pin_loads_disk_hits_one_by_one),
+		cmocka_unit_test(test_loads_become_ram_blocks_in_place),
+		cmocka_unit_test(test_load_racing_remove_is_not_promoted),
+		cmocka_unit_test(test_commit_writes_through_in_the_background),
 		cmocka_unit_test(test_unpin_while_loading_cancels),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
 		cmocka_unit_test(test_pin_survives_remove),
