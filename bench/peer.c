@@ -114,10 +114,15 @@ static int open_member(const struct run *r, const char *self, uint64_t capacity,
 
 	snprintf(cfg, sizeof(cfg),
 		 "{\"ram\": {\"capacity\": %llu}, \"peers\": {\"self\": \"%s\", "
-		 "\"request_timeout_ms\": %u, \"transport\": \"%s\", \"members\": ["
+		 "\"request_timeout_ms\": %u, \"connect_timeout_ms\": %u, "
+		 "\"transport\": \"%s\", \"members\": ["
 		 "{\"name\": \"a\", \"addr\": \"%s:%u\"}, "
 		 "{\"name\": \"b\", \"addr\": \"%s:%u\"}]}}",
-		 (unsigned long long)capacity, self, r->request_ms, r->rdma ? "rdma" : "tcp",
+		 (unsigned long long)capacity, self, r->request_ms,
+		 /* an RDMA dial resolves an address and a route and connects a
+		  * queue pair: on an emulated device under load that takes
+		  * seconds, and a dial that times out sends the run inline */
+		 r->rdma ? 10000u : 500u, r->rdma ? "rdma" : "tcp",
 		 r->host[0], r->port_a, r->host[1], r->port_b);
 	rc = kvt_open(cfg, out);
 	if (rc)
