@@ -435,9 +435,10 @@ void wl_fleet_defaults(struct wl_fleet *f)
 	f->rounds = 3;
 	f->round_calls = 6;
 	strcpy(f->roles, "rrcccr");
+	strcpy(f->steps, "....p.");
 	f->max_context = 65536;
 	f->shared_tokens = 864;
-	f->role_median = 12288;
+	f->step_median = 896;
 	f->fail_median = 2048;
 	f->answer_median = 600;
 	f->think_p50 = 5.16;
@@ -459,76 +460,131 @@ static uint64_t lognormal_tokens(struct wl_rng *r, double m, double sigma, uint6
 	return (uint64_t)llround(x);
 }
 
-int wl_generate_fleet(const struct wl_fleet *f, struct wl *out)
+static int fleet_check(const struct wl_fleet *f)
 {
-	struct wl_rng r;
-	struct wl_think think;
-	uint64_t sst, common_seed, len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS];
-	uint64_t stream[WL_FLEET_MAX_CALLS], fail;
-	uint32_t s, k, round, turn;
-	struct wl_call c;
-	size_t nroles;
-	int err;
+	size_t nroles = strnlen(f->roles, sizeof(f->roles));
+	size_t nsteps = strnlen(f->steps, sizeof(f->steps));
 
-	wl_init(out, WL_TOKENS);
 	if (f->sessions == 0 || f->rounds == 0 || f->round_calls == 0 ||
 	    f->round_calls > WL_FLEET_MAX_CALLS ||
-	    f->max_context < 4ull * (f->shared_tokens + 256) || !(f->role_median >= 1) ||
+	    f->max_context < 4ull * (f->shared_tokens + 256) || !(f->step_median >= 1) ||
 	    !(f->fail_median >= 1) || !(f->answer_median >= 1) ||
 	    !(f->think_p50 > 0) || !(f->think_p90 > f->think_p50) || !(f->think_cap > 0) ||
 	    !(f->pause_s >= 0))
 		return -EINVAL;
-	nroles = strnlen(f->roles, sizeof(f->roles));
 	if (nroles == sizeof(f->roles) || (nroles && nroles != f->round_calls) ||
 	    strspn(f->roles, "rc") != nroles)
 		return -EINVAL;
+	if (nsteps == sizeof(f->steps) || (nsteps && nsteps != f->round_calls) ||
+	    strspn(f->steps, ".p") != nsteps || f->steps[0] == 'p')
+		return -EINVAL;
+	return 0;
+}
+
+/* One session's growing text: its segments and their tokens. */
+struct fleet_text {
+	struct wl_seg *seg;
+	size_t n, cap;
+	uint64_t len;
+};
+
+static int text_add(struct fleet_text *x, uint64_t seed, uint64_t len)
+{
+	if (grow((void **)&x->seg, &x->cap, x->n + 1, sizeof(*x->seg)))
+		return -ENOMEM;
+	x->seg[x->n++] = (struct wl_seg){ seed, 0, len };
+	x->len += len;
+	return 0;
+}
+
+/* Adds the call whose prompt is the first nseg segments of x (base tokens)
+ * and the segment own. */
+static int fleet_add_call(struct wl *out, struct wl_call *c, const struct fleet_text *x,
+			  size_t nseg, struct wl_seg own)
+{
+	size_t i;
+
+	c->first = out->nsegs;
+	c->n = (uint32_t)(nseg + 1);
+	for (i = 0; i < nseg; i++)
+		if (wl_add_seg(out, x->seg[i]))
+			return -ENOMEM;
+	if (wl_add_seg(out, own) || wl_add_call(out, c))
+		return -ENOMEM;
+	return 0;
+}
+
+/* Generates session s's calls into out. */
+static int fleet_session(const struct wl_fleet *f, uint32_t s, uint64_t common_seed,
+			 const struct wl_think *think, struct wl_rng *r, struct fleet_text *x,
+			 struct wl *out)
+{
+	uint64_t sseed = f->seed * 0x100000001b3ull + s + 1, mat, ans, base_len = 0;
+	uint32_t round, k, turn = 0;
+	size_t base = 0;
+	struct wl_call c;
+
+	x->n = 0;
+	x->len = 0;
+	if (text_add(x, common_seed, f->shared_tokens))
+		return -ENOMEM;
+	for (round = 0; round < f->rounds; round++) {
+		if (round && text_add(x, wl_splitmix64(&sseed),
+				      lognormal_tokens(r, f->fail_median, 0.5, 64, f->max_context)))
+			return -ENOMEM;
+		for (k = 0; k < f->round_calls; k++) {
+			if (f->steps[0] == 0 || f->steps[k] != 'p') {
+				base = x->n; /* after the step before: all the text so far */
+				base_len = x->len;
+			}
+			mat = lognormal_tokens(r, f->step_median, 0.5, 64, f->max_context);
+			ans = lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
+			if (base_len + mat + ans > f->max_context)
+				return 0; /* the session ends: its next call would not fit */
+			memset(&c, 0, sizeof(c));
+			c.session = s;
+			c.turn = turn;
+			c.prompt_tokens = base_len + mat;
+			c.output_tokens = ans;
+			c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
+			c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s : wl_think_sample(think, r);
+			c.arrival_s = -1;
+			{
+				struct wl_seg own = { wl_splitmix64(&sseed), 0, mat };
+
+				if (fleet_add_call(out, &c, x, base, own) ||
+				    text_add(x, own.seed, mat) ||
+				    text_add(x, wl_splitmix64(&sseed), ans))
+					return -ENOMEM;
+			}
+			turn++;
+		}
+	}
+	return 0;
+}
+
+int wl_generate_fleet(const struct wl_fleet *f, struct wl *out)
+{
+	struct fleet_text x = { 0 };
+	struct wl_rng r;
+	struct wl_think think;
+	uint64_t sst, common_seed;
+	uint32_t s;
+	int err;
+
+	wl_init(out, WL_TOKENS);
+	err = fleet_check(f);
+	if (err)
+		return err;
 	wl_rng_seed(&r, f->seed ^ 0x666c656574ull); /* "fleet" */
 	wl_think_fit(&think, f->think_p50, f->think_p90, f->think_cap);
 	sst = f->seed ^ 0x7461736b74657874ull; /* "tasktext" */
 	common_seed = wl_splitmix64(&sst);
-	for (s = 0; s < f->sessions; s++) {
-		uint64_t sseed = f->seed * 0x100000001b3ull + s + 1;
-
-		for (k = 0; k < f->round_calls; k++) {
-			stream[k] = wl_splitmix64(&sseed);
-			len[k] = f->shared_tokens + lognormal_tokens(&r, f->role_median, 0.5, 256,
-								     f->max_context / 2);
-		}
-		turn = 0;
-		for (round = 0; round < f->rounds; round++) {
-			/* a later round: each role's previous prompt, its answer
-			 * and the failing tests' text */
-			fail = round ? lognormal_tokens(&r, f->fail_median, 0.5, 64, f->max_context) : 0;
-			for (k = 0; k < f->round_calls; k++) {
-				if (round)
-					len[k] += ans[k] + fail;
-				ans[k] = lognormal_tokens(&r, f->answer_median, 0.8, 16, 4096);
-				if (len[k] + ans[k] > f->max_context)
-					goto session_done;
-				memset(&c, 0, sizeof(c));
-				c.session = s;
-				c.turn = turn;
-				c.prompt_tokens = len[k];
-				c.output_tokens = ans[k];
-				c.role = nroles ? (f->roles[k] == 'r' ? 1 : 2) : 0;
-				c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s
-								  : wl_think_sample(&think, &r);
-				c.arrival_s = -1;
-				c.first = out->nsegs;
-				c.n = 2;
-				if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
-				    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
-								     len[k] - f->shared_tokens }) ||
-				    wl_add_call(out, &c)) {
-					wl_free(out);
-					return -ENOMEM;
-				}
-				turn++;
-			}
-		}
-session_done:;
-	}
-	err = wl_index_sessions(out, f->sessions);
+	for (s = 0; s < f->sessions && !err; s++)
+		err = fleet_session(f, s, common_seed, &think, &r, &x, out);
+	free(x.seg);
+	if (!err)
+		err = wl_index_sessions(out, f->sessions);
 	if (err)
 		wl_free(out);
 	return err;

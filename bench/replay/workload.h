@@ -150,14 +150,20 @@ int wl_generate(const struct wl_gen *g, struct wl *out);
 
 /*
  * The agent-fleet study's sessions (adev): a session runs up to `rounds`
- * rounds of `round_calls` model calls, one a role (architect, contract,
- * test writer, implementers, integrator). A role's first prompt is the
- * leading task text shared by all sessions followed by material of its own;
- * in each later round the role's prompt is its previous prompt, its answer
- * and the failing tests' text (round N begins with the full text of round
- * N - 1), after a pause (the test gate) between rounds. No call's prompt +
- * answer exceeds max_context: a session whose next call would not fit ends
- * there, as a framework that always resends the full earlier text must.
+ * rounds of `round_calls` model calls, one a step of its fixed loop
+ * (architect, contract, test writer, implementers, integrator), each
+ * step's role on a server of its own. A session is one text that grows:
+ * it begins with the leading task text shared by all sessions; a step's
+ * prompt is the session's text so far followed by the step's own new
+ * material, and the step's material and answer are then appended to the
+ * text, so the next step sees them (the contract sees the architect's
+ * split, the tests the contract, ...). Steps marked 'p' in `steps` run
+ * beside the step before them (the implementers work in parallel): they
+ * see the same text it saw, not its material or answer. A later round
+ * begins, after a pause (the test gate), with the full text of the round
+ * before plus the failing tests' text. No call's prompt + answer exceeds
+ * max_context: a session whose next call would not fit ends there, as a
+ * framework that always resends the full earlier text must.
  */
 #define WL_FLEET_MAX_CALLS 15
 struct wl_fleet {
@@ -170,9 +176,14 @@ struct wl_fleet {
 				   * (coder, role 2); "rrcccr" (assumed); ""
 				   * leaves routing to the engine model. Else
 				   * round_calls long */
+	char steps[WL_FLEET_MAX_CALLS + 1]; /* per call of a round: 'p' runs
+				   * beside the call before it (same text),
+				   * '.' after it; "....p." (the two
+				   * implementers); "" all '.'. Else
+				   * round_calls long, never 'p' first */
 	uint64_t max_context;     /* 65,536 (the study) */
 	uint32_t shared_tokens;   /* 864: the leading task text */
-	double role_median;       /* a role's own material in round 1: 12,288 */
+	double step_median;       /* a step's own new material: 896 */
 	double fail_median;       /* failing-test text of a later round: 2,048 */
 	double answer_median;     /* 600 */
 	double think_p50, think_p90, think_cap; /* gaps inside a round */
