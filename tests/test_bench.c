@@ -1240,6 +1240,41 @@ static void cli_interrupted_run_keeps_its_results(void **state)
 	free(dir);
 }
 
+/* A replay sweep stopped in its first run ends that run where it was,
+ * prints and writes what it replayed, the run marked incomplete and the
+ * document interrupted, and exits 128 + signal. */
+static void cli_interrupted_sweep_keeps_the_run_so_far(void **state)
+{
+	char *dir = make_temp_dir("cli-sweep");
+	char path[4200];
+	struct proc p;
+	json_t *doc, *res, *r;
+	int o, e;
+	pid_t pid;
+
+	(void)state;
+	assert_non_null(dir);
+	snprintf(path, sizeof(path), "%s/sweep.json", dir);
+	pid = start_kvbench((const char *const[]){ "sweep", "--values", "6,12", "--no-progress",
+						   "--json", path, NULL }, &o, &e);
+	assert_true(wait_until_caught(pid, SIGTERM));
+	finish_kvbench(&p, pid, o, e, SIGTERM, 1000);
+	if (p.status != 143 || !strstr(p.err, "kvbench sweep: interrupted by SIGTERM") ||
+	    !strstr(p.out, "width=6 (stopped)") || strstr(p.out, "width=12"))
+		fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", p.status, p.out, p.err);
+	doc = load(path);
+	assert_string_equal(json_string_value(json_object_get(doc, "interrupted")), "SIGTERM");
+	res = json_object_get(doc, "results");
+	assert_int_equal(json_array_size(res), 1);
+	r = json_array_get(res, 0);
+	assert_true(json_is_true(json_object_get(r, "incomplete")));
+	assert_true(json_number_value(json_object_get(r, "calls")) >= 1);
+	json_decref(doc);
+	proc_free(&p);
+	rm_rf(dir);
+	free(dir);
+}
+
 /* Whether a fio runs on a file under directory s. */
 static int process_with(const char *s)
 {
@@ -1388,6 +1423,7 @@ int main(void)
 		cmocka_unit_test(cli_unusable_dir_is_an_error),
 		cmocka_unit_test(cli_help_speaks_to_users),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
+		cmocka_unit_test(cli_interrupted_sweep_keeps_the_run_so_far),
 		cmocka_unit_test(cli_stop_stops_fio),
 		cmocka_unit_test(man_pages_share_one_header),
 	};

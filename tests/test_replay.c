@@ -7,7 +7,8 @@
  * decide the routing; the endpoint's timeline (serialised prefill, a
  * decode batch that slows as it grows, busy time as the union of
  * outstanding intervals) and the saving computed from it, by hand; calls
- * routed by their role to an endpoint of their own.
+ * routed by their role to an endpoint of their own; the fleet's steps on
+ * the other server served by the RAM tier; a run asked to stop.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -455,6 +456,92 @@ static void calls_with_roles_go_to_their_endpoint(void **state)
 	}
 }
 
+/*
+ * The fleet's steps build on one text but run on two servers: the first
+ * coder step of a round finds the text the reasoner's steps computed in
+ * the store's RAM tier (no disk tier here), the reasoner's next step its
+ * own earlier text in its GPU cache.
+ */
+static void fleet_steps_on_the_other_server_hit_the_ram_tier(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl_fleet f;
+	struct wl w;
+	uint64_t want = 0;
+	size_t i;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	f.sessions = 2;
+	f.rounds = 1;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	assert_int_equal(w.ncalls, 2 * f.round_calls);
+	opts_for_tests(&o);
+	o.endpoints = 2;
+	o.ram_tokens = 1000000;
+	o.policy = POL_RAM_ONLY;
+	run(&o, &w, &r);
+	assert_int_equal(r.calls, w.ncalls);
+	assert_true(r.tok[T_GPU] > 0);
+	/* at least each session's first coder step (the third): the second
+	 * step's prompt, in whole 256-token store blocks, less the shared
+	 * task text the coder's GPU cache may hold from the other session */
+	for (i = 0; i < w.nsessions; i++)
+		want += w.calls[w.sessions[i].first_call + 1].prompt_tokens / 256 * 256 - 1024;
+	assert_true(want > 2 * 2048);
+	assert_true(r.tok[T_RAM] >= want);
+	assert_int_equal(r.tok[T_DISK], 0);
+	assert_int_equal(r.interrupted, 0);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
+static unsigned stop_after, stop_asked;
+
+/* A stop request that comes on the stop_after-th question. */
+static int stop_late(void)
+{
+	return ++stop_asked >= stop_after;
+}
+
+/* A run asked to stop ends there without an error, marked interrupted,
+ * with the figures of the calls it replayed; one never asked runs whole. */
+static void a_stopped_run_keeps_what_it_replayed(void **state)
+{
+	struct replay_opts o;
+	struct replay_result whole, part;
+	struct wl_fleet f;
+	struct wl w;
+	char err[256];
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	f.sessions = 4;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	opts_for_tests(&o);
+	o.endpoints = 2;
+	o.active = 2;
+	o.stop = stop_late;
+	stop_after = UINT32_MAX;
+	stop_asked = 0;
+	run(&o, &w, &whole);
+	assert_int_equal(whole.interrupted, 0);
+	assert_int_equal(whole.calls, w.ncalls);
+	stop_after = stop_asked / 2; /* half way through the events */
+	stop_asked = 0;
+	assert_int_equal(replay_run(&o, &w, &part, err, sizeof(err)), 0);
+	assert_int_equal(part.interrupted, 1);
+	assert_true(part.calls > 0 && part.calls < whole.calls);
+	assert_true(part.busy_s > 0 && part.busy_s < whole.busy_s);
+	assert_true(part.busy_union_s > 0 && part.busy_union_s <= part.busy_s);
+	assert_true(part.sim_s < whole.sim_s);
+	assert_true(part.prompt_tokens < whole.prompt_tokens);
+	replay_result_free(&whole);
+	replay_result_free(&part);
+	wl_free(&w);
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -490,6 +577,8 @@ int main(void)
 		cmocka_unit_test(busy_time_is_the_union_of_intervals),
 		cmocka_unit_test(saving_from_tokens_busy_time_and_charges),
 		cmocka_unit_test(calls_with_roles_go_to_their_endpoint),
+		cmocka_unit_test(fleet_steps_on_the_other_server_hit_the_ram_tier),
+		cmocka_unit_test(a_stopped_run_keeps_what_it_replayed),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 

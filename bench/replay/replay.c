@@ -497,7 +497,9 @@ static void pace(struct run *r, double t)
 	if (now + 20000 < target) {
 		ts.tv_sec = (time_t)(target / 1000000000ull);
 		ts.tv_nsec = (long)(target % 1000000000ull);
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		/* a signal wakes it early; a stop request ends the wait */
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR &&
+		       !(r->o->stop && r->o->stop()))
 			;
 	} else if (now > target) {
 		double lag = (double)(now - target) / 1e9;
@@ -1263,9 +1265,17 @@ void replay_savings(struct replay_result *res, double prefill_rate)
 	res->saved_store_union = res->busy_union_s > 0 ? avoided / res->busy_union_s : 0;
 }
 
+/* Where call i's interval ends: its decode's end, or, in a run stopped
+ * before the call was done, the simulated time reached. */
+static double call_end(const struct run *r, size_t i)
+{
+	return r->done_t[i] >= 0 ? r->done_t[i] : r->res->sim_s;
+}
+
 /* Busy time: per endpoint, the union of its calls' intervals from arrival
  * to the end of their decode; summed over endpoints. Also the union over
- * all endpoints and the mean number of calls outstanding while busy. */
+ * all endpoints and the mean number of calls outstanding while busy. Calls
+ * that never arrived (a stopped run) count nothing. */
 static int busy_time(struct run *r)
 {
 	const size_t n = r->w->ncalls;
@@ -1279,19 +1289,21 @@ static int busy_time(struct run *r)
 	r->res->busy_s = 0;
 	for (e = 0; e < r->o->endpoints; e++) {
 		for (i = 0, k = 0; i < n; i++)
-			if (r->ep_of[i] == e) {
+			if (r->arrive[i] >= 0 && r->ep_of[i] == e) {
 				v[k].start = r->arrive[i];
-				v[k].end = r->done_t[i];
-				inside += r->done_t[i] - r->arrive[i];
+				v[k].end = call_end(r, i);
+				inside += v[k].end - v[k].start;
 				k++;
 			}
 		r->res->busy_s += replay_busy_union(v, k);
 	}
-	for (i = 0; i < n; i++) {
-		v[i].start = r->arrive[i];
-		v[i].end = r->done_t[i];
-	}
-	r->res->busy_union_s = replay_busy_union(v, n);
+	for (i = 0, k = 0; i < n; i++)
+		if (r->arrive[i] >= 0) {
+			v[k].start = r->arrive[i];
+			v[k].end = call_end(r, i);
+			k++;
+		}
+	r->res->busy_union_s = replay_busy_union(v, k);
 	free(v);
 	r->res->mean_outstanding = r->res->busy_s > 0 ? inside / r->res->busy_s : 0;
 	return 0;
@@ -1378,6 +1390,8 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	}
 	for (i = 0; i <= w->nsessions; i++)
 		r.pref[i] = -1;
+	for (i = 0; i < n; i++)
+		r.arrive[i] = r.done_t[i] = -1; /* not arrived, not done */
 	for (i = 0; i < o->endpoints; i++)
 		if (lru_init(&r.ep[i].gpu, o->gpu_tokens)) {
 			rc = rfail(&r, -ENOMEM, "out of memory");
@@ -1451,6 +1465,10 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		goto out;
 	}
 	while (r.h.n > 0) {
+		if (o->stop && o->stop()) {
+			res->interrupted = 1;
+			break;
+		}
 		e = heap_pop(&r.h);
 		switch (e.type) {
 		case EV_ARRIVE:
@@ -1473,7 +1491,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	}
 	progress(&r, 0, 1);
 	res->wall_s = (double)(bench_now_ns() - wall0) / 1e9;
-	if (r.completions != n) {
+	if (r.completions != n && !res->interrupted) {
 		rc = rfail(&r, -EPROTO, "the replay stopped after %llu of %zu calls",
 			   (unsigned long long)r.completions, n);
 		goto out;

@@ -84,6 +84,8 @@ struct replay_opts {
 				    * each node gets the RAM and disk capacities */
 	/* output */
 	int progress;              /* progress bar on stderr (if a terminal) */
+	int (*stop)(void);         /* NULL, or asked between events: nonzero
+				    * ends the run early (res->interrupted) */
 	const char *label;         /* printed in the report; may be NULL */
 };
 
@@ -135,13 +137,19 @@ struct replay_result {
 	/* the run */
 	double wall_s, lag_max_s, lag_mean_s;
 	double sim_s;
+	int interrupted;                         /* stopped by o->stop before every
+						  * call was done: the figures are
+						  * those of the calls replayed */
 	json_t *store_stats;                     /* final kvt_stats_json, or NULL;
 						  * with nodes > 1 an array of
 						  * every node's, node 0 first */
 };
 
 /*
- * Replays w on a fresh store configured from o and fills *res. Returns 0; a
+ * Replays w on a fresh store configured from o and fills *res. When o->stop
+ * asks to stop, the run ends there with res->interrupted set and its figures
+ * over the calls that arrived (those in flight counted to the time reached);
+ * that is no error. Returns 0; a
  * negative errno with a message in err when the store cannot be opened or
  * fails, or -EILSEQ when a loaded block's bytes differ from what was stored
  * (a fatal bench error).

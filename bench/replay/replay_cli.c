@@ -346,21 +346,22 @@ static const char *const sweep_params[] = {
 	"gpu-tokens", "decode-growth", NULL
 };
 
-static int parse_args(struct cli *c, int argc, char **argv, int sweep)
+/* An option parser of one group returns 0 (taken), BENCH_EXIT_USAGE (bad,
+ * the message printed) or NOT_MINE (an option of another group). */
+#define NOT_MINE (-2)
+#define BAD(what) return bench_usage_error(c->cmd, "bad --%s '%s'", what, arg)
+
+/* First pass: the preset, whose values later options override; a sweep
+ * without a preset sweeps the fleet, one policy a point. */
+static int parse_preset(struct cli *c, int argc, char **argv, int sweep)
 {
-	const char *cmd = c->cmd;
-	uint64_t u;
-	int ch, r, schedule_set = 0;
+	int ch, have_preset = 0, have_trace = 0, have_policy = 0, have_over_ram = 0;
 
-	int have_preset = 0, have_trace = 0, have_policy = 0, have_over_ram = 0;
-
-	/* first pass: the preset, whose values later options override */
 	bench_getopt_begin();
 	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		if (ch == O_PRESET) {
 			if (apply_preset(c, optarg))
-				return bench_usage_error(cmd, "unknown --preset '%s'",
-							 optarg);
+				return bench_usage_error(c->cmd, "unknown --preset '%s'", optarg);
 			have_preset = 1;
 		}
 		have_trace |= ch == O_TRACE;
@@ -370,7 +371,6 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			have_over_ram = 1;
 	}
 	if (sweep) {
-		/* a sweep without a preset sweeps the fleet; one policy per point */
 		if (!have_preset && !have_trace) {
 			apply_preset(c, "fleet-12");
 			c->preset = NULL;
@@ -378,226 +378,281 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 		if (!have_policy)
 			set_policies(c, have_trace || have_over_ram ? "ram-only" : "default");
 	}
+	return 0;
+}
+
+/* The workload's and the schedule's options. */
+static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_set)
+{
+	uint64_t u;
+
+	switch (ch) {
+	case O_PRESET:
+		return 0;
+	case O_TRACE:
+		c->trace = arg;
+		return 0;
+	case O_TRACE_FORMAT:
+		if (trace_format_parse(arg, &c->trace_format))
+			BAD("trace-format");
+		return 0;
+	case O_TRACE_BT:
+		if (parse_u64(arg, 1, 1u << 20, &u))
+			BAD("trace-block-tokens");
+		c->trace_block_tokens = (uint32_t)u;
+		return 0;
+	case O_SEED:
+		if (parse_u64(arg, 0, 1e15, &u))
+			BAD("seed");
+		c->gen.seed = u;
+		c->fleet.seed = u;
+		return 0;
+	case O_SESSIONS:
+		if (parse_u64(arg, 1, 1e9, &c->sessions_limit))
+			BAD("sessions");
+		c->per_width = 0;
+		return 0;
+	case O_SHARED:
+		if (parse_u64(arg, 0, 1 << 20, &u))
+			BAD("shared-tokens");
+		c->gen.shared_tokens = (uint32_t)u;
+		c->fleet.shared_tokens = (uint32_t)u;
+		return 0;
+	case O_SCHEDULE:
+		*schedule_set = 1;
+		if (!strcmp(arg, "active"))
+			c->o.sched = SCHED_ACTIVE;
+		else if (!strcmp(arg, "distance"))
+			c->o.sched = SCHED_DISTANCE;
+		else if (!strcmp(arg, "arrival"))
+			c->o.sched = SCHED_ARRIVAL;
+		else
+			BAD("schedule");
+		return 0;
+	case O_ACTIVE:
+		if (parse_u64(arg, 1, 1e6, &u))
+			BAD("active");
+		c->o.active = (uint32_t)u;
+		return 0;
+	case O_STAGGER:
+		if (parse_count(arg, 1e9, &c->o.stagger_s))
+			BAD("stagger");
+		return 0;
+	case O_DISTANCE:
+		if (parse_u64(arg, 0, 1e9, &u))
+			BAD("reuse-distance");
+		c->o.reuse_distance = (uint32_t)u;
+		if (!*schedule_set)
+			c->o.sched = SCHED_DISTANCE;
+		return 0;
+	case O_INFLIGHT:
+		if (parse_u64(arg, 1, 1e6, &u))
+			BAD("max-inflight");
+		c->o.max_inflight = (uint32_t)u;
+		return 0;
+	case O_SPEED:
+		if (!strcmp(arg, "max"))
+			c->o.speed = 0;
+		else if (parse_pos(arg, &c->o.speed))
+			BAD("speed");
+		return 0;
+	}
+	return NOT_MINE;
+}
+
+/* The engine model's options and the bytes of a block. */
+static int opt_engine(struct cli *c, int ch, const char *arg)
+{
+	uint64_t u;
+
+	switch (ch) {
+	case O_ENDPOINTS:
+		if (parse_u64(arg, 1, 4096, &u))
+			BAD("endpoints");
+		c->o.endpoints = (uint32_t)u;
+		return 0;
+	case O_GPU_TOKENS:
+		if (parse_u64(arg, 0, 1e12, &c->o.gpu_tokens))
+			BAD("gpu-tokens");
+		return 0;
+	case O_GPU_BLOCK:
+		if (parse_u64(arg, 1, 1 << 16, &u))
+			BAD("gpu-block");
+		c->o.gpu_block = (uint32_t)u;
+		return 0;
+	case O_CHUNK:
+		if (parse_u64(arg, 1, 1 << 20, &u))
+			BAD("chunk-tokens");
+		c->o.chunk_tokens = (uint32_t)u;
+		return 0;
+	case O_SLACK:
+		if (parse_u64(arg, 0, 1e12, &c->o.sticky_slack))
+			BAD("sticky-slack");
+		return 0;
+	case O_PREFILL:
+		if (parse_pos(arg, &c->o.prefill_rate))
+			BAD("prefill-rate");
+		return 0;
+	case O_DECODE:
+		if (parse_pos(arg, &c->o.decode_rate))
+			BAD("decode-rate");
+		return 0;
+	case O_GROWTH:
+		if (parse_count(arg, 1e6, &c->o.decode_growth))
+			BAD("decode-growth");
+		return 0;
+	case O_DISAGG:
+		c->o.disaggregated = 1;
+		return 0;
+	case O_MODEL:
+		if (set_model(&c->o, arg))
+			BAD("model");
+		return 0;
+	case O_KVBPT:
+		if (parse_u64(arg, 1, 1ull << 30, &c->o.kv_bytes_per_token))
+			BAD("kv-bytes-per-token");
+		c->o.model = "custom";
+		return 0;
+	case O_SCALE:
+		if (parse_u64(arg, 1, 1ull << 30, &u))
+			BAD("scale");
+		c->o.scale = (uint32_t)u;
+		return 0;
+	case O_CHARGE:
+		if (parse_count(arg, 1e9, &c->o.charge_scale))
+			BAD("charge-scale");
+		return 0;
+	}
+	return NOT_MINE;
+}
+
+/* The store's options. */
+static int opt_store(struct cli *c, int ch, const char *arg)
+{
+	char why[256];
+	uint64_t u;
+
+	switch (ch) {
+	case O_POLICY:
+		if (set_policies(c, arg))
+			BAD("policy");
+		return 0;
+	case O_RAM_TOKENS:
+		if (parse_u64(arg, 1, 1e13, &c->o.ram_tokens))
+			BAD("ram-tokens");
+		return 0;
+	case O_RAM:
+		if (bench_parse_size(arg, &u) || bytes_to_tokens(&c->o, u) == 0)
+			BAD("ram");
+		c->o.ram_tokens = bytes_to_tokens(&c->o, u);
+		return 0;
+	case O_DISK_TOKENS:
+		if (parse_u64(arg, 0, 1e13, &c->o.disk_tokens))
+			BAD("disk-tokens");
+		return 0;
+	case O_DISK:
+		if (bench_parse_size(arg, &u))
+			BAD("disk");
+		c->o.disk_tokens = bytes_to_tokens(&c->o, u);
+		return 0;
+	case O_DISK_DIR:
+		if (bench_dir_check(arg, why, sizeof(why)))
+			return bench_usage_error(c->cmd, "--disk-dir %s: %s", arg, why);
+		c->o.disk_dir = arg;
+		return 0;
+	case O_LEASE:
+		if (parse_u64(arg, 1, 1e10, &c->o.lease_ms))
+			BAD("lease-ms");
+		return 0;
+	case O_RELEASE:
+		c->o.release_leases = 1;
+		return 0;
+	case O_THREADS:
+		if (parse_u64(arg, 1, 256, &u))
+			BAD("threads");
+		c->o.threads = (uint32_t)u;
+		return 0;
+	case O_NODES:
+		if (parse_u64(arg, 1, REPLAY_NODES_MAX, &u))
+			BAD("nodes");
+		c->o.nodes = (uint32_t)u;
+		return 0;
+	}
+	return NOT_MINE;
+}
+
+/* The output's options and the sweep's. */
+static int opt_output(struct cli *c, int ch, const char *arg, int sweep)
+{
+	char why[256];
+	int i;
+
+	switch (ch) {
+	case O_CSV:
+		if (strcmp(arg, "-") && bench_output_check(arg, why, sizeof(why)))
+			return bench_usage_error(c->cmd, "--csv %s: %s", arg, why);
+		c->csv = arg;
+		return 0;
+	case O_NO_PROGRESS:
+		c->o.progress = 0;
+		return 0;
+	case O_OVER:
+		if (!sweep)
+			return bench_usage_error(c->cmd, "--over belongs to kvbench sweep");
+		for (i = 0; sweep_params[i]; i++)
+			if (!strcmp(arg, sweep_params[i]))
+				break;
+		if (!sweep_params[i])
+			BAD("over");
+		c->over = sweep_params[i];
+		return 0;
+	case O_VALUES:
+		if (!sweep)
+			return bench_usage_error(c->cmd, "--values belongs to kvbench sweep");
+		if (parse_values(c, arg))
+			BAD("values");
+		return 0;
+	}
+	return NOT_MINE;
+}
+#undef BAD
+
+/* Reads the command line into c. Returns 0, -1 after --help (printed), or
+ * BENCH_EXIT_USAGE after a one-line error. */
+static int parse_args(struct cli *c, int argc, char **argv, int sweep)
+{
+	int ch, r, schedule_set = 0;
+
+	r = parse_preset(c, argc, argv, sweep);
+	if (r)
+		return r;
 	bench_getopt_begin();
 	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		r = bench_common_option(cmd, ch, optarg, argv, &c->co);
+		r = bench_common_option(c->cmd, ch, optarg, argv, &c->co);
 		if (r < 0)
 			return BENCH_EXIT_USAGE;
 		if (r > 0)
 			continue;
-#define BAD(what) return bench_usage_error(cmd, "bad --%s '%s'", what, optarg)
-		switch (ch) {
-		case 'h':
+		if (ch == 'h') {
 			fputs(usage_replay, stdout);
 			return -1;
-		case O_PRESET:
-			break;
-		case O_TRACE:
-			c->trace = optarg;
-			break;
-		case O_TRACE_FORMAT:
-			if (trace_format_parse(optarg, &c->trace_format))
-				BAD("trace-format");
-			break;
-		case O_TRACE_BT:
-			if (parse_u64(optarg, 1, 1u << 20, &u))
-				BAD("trace-block-tokens");
-			c->trace_block_tokens = (uint32_t)u;
-			break;
-		case O_SEED:
-			if (parse_u64(optarg, 0, 1e15, &u))
-				BAD("seed");
-			c->gen.seed = u;
-			c->fleet.seed = u;
-			break;
-		case O_SESSIONS:
-			if (parse_u64(optarg, 1, 1e9, &c->sessions_limit))
-				BAD("sessions");
-			c->per_width = 0;
-			break;
-		case O_SHARED:
-			if (parse_u64(optarg, 0, 1 << 20, &u))
-				BAD("shared-tokens");
-			c->gen.shared_tokens = (uint32_t)u;
-			c->fleet.shared_tokens = (uint32_t)u;
-			break;
-		case O_SCHEDULE:
-			schedule_set = 1;
-			if (!strcmp(optarg, "active"))
-				c->o.sched = SCHED_ACTIVE;
-			else if (!strcmp(optarg, "distance"))
-				c->o.sched = SCHED_DISTANCE;
-			else if (!strcmp(optarg, "arrival"))
-				c->o.sched = SCHED_ARRIVAL;
-			else
-				BAD("schedule");
-			break;
-		case O_ACTIVE:
-			if (parse_u64(optarg, 1, 1e6, &u))
-				BAD("active");
-			c->o.active = (uint32_t)u;
-			break;
-		case O_STAGGER:
-			if (parse_count(optarg, 1e9, &c->o.stagger_s))
-				BAD("stagger");
-			break;
-		case O_DISTANCE:
-			if (parse_u64(optarg, 0, 1e9, &u))
-				BAD("reuse-distance");
-			c->o.reuse_distance = (uint32_t)u;
-			if (!schedule_set)
-				c->o.sched = SCHED_DISTANCE;
-			break;
-		case O_INFLIGHT:
-			if (parse_u64(optarg, 1, 1e6, &u))
-				BAD("max-inflight");
-			c->o.max_inflight = (uint32_t)u;
-			break;
-		case O_SPEED:
-			if (!strcmp(optarg, "max"))
-				c->o.speed = 0;
-			else if (parse_pos(optarg, &c->o.speed))
-				BAD("speed");
-			break;
-		case O_ENDPOINTS:
-			if (parse_u64(optarg, 1, 4096, &u))
-				BAD("endpoints");
-			c->o.endpoints = (uint32_t)u;
-			break;
-		case O_GPU_TOKENS:
-			if (parse_u64(optarg, 0, 1e12, &c->o.gpu_tokens))
-				BAD("gpu-tokens");
-			break;
-		case O_GPU_BLOCK:
-			if (parse_u64(optarg, 1, 1 << 16, &u))
-				BAD("gpu-block");
-			c->o.gpu_block = (uint32_t)u;
-			break;
-		case O_CHUNK:
-			if (parse_u64(optarg, 1, 1 << 20, &u))
-				BAD("chunk-tokens");
-			c->o.chunk_tokens = (uint32_t)u;
-			break;
-		case O_SLACK:
-			if (parse_u64(optarg, 0, 1e12, &c->o.sticky_slack))
-				BAD("sticky-slack");
-			break;
-		case O_PREFILL:
-			if (parse_pos(optarg, &c->o.prefill_rate))
-				BAD("prefill-rate");
-			break;
-		case O_DECODE:
-			if (parse_pos(optarg, &c->o.decode_rate))
-				BAD("decode-rate");
-			break;
-		case O_GROWTH:
-			if (parse_count(optarg, 1e6, &c->o.decode_growth))
-				BAD("decode-growth");
-			break;
-		case O_DISAGG:
-			c->o.disaggregated = 1;
-			break;
-		case O_MODEL:
-			if (set_model(&c->o, optarg))
-				BAD("model");
-			break;
-		case O_KVBPT:
-			if (parse_u64(optarg, 1, 1ull << 30, &c->o.kv_bytes_per_token))
-				BAD("kv-bytes-per-token");
-			c->o.model = "custom";
-			break;
-		case O_SCALE:
-			if (parse_u64(optarg, 1, 1ull << 30, &u))
-				BAD("scale");
-			c->o.scale = (uint32_t)u;
-			break;
-		case O_CHARGE:
-			if (parse_count(optarg, 1e9, &c->o.charge_scale))
-				BAD("charge-scale");
-			break;
-		case O_POLICY:
-			if (set_policies(c, optarg))
-				BAD("policy");
-			break;
-		case O_RAM_TOKENS:
-			if (parse_u64(optarg, 1, 1e13, &c->o.ram_tokens))
-				BAD("ram-tokens");
-			break;
-		case O_RAM:
-			if (bench_parse_size(optarg, &u) || bytes_to_tokens(&c->o, u) == 0)
-				BAD("ram");
-			c->o.ram_tokens = bytes_to_tokens(&c->o, u);
-			break;
-		case O_DISK_TOKENS:
-			if (parse_u64(optarg, 0, 1e13, &c->o.disk_tokens))
-				BAD("disk-tokens");
-			break;
-		case O_DISK:
-			if (bench_parse_size(optarg, &u))
-				BAD("disk");
-			c->o.disk_tokens = bytes_to_tokens(&c->o, u);
-			break;
-		case O_DISK_DIR: {
-			char why[256];
-
-			if (bench_dir_check(optarg, why, sizeof(why)))
-				return bench_usage_error(cmd, "--disk-dir %s: %s", optarg, why);
-			c->o.disk_dir = optarg;
-			break;
 		}
-		case O_LEASE:
-			if (parse_u64(optarg, 1, 1e10, &c->o.lease_ms))
-				BAD("lease-ms");
-			break;
-		case O_RELEASE:
-			c->o.release_leases = 1;
-			break;
-		case O_THREADS:
-			if (parse_u64(optarg, 1, 256, &u))
-				BAD("threads");
-			c->o.threads = (uint32_t)u;
-			break;
-		case O_NODES:
-			if (parse_u64(optarg, 1, REPLAY_NODES_MAX, &u))
-				BAD("nodes");
-			c->o.nodes = (uint32_t)u;
-			break;
-		case O_CSV: {
-			char why[256];
-
-			if (strcmp(optarg, "-") && bench_output_check(optarg, why, sizeof(why)))
-				return bench_usage_error(cmd, "--csv %s: %s", optarg, why);
-			c->csv = optarg;
-			break;
-		}
-		case O_NO_PROGRESS:
-			c->o.progress = 0;
-			break;
-		case O_OVER:
-			if (!sweep)
-				return bench_usage_error(cmd, "--over belongs to kvbench sweep");
-			for (r = 0; sweep_params[r]; r++)
-				if (!strcmp(optarg, sweep_params[r]))
-					break;
-			if (!sweep_params[r])
-				BAD("over");
-			c->over = sweep_params[r];
-			break;
-		case O_VALUES:
-			if (!sweep)
-				return bench_usage_error(cmd, "--values belongs to kvbench sweep");
-			if (parse_values(c, optarg))
-				BAD("values");
-			break;
-		default:
-			return bench_usage_error(cmd, "unexpected option");
-		}
-#undef BAD
+		r = opt_workload(c, ch, optarg, &schedule_set);
+		if (r == NOT_MINE)
+			r = opt_engine(c, ch, optarg);
+		if (r == NOT_MINE)
+			r = opt_store(c, ch, optarg);
+		if (r == NOT_MINE)
+			r = opt_output(c, ch, optarg, sweep);
+		if (r == NOT_MINE)
+			return bench_usage_error(c->cmd, "unexpected option");
+		if (r)
+			return r;
 	}
 	if (optind < argc)
-		return bench_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+		return bench_usage_error(c->cmd, "unexpected argument '%s'", argv[optind]);
 	if (c->o.chunk_tokens % c->o.gpu_block)
-		return bench_usage_error(cmd,
+		return bench_usage_error(c->cmd,
 					 "--chunk-tokens %u is not a multiple of --gpu-block %u",
 					 c->o.chunk_tokens, c->o.gpu_block);
 	return 0;
@@ -802,118 +857,179 @@ static void set_param(struct replay_opts *o, const char *p, double v)
 		o->decode_growth = v;
 }
 
+/* Fills in a sweep's parameter and values where not given and checks the
+ * values. Returns 0 or BENCH_EXIT_USAGE. */
+static int sweep_prepare(struct cli *c)
+{
+	size_t i;
+
+	if (!c->over)
+		c->over = c->trace ? "ram-tokens" : "width";
+	if (!c->nvalues) {
+		if (!strcmp(c->over, "ram-tokens"))
+			parse_values(c, "0.5M,1M,2M,3M,5M,10M,20M,50M");
+		else if (!strcmp(c->over, "width"))
+			parse_values(c, "1,2,6,12,18");
+		else
+			return bench_usage_error(c->cmd, "--over %s needs --values", c->over);
+	}
+	for (i = 0; i < c->nvalues; i++)
+		if (c->values[i] < 1 && strcmp(c->over, "disk-tokens") &&
+		    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance") &&
+		    strcmp(c->over, "decode-growth"))
+			return bench_usage_error(c->cmd, "--values: %g is not valid for --over %s",
+						 c->values[i], c->over);
+	return 0;
+}
+
+/* The runs of a replay (one per policy) or a sweep (one per value and
+ * policy) and what they measured. */
+struct runs {
+	struct replay_result *res;
+	double *xs;   /* a sweep's value of each run */
+	size_t n;     /* runs done (the last may have been stopped) */
+	char err[1024];
+};
+
+/* Runs value i (a sweep) with policy k into rs->res[rs->n]. Returns 0 or
+ * BENCH_EXIT_FAIL (the reason in rs->err). */
+static int run_one(struct cli *c, const struct wl *w, int sweep, size_t i, size_t k,
+		   struct runs *rs)
+{
+	struct replay_opts o = c->o;
+	struct replay_result *res = &rs->res[rs->n];
+	struct wl wr = *w; /* a view: fewer sessions for narrow fleets */
+	char label[96] = "";
+	int r;
+
+	o.policy = c->pol[k];
+	o.stop = bench_stop_signal;
+	if (sweep) {
+		set_param(&o, c->over, c->values[i]);
+		if (c->npol > 1)
+			snprintf(label, sizeof(label), "%s=%.15g %s", c->over, c->values[i],
+				 replay_policy_name[o.policy]);
+		else
+			snprintf(label, sizeof(label), "%s=%.15g", c->over, c->values[i]);
+		o.label = label;
+		rs->xs[rs->n] = c->values[i];
+	}
+	if (c->per_width && !c->trace)
+		wl_truncate_sessions(&wr, o.active * 4 > 16 ? o.active * 4 : 16);
+	fprintf(stderr, "kvbench %s: running %s%s%s (%zu calls) ...\n", c->cmd,
+		replay_policy_name[o.policy], sweep ? " at " : "", label, wr.ncalls);
+	r = replay_run(&o, &wr, res, rs->err, sizeof(rs->err));
+	if (r) {
+		fprintf(stderr, "kvbench %s: policy %s: %s\n", c->cmd, replay_policy_name[o.policy],
+			rs->err);
+		return BENCH_EXIT_FAIL;
+	}
+	if (res->interrupted) /* what it replayed before the stop, marked */
+		snprintf(res->label + strnlen(res->label, sizeof(res->label) - 12),
+			 12, " (stopped)");
+	rs->n++;
+	return 0;
+}
+
+/* Every run in turn, until one fails or a stop signal comes. */
+static int run_every(struct cli *c, const struct wl *w, int sweep, struct runs *rs)
+{
+	size_t i, k;
+	int rc;
+
+	for (i = 0; i < (sweep ? c->nvalues : 1); i++)
+		for (k = 0; k < c->npol; k++) {
+			if (bench_stop_signal())
+				return BENCH_EXIT_OK;
+			rc = run_one(c, w, sweep, i, k, rs);
+			if (rc)
+				return rc;
+		}
+	return BENCH_EXIT_OK;
+}
+
+/* The JSON document of the runs done (rc: how the runs ended). Returns rc
+ * or BENCH_EXIT_FAIL when it cannot be written. */
+static int write_json(struct cli *c, const struct wl *w, int sweep, const struct runs *rs,
+		      int rc)
+{
+	json_t *doc = bench_json_new(c->cmd);
+	size_t i;
+
+	if (!doc)
+		return BENCH_EXIT_FAIL;
+	bench_json_config(doc, "replay", config_json(c, w));
+	if (sweep)
+		bench_json_config(doc, "sweep_param", json_string(c->over));
+	add_published(doc, c->preset);
+	for (i = 0; i < rs->n; i++) {
+		json_t *o = replay_result_json(&rs->res[i]);
+		if (sweep) {
+			json_object_set_new(o, "sweep_param", json_string(c->over));
+			json_object_set_new(o, "sweep_value", json_real(rs->xs[i]));
+			if (!strcmp(c->over, "width"))
+				replay_study_json(o, rs->xs[i]);
+		}
+		bench_json_result(doc, o);
+	}
+	if (rc)
+		bench_json_error(doc, "%s", rs->err);
+	if (bench_json_write(doc, c->co.json_path))
+		rc = BENCH_EXIT_FAIL;
+	json_decref(doc);
+	return rc;
+}
+
+/* Prints and writes what the runs measured. */
+static int report(struct cli *c, const struct wl *w, int sweep, const struct runs *rs, int rc)
+{
+	if (rs->n)
+		replay_print(stdout, rs->res, rs->n, sweep ? NULL : c->preset,
+			     sweep ? c->over : NULL, sweep ? rs->xs : NULL);
+	if (c->co.json_path)
+		rc = write_json(c, w, sweep, rs, rc);
+	if (c->csv && rs->n &&
+	    replay_write_csv(c->csv, rs->res, rs->n, sweep ? c->over : NULL,
+			     sweep ? rs->xs : NULL))
+		rc = BENCH_EXIT_FAIL;
+	return rc;
+}
+
+/* parse -> run -> report: loads the workload, runs every point, reports
+ * them; a stop signal ends the run in progress and keeps what was measured. */
 static int run_all(struct cli *c, int sweep)
 {
+	struct runs rs = { 0 };
 	struct wl w;
-	struct replay_result *res = NULL;
-	double *xs = NULL;
-	size_t nruns, i, k, n = 0;
-	json_t *doc = NULL;
-	char err[1024];
-	int rc = BENCH_EXIT_OK, r;
+	size_t nruns, i;
+	int rc;
 
 	memset(&w, 0, sizeof(w));
-	r = load_workload(c, &w);
-	if (r)
-		return r;
-	if (sweep) {
-		if (!c->over)
-			c->over = c->trace ? "ram-tokens" : "width";
-		if (!c->nvalues) {
-			if (!strcmp(c->over, "ram-tokens"))
-				parse_values(c, "0.5M,1M,2M,3M,5M,10M,20M,50M");
-			else if (!strcmp(c->over, "width"))
-				parse_values(c, "1,2,6,12,18");
-			else
-				return bench_usage_error(c->cmd, "--over %s needs --values",
-							 c->over);
-		}
-		for (i = 0; i < c->nvalues; i++)
-			if (c->values[i] < 1 && strcmp(c->over, "disk-tokens") &&
-			    strcmp(c->over, "gpu-tokens") && strcmp(c->over, "reuse-distance") &&
-			    strcmp(c->over, "decode-growth"))
-				return bench_usage_error(c->cmd,
-							 "--values: %g is not valid for --over %s",
-							 c->values[i], c->over);
+	bench_catch_stop();
+	rc = load_workload(c, &w);
+	if (!rc && sweep)
+		rc = sweep_prepare(c);
+	if (rc) {
+		wl_free(&w);
+		return rc;
 	}
 	nruns = (sweep ? c->nvalues : 1) * c->npol;
-	res = calloc(nruns, sizeof(*res));
-	xs = calloc(nruns, sizeof(*xs));
-	if (!res || !xs) {
+	rs.res = calloc(nruns, sizeof(*rs.res));
+	rs.xs = calloc(nruns, sizeof(*rs.xs));
+	if (!rs.res || !rs.xs) {
 		fprintf(stderr, "kvbench %s: out of memory\n", c->cmd);
 		rc = BENCH_EXIT_FAIL;
-		goto out;
+	} else {
+		describe(stdout, c, &w);
+		fflush(stdout);
+		rc = report(c, &w, sweep, &rs, run_every(c, &w, sweep, &rs));
 	}
-	describe(stdout, c, &w);
-	fflush(stdout);
-	for (i = 0; i < (sweep ? c->nvalues : 1); i++) {
-		for (k = 0; k < c->npol; k++) {
-			struct replay_opts o = c->o;
-			char label[96];
-			o.policy = c->pol[k];
-			if (sweep) {
-				set_param(&o, c->over, c->values[i]);
-				if (c->npol > 1)
-					snprintf(label, sizeof(label), "%s=%.15g %s", c->over, c->values[i],
-						 replay_policy_name[o.policy]);
-				else
-					snprintf(label, sizeof(label), "%s=%.15g", c->over, c->values[i]);
-				o.label = label;
-				xs[n] = c->values[i];
-			}
-			struct wl wr = w; /* a view: fewer sessions for narrow fleets */
-			if (c->per_width && !c->trace)
-				wl_truncate_sessions(&wr, o.active * 4 > 16 ? o.active * 4 : 16);
-			fprintf(stderr, "kvbench %s: running %s%s%s (%zu calls) ...\n", c->cmd,
-				replay_policy_name[o.policy], sweep ? " at " : "", sweep ? label : "",
-				wr.ncalls);
-			r = replay_run(&o, &wr, &res[n], err, sizeof(err));
-			if (r) {
-				fprintf(stderr, "kvbench %s: policy %s: %s\n", c->cmd,
-					replay_policy_name[o.policy], err);
-				rc = BENCH_EXIT_FAIL;
-				goto report;
-			}
-			n++;
-		}
-	}
-report:
-	if (n)
-		replay_print(stdout, res, n, sweep ? NULL : c->preset, sweep ? c->over : NULL,
-			     sweep ? xs : NULL);
-	if (c->co.json_path) {
-		doc = bench_json_new(c->cmd);
-		if (doc) {
-			bench_json_config(doc, "replay", config_json(c, &w));
-			if (sweep)
-				bench_json_config(doc, "sweep_param", json_string(c->over));
-			add_published(doc, c->preset);
-			for (i = 0; i < n; i++) {
-				json_t *o = replay_result_json(&res[i]);
-				if (sweep) {
-					json_object_set_new(o, "sweep_param", json_string(c->over));
-					json_object_set_new(o, "sweep_value", json_real(xs[i]));
-					if (!strcmp(c->over, "width"))
-						replay_study_json(o, xs[i]);
-				}
-				bench_json_result(doc, o);
-			}
-			if (rc)
-				bench_json_error(doc, "%s", err);
-			if (bench_json_write(doc, c->co.json_path))
-				rc = BENCH_EXIT_FAIL;
-			json_decref(doc);
-		}
-	}
-	if (c->csv && n && replay_write_csv(c->csv, res, n, sweep ? c->over : NULL, sweep ? xs : NULL))
-		rc = BENCH_EXIT_FAIL;
-out:
-	for (i = 0; i < n; i++)
-		replay_result_free(&res[i]);
-	free(res);
-	free(xs);
+	for (i = 0; i < rs.n; i++)
+		replay_result_free(&rs.res[i]);
+	free(rs.res);
+	free(rs.xs);
 	wl_free(&w);
-	return rc;
+	return bench_finish(c->cmd, rc);
 }
 
 int bench_replay_main(int argc, char **argv)

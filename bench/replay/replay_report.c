@@ -492,6 +492,7 @@ json_t *replay_result_json(const struct replay_result *r)
 	}
 	json_object_set_new(o, "label", json_string(r->label));
 	json_object_set_new(o, "policy", json_string(replay_policy_name[r->policy]));
+	json_object_set_new(o, "incomplete", json_boolean(r->interrupted));
 	for (i = 0; i < F_N; i++)
 		json_object_set_new(o, fields[i].name, bench_json_real(fget(r, i)));
 	for (i = 0; i < T_NTIERS; i++) {
