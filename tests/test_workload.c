@@ -4,7 +4,8 @@
  * think-time distribution), the shape of sessions, bad parameters; the
  * agent fleet's generator (steps building on the session's text, parallel
  * steps, rounds and the pause, roles, the context limit, its keys and reuse
- * against the study's) and the reuse statistics.
+ * against the study's; or each role continuing a text of its own) and the
+ * reuse statistics.
  */
 #include <errno.h>
 #include <math.h>
@@ -369,6 +370,53 @@ static void fleet_matches_the_study_keys_and_cross_session_reuse(void **state)
 	wl_free(&w);
 }
 
+/* With a text of its own per role (role_text): a role's prompt of round
+ * r + 1 begins with its prompt of round r and its answer; two steps of a
+ * round share the task text only; the study's keys and cross-session reuse
+ * hold, and same-session reuse is near its ~60%. */
+static void fleet_role_text_continues_each_role(void **state)
+{
+	struct wl_fleet f;
+	struct wl_reuse ru;
+	struct wl w;
+	size_t s, t;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	f.role_text = 1;
+	f.sessions = 16;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	for (s = 0; s < w.nsessions; s++) {
+		const struct wl_call *c = &w.calls[w.sessions[s].first_call];
+
+		for (t = 0; t < w.sessions[s].ncalls; t++) {
+			uint32_t k = (uint32_t)(t % f.round_calls);
+
+			assert_int_equal(c[t].role, f.roles[k] == 'r' ? 1 : 2);
+			if (t && k == 0)
+				assert_true(c[t].think_s == f.pause_s);
+			if (k > 0) /* the step before: the task text, then its own */
+				assert_true(prompt_is_prefix(&w, &c[t - 1], f.shared_tokens, &c[t]) &&
+					    !prompt_is_prefix(&w, &c[t - 1], f.shared_tokens + 1, &c[t]));
+			if (t < f.round_calls)
+				continue;
+			assert_true(c[t].prompt_tokens >= c[t - f.round_calls].prompt_tokens +
+								  c[t - f.round_calls].output_tokens + 64);
+			assert_true(prompt_is_prefix(&w, &c[t - f.round_calls],
+						     c[t - f.round_calls].prompt_tokens, &c[t]));
+		}
+	}
+	wl_free(&w);
+	wl_fleet_defaults(&f);
+	f.role_text = 1;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	assert_int_equal(wl_reuse_stats(&w, f.max_context, &ru), 0);
+	assert_true(ru.keys_per_call > 1000 && ru.keys_per_call < 1400);
+	assert_true(ru.same_session > 0.55 && ru.same_session < 0.65);
+	assert_true(ru.cross_session > 0.04 && ru.cross_session < 0.055);
+	wl_free(&w);
+}
+
 /* Reuse counted on a workload built by hand. */
 static void reuse_stats_count_same_and_cross_session_tokens(void **state)
 {
@@ -464,6 +512,7 @@ int main(void)
 		cmocka_unit_test(fleet_calls_never_exceed_the_context),
 		cmocka_unit_test(fleet_steps_build_on_the_text_so_far),
 		cmocka_unit_test(fleet_matches_the_study_keys_and_cross_session_reuse),
+		cmocka_unit_test(fleet_role_text_continues_each_role),
 		cmocka_unit_test(reuse_stats_count_same_and_cross_session_tokens),
 		cmocka_unit_test(bad_fleet_parameters_are_rejected),
 	};

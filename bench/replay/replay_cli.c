@@ -71,7 +71,9 @@ static const char usage_replay[] =
 	"  --seed N                generator seed (1)\n"
 	"  --sessions N            keep only the first N sessions (all)\n"
 	"  --shared-tokens N       leading task text common to all sessions (3072;\n"
-	"                          fleet presets 864)\n"
+	"                          fleet presets 864)\n"	"  --fleet-text T          fleet sessions: session (each step's prompt is the\n"
+	"                          session's text so far plus its own material) or\n"
+	"                          role (each role continues a text of its own) (session)\n"
 	"schedule:\n"
 	"  --schedule S            active | distance | arrival (traces with times)\n"
 	"  --active N, --width N   sessions active at once (16)\n"
@@ -137,7 +139,7 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG
+	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG, O_FLEET_TEXT
 };
 
 static const struct option longopts[] = {
@@ -148,6 +150,7 @@ static const struct option longopts[] = {
 	{ "seed", required_argument, NULL, O_SEED },
 	{ "sessions", required_argument, NULL, O_SESSIONS },
 	{ "shared-tokens", required_argument, NULL, O_SHARED },
+	{ "fleet-text", required_argument, NULL, O_FLEET_TEXT },
 	{ "schedule", required_argument, NULL, O_SCHEDULE },
 	{ "active", required_argument, NULL, O_ACTIVE },
 	{ "width", required_argument, NULL, O_ACTIVE },
@@ -417,6 +420,11 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 			BAD("shared-tokens");
 		c->gen.shared_tokens = (uint32_t)u;
 		c->fleet.shared_tokens = (uint32_t)u;
+		return 0;
+	case O_FLEET_TEXT:
+		if (strcmp(arg, "session") && strcmp(arg, "role"))
+			BAD("fleet-text");
+		c->fleet.role_text = !strcmp(arg, "role");
 		return 0;
 	case O_SCHEDULE:
 		*schedule_set = 1;
@@ -739,7 +747,8 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 			ru.prompt_mean, ru.keys_per_call, (unsigned long long)ru.max_prompt,
 			ru.answer_mean, 100 * ru.same_session, 100 * ru.cross_session, 100 * ru.fresh);
 		if (c->fleet_wl)
-			fprintf(f, "; %u rounds of %u calls, %.0f s pause, context %llu (%llu over)",
+			fprintf(f, "; %s text, %u rounds of %u calls, %.0f s pause, context %llu (%llu over)",
+				c->fleet.role_text ? "role" : "session",
 				c->fleet.rounds, c->fleet.round_calls, c->fleet.pause_s,
 				(unsigned long long)c->fleet.max_context,
 				(unsigned long long)ru.over_context);
@@ -789,6 +798,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 		json_object_set_new(wj, "over_context", json_integer((json_int_t)ru.over_context));
 		if (c->fleet_wl) {
 			json_object_set_new(wj, "max_context", json_integer((json_int_t)c->fleet.max_context));
+			json_object_set_new(wj, "fleet_text", json_string(c->fleet.role_text ? "role" : "session"));
 			json_object_set_new(wj, "rounds", json_integer(c->fleet.rounds));
 			json_object_set_new(wj, "round_calls", json_integer(c->fleet.round_calls));
 			json_object_set_new(wj, "pause_s", json_real(c->fleet.pause_s));

@@ -439,6 +439,7 @@ void wl_fleet_defaults(struct wl_fleet *f)
 	f->max_context = 65536;
 	f->shared_tokens = 864;
 	f->step_median = 896;
+	f->role_median = 12288;
 	f->fail_median = 2048;
 	f->answer_median = 600;
 	f->think_p50 = 5.16;
@@ -468,6 +469,7 @@ static int fleet_check(const struct wl_fleet *f)
 	if (f->sessions == 0 || f->rounds == 0 || f->round_calls == 0 ||
 	    f->round_calls > WL_FLEET_MAX_CALLS ||
 	    f->max_context < 4ull * (f->shared_tokens + 256) || !(f->step_median >= 1) ||
+	    !(f->role_median >= 1) ||
 	    !(f->fail_median >= 1) || !(f->answer_median >= 1) ||
 	    !(f->think_p50 > 0) || !(f->think_p90 > f->think_p50) || !(f->think_cap > 0) ||
 	    !(f->pause_s >= 0))
@@ -563,6 +565,51 @@ static int fleet_session(const struct wl_fleet *f, uint32_t s, uint64_t common_s
 	return 0;
 }
 
+/* Generates session s's calls into out when each role has a text of its
+ * own (role_text). */
+static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t common_seed,
+			       const struct wl_think *think, struct wl_rng *r, struct wl *out)
+{
+	uint64_t sseed = f->seed * 0x100000001b3ull + s + 1;
+	uint64_t len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS], stream[WL_FLEET_MAX_CALLS];
+	uint64_t fail;
+	uint32_t k, round, turn = 0;
+	struct wl_call c;
+
+	for (k = 0; k < f->round_calls; k++) {
+		stream[k] = wl_splitmix64(&sseed);
+		len[k] = f->shared_tokens + lognormal_tokens(r, f->role_median, 0.5, 256,
+							     f->max_context / 2);
+	}
+	for (round = 0; round < f->rounds; round++) {
+		fail = round ? lognormal_tokens(r, f->fail_median, 0.5, 64, f->max_context) : 0;
+		for (k = 0; k < f->round_calls; k++) {
+			if (round) /* its previous prompt, its answer, the failing tests */
+				len[k] += ans[k] + fail;
+			ans[k] = lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
+			if (len[k] + ans[k] > f->max_context)
+				return 0; /* the session ends: its next call would not fit */
+			memset(&c, 0, sizeof(c));
+			c.session = s;
+			c.turn = turn;
+			c.prompt_tokens = len[k];
+			c.output_tokens = ans[k];
+			c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
+			c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s : wl_think_sample(think, r);
+			c.arrival_s = -1;
+			c.first = out->nsegs;
+			c.n = 2;
+			if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
+			    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
+							     len[k] - f->shared_tokens }) ||
+			    wl_add_call(out, &c))
+				return -ENOMEM;
+			turn++;
+		}
+	}
+	return 0;
+}
+
 int wl_generate_fleet(const struct wl_fleet *f, struct wl *out)
 {
 	struct fleet_text x = { 0 };
@@ -581,7 +628,8 @@ int wl_generate_fleet(const struct wl_fleet *f, struct wl *out)
 	sst = f->seed ^ 0x7461736b74657874ull; /* "tasktext" */
 	common_seed = wl_splitmix64(&sst);
 	for (s = 0; s < f->sessions && !err; s++)
-		err = fleet_session(f, s, common_seed, &think, &r, &x, out);
+		err = f->role_text ? fleet_session_roles(f, s, common_seed, &think, &r, out)
+				   : fleet_session(f, s, common_seed, &think, &r, &x, out);
 	free(x.seg);
 	if (!err)
 		err = wl_index_sessions(out, f->sessions);

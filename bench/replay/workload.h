@@ -181,9 +181,18 @@ struct wl_fleet {
 				   * '.' after it; "....p." (the two
 				   * implementers); "" all '.'. Else
 				   * round_calls long, never 'p' first */
+	int role_text;            /* 0: the session's one growing text (above);
+				   * 1: each role its own text instead: a
+				   * role's prompt is the task text and its
+				   * own material, and in a later round its
+				   * previous prompt, its answer and the
+				   * failing tests (no sharing between the
+				   * steps of a round; `steps` unused) */
 	uint64_t max_context;     /* 65,536 (the study) */
 	uint32_t shared_tokens;   /* 864: the leading task text */
 	double step_median;       /* a step's own new material: 896 */
+	double role_median;       /* role_text: a role's own material in
+				   * round 1: 12,288 */
 	double fail_median;       /* failing-test text of a later round: 2,048 */
 	double answer_median;     /* 600 */
 	double think_p50, think_p90, think_cap; /* gaps inside a round */
