@@ -8,7 +8,8 @@
  * decode batch that slows as it grows, busy time as the union of
  * outstanding intervals) and the saving computed from it, by hand; calls
  * routed by their role to an endpoint of their own; the fleet's steps on
- * the other server served by the RAM tier; a run asked to stop.
+ * the other server served by the RAM tier; a run asked to stop; a call
+ * that runs beside the one before it.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -542,6 +543,47 @@ static void a_stopped_run_keeps_what_it_replayed(void **state)
 	wl_free(&w);
 }
 
+/* A call beside the one before it arrives with it (the fleet's parallel
+ * steps): the two are outstanding together, and the next call waits for
+ * both; without it, one call at a time. */
+static void a_call_beside_the_one_before_arrives_with_it(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r[2];
+	struct wl w;
+	struct wl_call c;
+	int beside, i;
+
+	(void)state;
+	for (beside = 0; beside < 2; beside++) {
+		wl_init(&w, WL_TOKENS);
+		assert_int_equal(wl_add_seg(&w, (struct wl_seg){ 99, 0, 160 }), 0);
+		for (i = 0; i < 3; i++) {
+			memset(&c, 0, sizeof(c));
+			c.turn = (uint32_t)i;
+			c.prompt_tokens = 160;
+			c.output_tokens = 30;
+			c.arrival_s = -1;
+			c.n = 1;
+			c.beside = beside && i == 1;
+			assert_int_equal(wl_add_call(&w, &c), 0);
+		}
+		assert_int_equal(wl_index_sessions(&w, 1), 0);
+		opts_for_tests(&o);
+		o.policy = POL_GPU_ONLY;
+		run(&o, &w, &r[beside]);
+		assert_int_equal(r[beside].calls, 3);
+		wl_free(&w);
+	}
+	/* one at a time: exactly one outstanding whenever busy */
+	assert_float_equal(r[0].mean_outstanding, 1.0, 1e-9);
+	/* beside: two together for a while, never three (the third waits) */
+	assert_true(r[1].mean_outstanding > 1.2 && r[1].mean_outstanding < 2.0);
+	assert_true(r[1].makespan_s < r[0].makespan_s);
+	replay_result_free(&r[0]);
+	replay_result_free(&r[1]);
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -579,6 +621,7 @@ int main(void)
 		cmocka_unit_test(calls_with_roles_go_to_their_endpoint),
 		cmocka_unit_test(fleet_steps_on_the_other_server_hit_the_ram_tier),
 		cmocka_unit_test(a_stopped_run_keeps_what_it_replayed),
+		cmocka_unit_test(a_call_beside_the_one_before_arrives_with_it),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 

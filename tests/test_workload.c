@@ -318,7 +318,9 @@ static void fleet_steps_build_on_the_text_so_far(void **state)
 			}
 			if (k == 0)
 				assert_true(c[t].think_s == f.pause_s);
+			assert_int_equal(c[t].beside, f.steps[k] == 'p');
 			if (f.steps[k] == 'p') {
+				assert_true(c[t].think_s == 0); /* arrives with p */
 				/* the text its neighbour saw: p's prompt without p's
 				 * own material (p's last segment) */
 				uint64_t base = p->prompt_tokens - w.segs[p->first + p->n - 1].len;

@@ -384,7 +384,8 @@ struct run {
 	size_t nttft;
 	/* per session */
 	int32_t *pref;
-	uint32_t *next_turn;
+	uint32_t *next_turn; /* calls of the session done */
+	uint32_t *issued;    /* SCHED_ACTIVE: calls of the session issued */
 	/* endpoints */
 	struct endpoint *ep;
 	/* scratch */
@@ -980,10 +981,29 @@ static uint32_t route(struct run *r, uint32_t ci)
 	return best;
 }
 
+/* SCHED_ACTIVE: call ci of session s arrives at t. */
+static int issue(struct run *r, uint32_t s, uint32_t ci, double t)
+{
+	r->issued[s]++;
+	return heap_push(&r->h, t, EV_ARRIVE, ci) ? rfail(r, -ENOMEM, "out of memory") : 0;
+}
+
 static int arrive(struct run *r, uint32_t ci, double t)
 {
+	const struct wl_call *c = &r->w->calls[ci];
 	uint32_t e = route(r, ci);
 	struct endpoint *ep = &r->ep[e];
+	int rc;
+
+	/* a step that runs beside this one arrives with it */
+	if (r->o->sched == SCHED_ACTIVE && c->session != WL_NO_SESSION &&
+	    r->issued[c->session] < r->w->sessions[c->session].ncalls &&
+	    r->w->sessions[c->session].first_call + r->issued[c->session] == ci + 1u &&
+	    c[1].beside) {
+		rc = issue(r, c->session, ci + 1, t);
+		if (rc)
+			return rc;
+	}
 
 	r->ep_of[ci] = e;
 	r->arrive[ci] = t;
@@ -1064,20 +1084,19 @@ static int done(struct run *r, uint32_t ci, double t)
 			wq_push(r, s, r->completions);
 		return dispatch(r, t);
 	}
-	/* SCHED_ACTIVE */
-	if (r->next_turn[s] < w->sessions[s].ncalls) {
-		const struct wl_call *nc = c + 1;
-		at = r->arrive[ci] + nc->think_s;
-		if (at < t)
-			at = t;
-		return heap_push(&r->h, at, EV_ARRIVE, ci + 1) ? rfail(r, -ENOMEM, "out of memory") : 0;
+	/* SCHED_ACTIVE: the next call once every call issued is done, its
+	 * think time after the start of the last one issued */
+	if (r->next_turn[s] < r->issued[s])
+		return 0;
+	if (r->issued[s] < w->sessions[s].ncalls) {
+		uint32_t nc = (uint32_t)w->sessions[s].first_call + r->issued[s];
+		at = r->arrive[nc - 1] + w->calls[nc].think_s;
+		return issue(r, s, nc, at < t ? t : at);
 	}
 	while (r->next_session < w->nsessions) {
 		s = (uint32_t)r->next_session++;
 		if (w->sessions[s].ncalls)
-			return heap_push(&r->h, t, EV_ARRIVE, (uint32_t)w->sessions[s].first_call)
-				       ? rfail(r, -ENOMEM, "out of memory")
-				       : 0;
+			return issue(r, s, (uint32_t)w->sessions[s].first_call, t);
 	}
 	return 0;
 }
@@ -1105,8 +1124,8 @@ static int schedule_start(struct run *r)
 		for (i = 0, k = 0; i < w->nsessions && k < n; i++) {
 			if (!w->sessions[i].ncalls)
 				continue;
-			if (heap_push(&r->h, r->o->stagger_s * (double)k / n, EV_ARRIVE,
-				      (uint32_t)w->sessions[i].first_call))
+			if (issue(r, (uint32_t)i, (uint32_t)w->sessions[i].first_call,
+				  r->o->stagger_s * (double)k / n))
 				return -ENOMEM;
 			k++;
 		}
@@ -1202,6 +1221,7 @@ static void run_free(struct run *r)
 	free(r->put_from);
 	free(r->pref);
 	free(r->next_turn);
+	free(r->issued);
 	free(r->tokens);
 	free(r->keys);
 	free(r->skeys);
@@ -1372,6 +1392,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	r.put_from = calloc(n, sizeof(*r.put_from));
 	r.pref = malloc((w->nsessions + 1) * sizeof(*r.pref));
 	r.next_turn = calloc(w->nsessions + 1, sizeof(*r.next_turn));
+	r.issued = calloc(w->nsessions + 1, sizeof(*r.issued));
 	r.wq = calloc(w->nsessions + 1, sizeof(*r.wq));
 	r.wstamp = calloc(w->nsessions + 1, sizeof(*r.wstamp));
 	r.tokens = malloc((maxp + 1) * sizeof(*r.tokens));
@@ -1382,7 +1403,7 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	r.trip = malloc((3 * maxn + 3) * sizeof(*r.trip));
 	r.ops = malloc((r.maxg + 1) * sizeof(*r.ops));
 	r.ep = calloc(o->endpoints, sizeof(*r.ep));
-	if (!r.arrive || !r.done_t || !r.compute_s || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.wq ||
+	if (!r.arrive || !r.done_t || !r.compute_s || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.issued || !r.wq ||
 	    !r.wstamp || !r.tokens || !r.keys || !r.skeys || !r.ktok || !r.stok || !r.trip ||
 	    !r.ops || !r.ep || lru_init(&r.bound, UINT64_MAX)) {
 		rc = rfail(&r, -ENOMEM, "out of memory");

@@ -550,6 +550,9 @@ static int fleet_session(const struct wl_fleet *f, uint32_t s, uint64_t common_s
 			c.output_tokens = ans;
 			c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
 			c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s : wl_think_sample(think, r);
+			c.beside = f->steps[0] && f->steps[k] == 'p';
+			if (c.beside)
+				c.think_s = 0;
 			c.arrival_s = -1;
 			{
 				struct wl_seg own = { wl_splitmix64(&sseed), 0, mat };

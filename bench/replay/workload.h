@@ -76,6 +76,9 @@ struct wl_call {
 	uint32_t role;           /* 0: routed by the engine model; k > 0: served
 				  * by endpoint (k - 1) mod endpoints (the
 				  * fleet's roles, each its own server) */
+	int beside;              /* runs beside the session's call before it:
+				  * arrives with it, not after it is done (the
+				  * active schedule; the fleet's parallel steps) */
 };
 
 struct wl_session {
@@ -177,8 +180,9 @@ struct wl_fleet {
 				   * leaves routing to the engine model. Else
 				   * round_calls long */
 	char steps[WL_FLEET_MAX_CALLS + 1]; /* per call of a round: 'p' runs
-				   * beside the call before it (same text),
-				   * '.' after it; "....p." (the two
+				   * beside the call before it (same text,
+				   * arriving with it: wl_call.beside), '.'
+				   * after it; "....p." (the two
 				   * implementers); "" all '.'. Else
 				   * round_calls long, never 'p' first */
 	int role_text;            /* 0: the session's one growing text (above);
