@@ -474,6 +474,7 @@ static void fleet_steps_on_the_other_server_hit_the_ram_tier(void **state)
 
 	(void)state;
 	wl_fleet_defaults(&f);
+	f.role_text = 0; /* the session text */
 	f.sessions = 2;
 	f.rounds = 1;
 	assert_int_equal(wl_generate_fleet(&f, &w), 0);
@@ -518,6 +519,7 @@ static void a_stopped_run_keeps_what_it_replayed(void **state)
 
 	(void)state;
 	wl_fleet_defaults(&f);
+	f.role_text = 0; /* the session text, parallel steps included */
 	f.sessions = 4;
 	assert_int_equal(wl_generate_fleet(&f, &w), 0);
 	opts_for_tests(&o);

@@ -300,6 +300,7 @@ static void fleet_steps_build_on_the_text_so_far(void **state)
 
 	(void)state;
 	wl_fleet_defaults(&f);
+	f.role_text = 0; /* the session text */
 	f.sessions = 16;
 	assert_int_equal(wl_generate_fleet(&f, &w), 0);
 	for (s = 0; s < w.nsessions; s++) {
@@ -362,6 +363,7 @@ static void fleet_matches_the_study_keys_and_cross_session_reuse(void **state)
 
 	(void)state;
 	wl_fleet_defaults(&f);
+	f.role_text = 0; /* the session text */
 	assert_int_equal(wl_generate_fleet(&f, &w), 0);
 	assert_int_equal(wl_reuse_stats(&w, f.max_context, &ru), 0);
 	assert_true(ru.keys_per_call > 1100 && ru.keys_per_call < 1300);

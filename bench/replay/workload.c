@@ -438,6 +438,7 @@ void wl_fleet_defaults(struct wl_fleet *f)
 	strcpy(f->steps, "....p.");
 	f->max_context = 65536;
 	f->shared_tokens = 864;
+	f->role_text = 1;
 	f->step_median = 896;
 	f->role_median = 12288;
 	f->fail_median = 2048;

@@ -155,7 +155,9 @@ int wl_generate(const struct wl_gen *g, struct wl *out);
  * The agent-fleet study's sessions (adev): a session runs up to `rounds`
  * rounds of `round_calls` model calls, one a step of its fixed loop
  * (architect, contract, test writer, implementers, integrator), each
- * step's role on a server of its own. A session is one text that grows:
+ * step's role on a server of its own. Two readings of what the steps of a
+ * round share: with role_text each role continues a text of its own (see
+ * role_text below); without it a session is one text that grows:
  * it begins with the leading task text shared by all sessions; a step's
  * prompt is the session's text so far followed by the step's own new
  * material, and the step's material and answer are then appended to the
@@ -185,13 +187,13 @@ struct wl_fleet {
 				   * after it; "....p." (the two
 				   * implementers); "" all '.'. Else
 				   * round_calls long, never 'p' first */
-	int role_text;            /* 0: the session's one growing text (above);
-				   * 1: each role its own text instead: a
-				   * role's prompt is the task text and its
-				   * own material, and in a later round its
-				   * previous prompt, its answer and the
-				   * failing tests (no sharing between the
-				   * steps of a round; `steps` unused) */
+	int role_text;            /* 1 (the default): each role a text of its
+				   * own instead: a role's prompt is the task
+				   * text and its own material, and in a later
+				   * round its previous prompt, its answer and
+				   * the failing tests (no sharing between the
+				   * steps of a round; `steps` unused);
+				   * 0: the session's one growing text (above) */
 	uint64_t max_context;     /* 65,536 (the study) */
 	uint32_t shared_tokens;   /* 864: the leading task text */
 	double step_median;       /* a step's own new material: 896 */
