@@ -420,10 +420,11 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * kvt_pin_reap() on *out, which is set on success (free it with
  * kvt_pin_free()); until then only the slot's ref may be read. With
  * disk.promote, a loaded block the RAM tier admits becomes the key's RAM
- * block in place (no copy); otherwise it is private to its slot. Other results:
- * -ENOENT (stored nowhere on this node; blocks that only a peer holds are
- * not loaded this way), -EAGAIN (ram.pin_cap of the RAM tier is held in
- * slots), -EINVAL. A pinned block is never evicted, moved or reused, even
+ * block in place (no copy); otherwise it is private to its slot. A block
+ * that another member owns is read from it the same way (its slot is
+ * ram.max_block bytes until it lands). Other results: -ENOENT (stored
+ * nowhere on this node and owned by no other member), -EAGAIN (ram.pin_cap
+ * of the RAM tier is held in slots), -EINVAL. A pinned block is never evicted, moved or reused, even
  * when kvt_remove() removes its key meanwhile (the bytes stay until the
  * unpin). A pin not released within ram.pin_ms of its call is taken to be
  * forgotten and lapses, like a lease. flags must be 0. Returns the number of
@@ -436,9 +437,9 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
 /*
  * Reports loads of a pin batch that finished since the last call: writes up
  * to max slot indexes to idx (each slot is reported once, with its result,
- * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC) and
- * returns how many. Waits up to timeout_ms milliseconds (0: not at all;
- * negative: forever) for one to finish. Returns 0 once every load of the
+ * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC,
+ * -ETIMEDOUT, -ECANCELED) and returns how many. Waits up to timeout_ms
+ * milliseconds (0: not at all; negative: forever) for one to finish. Returns 0 once every load of the
  * batch has been reported, -ETIMEDOUT when the time ran out first, -EINVAL
  * for a NULL batch, or idx NULL with max non-zero.
  */

@@ -10,7 +10,8 @@
  * head. A record is
  *   RESERVED  - an arena extent the engine writes, not yet a block
  *   PIN_RAM   - a pin on a RAM-tier block (ram_pin)
- *   LOADING   - a disk hit being read into a fresh extent by a loader
+ *   LOADING   - a disk hit (or a block a peer owns) being read into a fresh
+ *               extent by a loader
  *   PIN_OWN   - that extent, loaded and checked, private to the slot
  * and a load that the RAM tier admits as a promotion becomes PIN_RAM: its
  * extent is then the RAM block of its key, pinned by the slot.
@@ -61,6 +62,11 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	cond_init_monotonic(&t->qcond);
 	*out = t;
 	return 0;
+}
+
+void slot_set_peers(struct slot_table *t, const struct slot_peers *p)
+{
+	t->peers = *p;
 }
 
 /* --- records (table locked) ----------------------------------------------- */

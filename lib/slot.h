@@ -2,8 +2,8 @@
  * slot.h - zero-copy slots: arena space lent to the engine to write a block
  * into before it is published (kvt_put_reserve), and blocks pinned where
  * they lie to be read in place (kvt_get_pin), each behind a handle that
- * lapses after ram.pin_ms; disk hits read into fresh slots by loader threads
- * and reported through pin batches. Reaches the tiers through ram.h and
+ * lapses after ram.pin_ms; disk hits (and blocks a peer owns) read into
+ * fresh slots by loader threads and reported through pin batches. Reaches the tiers through ram.h and
  * disk.h only; the store owns one slot table.
  */
 #ifndef KVT_SLOT_H
@@ -24,6 +24,24 @@ struct slot_table;
 int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	      struct disk_tier *disk, void (*kick)(void *arg), void *arg,
 	      struct slot_table **out);
+
+/*
+ * How the slots reach keys that another member of the node's cluster owns:
+ * owner(arg, key) is that member, or -1 when this node owns key (or has no
+ * peers); read(arg, owner, key, buf, cap, &len) reads the owner's copy into
+ * buf (cap bytes), verified and counted like a get's peer hit or miss, and
+ * returns 0 (len set) or a get's -errno (a member that cannot answer:
+ * -ENOENT).
+ */
+struct slot_peers {
+	int (*owner)(void *arg, kvt_key key);
+	int (*read)(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len);
+	void *arg;
+};
+
+/* Lets kvt_get_pin load blocks that a peer owns (the store, once its peers
+ * are open, before any pin). */
+void slot_set_peers(struct slot_table *t, const struct slot_peers *p);
 
 /* Finishes queued loads, stops the loaders and gives back every slot still
  * held; before the tiers close. NULL: no-op. */

@@ -34,6 +34,7 @@ struct slot_rec {
 	uint64_t off;         /* arena offset (RESERVED, PIN_OWN, LOADING once allocated) */
 	uint64_t ram_ref;     /* PIN_RAM */
 	uint64_t ram_gen;     /* LOADING: the key's RAM generation at the pin */
+	int32_t owner;        /* LOADING: the member read from, or -1: the disk */
 	uint64_t deadline;    /* CLOCK_MONOTONIC ns */
 	uint32_t len;
 	uint32_t gen;         /* bumped at every free: stale handles do not match */
@@ -73,6 +74,7 @@ struct slot_table {
 	uint64_t pin_ns, cap_bytes, max_block;
 	int promote;              /* disk.promote: loads become RAM blocks */
 	int write_through;        /* disk.write_policy "write_through" */
+	struct slot_peers peers;  /* owner NULL: no peers */
 	void (*kick)(void *arg);
 	void *kick_arg;
 

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,13 +80,40 @@ static void promote(struct slot_table *t, struct slot_rec *r)
 	}
 }
 
-/* Reads a job's blocks from disk into fresh extents and reports them. */
+/*
+ * Reads key's block from the member that owns it into the extent at *off
+ * (*len = ram.max_block bytes); once it is there, moves it into an extent
+ * of its own size when that is smaller (the large one is given back).
+ * Returns 0 with *off and *len set, or the read's -errno.
+ */
+static int peer_load(struct slot_table *t, kvt_key key, int owner, uint64_t *off,
+		     size_t *len)
+{
+	size_t got = 0;
+	int rc = t->peers.read(t->peers.arg, owner, key, t->base + *off, *len, &got);
+
+	if (rc)
+		return rc;
+	if ((got + 4095) / 4096 < (*len + 4095) / 4096) {
+		int64_t o = ram_slot_alloc(t->ram, got, 1);
+		if (o >= 0) {
+			memcpy(t->base + o, t->base + *off, got);
+			ram_slot_free(t->ram, *off);
+			*off = (uint64_t)o;
+		}
+	}
+	*len = got;
+	return 0;
+}
+
+/* Reads a job's blocks from disk (or their owners) into fresh extents and
+ * reports them. */
 static void run_job(struct slot_table *t, struct slot_job *j)
 {
 	kvt_op ops[LOAD_GROUP];
 	uint64_t off[LOAD_GROUP];
 	size_t len[LOAD_GROUP];
-	int res[LOAD_GROUP], io[LOAD_GROUP] = { 0 };
+	int res[LOAD_GROUP], io[LOAD_GROUP] = { 0 }, has[LOAD_GROUP] = { 0 };
 	uint32_t nio = 0;
 
 	for (uint32_t k = 0; k < j->n; k++) {
@@ -93,14 +121,17 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		struct slot_rec *r = &t->recs[j->rec[k]];
 		len[k] = r->len;
 		kvt_key key = r->key;
-		int skip = r->released;
+		int skip = r->released, owner = r->owner;
 		pthread_mutex_unlock(&t->lock);
 
 		/* May evict and spill: a loader can wait, unlike a reservation. */
 		int64_t o = skip ? -ECANCELED : load_extent(t, len[k]);
 		res[k] = o < 0 ? (int)o : 0;
 		off[k] = o < 0 ? 0 : (uint64_t)o;
-		if (o >= 0) {
+		has[k] = o >= 0;
+		if (o >= 0 && owner >= 0) {
+			res[k] = peer_load(t, key, owner, &off[k], &len[k]);
+		} else if (o >= 0) {
 			/* The extent's whole 4 KiB units: a payload whose length is
 			 * not a multiple of them still lands in place, not staged. */
 			size_t cap = (len[k] + 4095) & ~(size_t)4095;
@@ -120,10 +151,12 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 	pthread_mutex_lock(&t->lock);
 	for (uint32_t k = 0; k < j->n; k++) {
 		struct slot_rec *r = &t->recs[j->rec[k]];
-		r->has_off = 0;
-		for (uint32_t m = 0; m < nio; m++)
-			r->has_off |= io[m] == (int)k;
+		r->has_off = (uint8_t)has[k];
 		r->off = off[k];
+		if (res[k] == 0 && len[k] < r->len) { /* a peer's block: its own size */
+			t->held_bytes -= r->len - len[k];
+			r->len = (uint32_t)len[k];
+		}
 		if (r->released)
 			res[k] = -ECANCELED;
 		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);

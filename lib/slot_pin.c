@@ -1,7 +1,8 @@
 /*
  * slot_pin.c - the restore side of the zero-copy slots: kvt_get_pin pins
  * blocks where they lie in RAM (PIN_RAM records) and makes LOADING records
- * for disk hits, which it queues to the loaders (slot_load.c); pin batches
+ * for disk hits and blocks a peer owns, which it queues to the loaders
+ * (slot_load.c); pin batches
  * report finished loads (kvt_pin_reap, kvt_pin_fd, kvt_pin_free); kvt_unpin
  * ends pins. The caller's slots are written only by the calls themselves
  * and, for loads, under the batch's lock before the load is reported;
@@ -32,7 +33,7 @@ static void batch_destroy(struct kvt_pin_batch *b)
 }
 
 /* Pins slots[i] if the block is in RAM (0), or makes a LOADING record for a
- * disk hit (-EINPROGRESS), or fails. Table locked. */
+ * disk hit or a block a peer owns (-EINPROGRESS), or fails. Table locked. */
 static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
 {
 	uint64_t ref, off;
@@ -58,17 +59,28 @@ static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
 		ctr_add(&t->pins_ram, 1);
 		return 0;
 	}
+	if (rc != -ENOENT)
+		return rc;
 	/* The generation first: a removal after it voids the promotion. */
 	uint64_t gen = ram_gen(t->ram, sl->key);
-	if (rc != -ENOENT || !t->disk || !disk_contains(t->disk, sl->key, &len))
-		return rc == -ENOENT ? -ENOENT : rc;
+	int owner = -1;
+	if (!t->disk || !disk_contains(t->disk, sl->key, &len)) {
+		/* Owned by a peer: its size is known once it is read, so the
+		 * slot is ram.max_block until then. */
+		if (t->peers.owner)
+			owner = t->peers.owner(t->peers.arg, sl->key);
+		if (owner < 0)
+			return -ENOENT;
+		len = t->max_block;
+	}
 	if (!under_cap(t, len))
 		return -EAGAIN;
 	id = slot_rec_new(t, sl->key, len, R_LOADING);
 	if (id == NIL)
 		return -ENOMEM;
 	t->recs[id].ram_gen = gen;
-	sl->len = len;
+	t->recs[id].owner = owner;
+	sl->len = owner < 0 ? len : 0;
 	sl->ref = handle_of(t, id);
 	*rec = id;
 	return -EINPROGRESS;

@@ -383,6 +383,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		rc = peer_open(&po, &local, &s->peer);
 		if (rc)
 			goto fail;
+		store_slot_peers(s);
 	}
 	if (pthread_create(&s->evictor, NULL, evictor_main, s)) {
 		rc = kvt_fail(-ENOMEM, "kvt_open: cannot start the evictor thread");

@@ -102,6 +102,8 @@ struct peer_local store_peer_local(kvt_store *s);
 void store_kick_evictor(kvt_store *s);
 int store_owner(kvt_store *s, kvt_key key);
 int store_peer_result(int rc);
+/* Lets the store's slots load blocks that peers own (after peer_open). */
+void store_slot_peers(kvt_store *s);
 int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 		   size_t *len);
 size_t store_owner_group(const int *owner, uint8_t *taken, size_t n, size_t a,

@@ -38,24 +38,57 @@ int store_peer_result(int rc)
 	}
 }
 
-/* After a local miss: the owner's copy, if another member owns key. */
-int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
-		   size_t *len)
+/* The owner's copy of key into buf, verified (*sum), counted as a hit or
+ * a miss; the peer tier's result. */
+static int read_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
+		     size_t *len, uint64_t *sum)
 {
 	kvt_op op = { .key = key, .buf = buf, .len = cap };
-	uint64_t gen = ram_gen(s->ram, key), sum = 0;
 
-	peer_get_batch(s->peer, (unsigned)owner, &op, 1, &sum);
+	peer_get_batch(s->peer, (unsigned)owner, &op, 1, sum);
 	if (op.result == 0) {
 		ctr_add(&s->hits_peer, 1);
 		*len = op.len;
-		store_promote(s, key, buf, op.len, gen, &sum);
 	} else {
 		if (op.result == -ENOBUFS)
 			*len = op.len;
 		store_count_get(s, store_peer_result(op.result), 0);
 	}
 	return op.result;
+}
+
+/* After a local miss: the owner's copy, if another member owns key. */
+int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
+		   size_t *len)
+{
+	uint64_t gen = ram_gen(s->ram, key), sum = 0;
+	int rc = read_peer(s, owner, key, buf, cap, len, &sum);
+
+	if (rc == 0)
+		store_promote(s, key, buf, *len, gen, &sum);
+	return rc;
+}
+
+/* The slots' read of a block a peer owns (struct slot_peers): no
+ * promotion here (the slot's own extent may become the RAM block), and a
+ * member that cannot answer reads as a miss. */
+static int slot_owner(void *arg, kvt_key key)
+{
+	return store_owner(arg, key);
+}
+
+static int slot_read(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len)
+{
+	uint64_t sum;
+
+	return store_peer_result(read_peer(arg, owner, key, buf, cap, len, &sum));
+}
+
+void store_slot_peers(kvt_store *s)
+{
+	struct slot_peers p = { slot_owner, slot_read, s };
+
+	slot_set_peers(s->slots, &p);
 }
 
 /*

@@ -3,7 +3,9 @@
  * a reservation refused with -EAGAIN rather than waiting for a spill or past
  * ram.pin_cap; a commit after the store filled up; pins of RAM blocks read
  * in place; disk hits loaded into fresh slots and reaped one by one (and
- * through the eventfd); a forgotten pin and a forgotten reservation lapsing;
+ * through the eventfd), promoted into RAM in place; blocks a peer owns
+ * loaded the same way; committed blocks written through in the background;
+ * a forgotten pin and a forgotten reservation lapsing;
  * a pin on a block that kvt_remove removes, also from another thread while
  * the store churns; the arena's regions; bad arguments.
  */
@@ -480,6 +482,73 @@ static void test_commit_writes_through_in_the_background(void **state)
 	kvt_close(s);
 }
 
+/* Node self of the cluster {a, b} on 127.0.0.1:pa and :pb, RAM only. */
+static kvt_store *peer_node(const char *self, int pa, int pb)
+{
+	char cfg[768];
+	kvt_store *s = NULL;
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"32MiB\", \"max_block\": \"1MiB\", \"mlock\": false},"
+		 " \"peers\": {\"self\": \"%s\", \"listen\": \"127.0.0.1:%d\", \"members\":"
+		 " [{\"name\": \"a\", \"addr\": \"127.0.0.1:%d\"},"
+		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}], \"transport\": \"tcp\","
+		 " \"connect_timeout_ms\": 5000}}",
+		 self, self[0] == 'a' ? pa : pb, pa, pb);
+	int rc = kvt_open(cfg, &s);
+	if (rc)
+		fail_msg("kvt_open %s: %s: %s", self, kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+static void test_pin_loads_blocks_a_peer_owns(void **state)
+{
+	(void)state;
+	const char *names[2] = { "a", "b" };
+	int pa = test_free_port(), pb = test_free_port();
+	kvt_store *b = peer_node("b", pa, pb), *a = peer_node("a", pa, pb);
+	kvt_key k[5];
+	size_t lens[4] = { 300000, 4096, 1 << 20, 70001 };
+	kvt_slot sl[5];
+	kvt_pin_batch *bt = NULL;
+
+	/* Four blocks that b owns, stored at b only; a fifth nowhere. */
+	test_owned_keys(names, 2, 1, 5000, k, 5);
+	for (int i = 0; i < 4; i++)
+		store_put_block(b, k[i], lens[i]);
+	for (int i = 0; i < 5; i++)
+		sl[i] = slot_of(k[i], 0);
+	assert_int_equal(kvt_get_pin(a, sl, 5, 0, &bt), 5);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(sl[i].result, -EINPROGRESS);
+	assert_int_equal(reap_all(bt), 5);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(sl[i].result, 0);
+		assert_int_equal(sl[i].len, lens[i]);
+		assert_true(check_block(k[i], sl[i].addr, lens[i]));
+	}
+	assert_int_equal(sl[4].result, -ENOENT);
+	assert_null(sl[4].addr);
+	/* Held at the blocks' own sizes once they landed, and in a's RAM. */
+	assert_int_equal(store_stat(a, "slots", "held_bytes"),
+			 (long long)(lens[0] + lens[1] + lens[2] + lens[3]));
+	assert_int_equal(store_stat(a, "slots", "loads_promoted"), 4);
+	assert_int_equal(kvt_unpin(a, sl, 5), 4);
+	assert_int_equal(store_stat(a, "slots", "held_bytes"), 0);
+	assert_int_equal(store_stat(a, "ram", "objects"), 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(store_get_block(a, k[i], lens[i]), 0);
+	/* The owner gone: its other keys read as misses, in bounded time. */
+	kvt_close(b);
+	kvt_key gone;
+	test_owned_keys(names, 2, 1, 9000, &gone, 1);
+	sl[0] = slot_of(gone, 0);
+	assert_int_equal(kvt_get_pin(a, sl, 1, 0, &bt), 1);
+	assert_int_equal(reap_all(bt), 1);
+	assert_int_equal(sl[0].result, -ENOENT);
+	assert_int_equal(store_stat(a, "slots", "held_bytes"), 0);
+	kvt_close(a);
+}
+
 static void test_unpin_while_loading_cancels(void **state)
 {
 	(void)state;
@@ -730,6 +799,7 @@ int main(void)
 		cmocka_unit_test(test_loads_become_ram_blocks_in_place),
 		cmocka_unit_test(test_load_racing_remove_is_not_promoted),
 		cmocka_unit_test(test_commit_writes_through_in_the_background),
+		cmocka_unit_test(test_pin_loads_blocks_a_peer_owns),
 		cmocka_unit_test(test_unpin_while_loading_cancels),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
 		cmocka_unit_test(test_pin_survives_remove),
