@@ -97,12 +97,12 @@ struct kvt_dev_ops {
 	 */
 	int (*buf_update)(void *q, unsigned first, void *base, size_t len);
 	/*
-	 * Optional (NULL: not known). The most DEV_ALIGN pages of memory that
-	 * one request to the device under fd carries whole, however scattered
-	 * the pages (its segment and size limits): a longer read into 4 KiB
-	 * pages is split into several requests. 0 when not known.
+	 * Optional (NULL: not known). What one request to the device under
+	 * fd carries whole: *segs memory segments (a read into scattered 4
+	 * KiB pages takes one per page) and *bytes bytes; a longer transfer
+	 * is split into several requests. 0 for a limit that is not known.
 	 */
-	unsigned (*max_pages)(int fd);
+	void (*req_limits)(int fd, unsigned *segs, uint64_t *bytes);
 };
 
 /* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */

@@ -553,11 +553,16 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 			goto fail;
 		}
 		d->fds[i] = fd;
-		unsigned mp = d->ops->max_pages ? d->ops->max_pages(fd) : 0;
-		if (!mp)
-			mp = DEFAULT_MAX_PAGES;
-		if (!d->max_pages || mp < d->max_pages)
-			d->max_pages = mp;
+		unsigned segs = 0;
+		uint64_t bytes = 0;
+		if (d->ops->req_limits)
+			d->ops->req_limits(fd, &segs, &bytes);
+		segs = segs ? segs : DEFAULT_MAX_SEGS;
+		bytes = bytes ? bytes : DEFAULT_MAX_REQ;
+		if (!d->max_segs || segs < d->max_segs)
+			d->max_segs = segs;
+		if (!d->max_req || bytes < d->max_req)
+			d->max_req = bytes;
 	}
 	if (fixed_base && fixed_len) {
 		d->fixed_base = fixed_base;

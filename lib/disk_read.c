@@ -207,19 +207,22 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
 /*
  * How block i's payload is read: straight into the caller's buffer where
  * it may (page-aligned, long enough, shared with no other op) and the read
- * is one device request there (no longer than the device's request carries
- * in 4 KiB pages, or into the registered arena's huge pages); else into a
- * huge-page stage, one request however long, verified there and copied
- * out (the copy runs while the batch's other reads are in flight); where
- * no huge-page stage is left, directly after all if it may, else staged
- * with its header.
+ * is no more requests there than anywhere (its pages no more than a
+ * request's segments, or the record longer than a request, or the buffer
+ * in the registered arena's huge pages); else whole into a huge-page
+ * stage, one request, verified there and copied out (the copy runs while
+ * the batch's other reads are in flight); where no huge-page stage is
+ * left, directly after all if it may, else staged with its header.
  */
 static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
 {
 	uint64_t pad = pad_up(w_len(r->w), PAGE);
 	int may = alone && ((uintptr_t)op->buf % PAGE) == 0 && op->len >= pad;
 
-	if (may && (pad / PAGE <= d->max_pages || disk_fixed_index(d, op->buf, pad) >= 0))
+	/* staging helps only where the record is then one request: one
+	 * longer than a request is split wherever it is read */
+	if (may && (pad / PAGE <= d->max_segs || PAGE + pad > d->max_req ||
+		    disk_fixed_index(d, op->buf, pad) >= 0))
 		return RD_DIRECT;
 	r->hstage_bytes = PAGE + pad;
 	r->hstage = disk_hstage_get(d, r->hstage_bytes);

@@ -575,27 +575,28 @@ static unsigned long sysfs_num(const char *dir, const char *name)
 
 /* The request queue's limits of the block device under fd (the device
  * itself, or the one holding the file system of a file; a partition's are
- * its disk's): max_segments, and max_sectors_kb in pages. */
-static unsigned uring_max_pages(int fd)
+ * its disk's): max_segments, and max_sectors_kb in bytes. */
+static void uring_req_limits(int fd, unsigned *segs, uint64_t *bytes)
 {
 	struct stat st;
 	char dir[128];
-	unsigned long segs, kb;
+	unsigned long n;
 
+	*segs = 0;
+	*bytes = 0;
 	if (fstat(fd, &st) < 0)
-		return 0;
+		return;
 	dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
 	snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/queue", major(dev), minor(dev));
-	segs = sysfs_num(dir, "max_segments");
-	if (!segs) {
+	n = sysfs_num(dir, "max_segments");
+	if (!n) {
 		snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/../queue", major(dev),
 			 minor(dev));
-		segs = sysfs_num(dir, "max_segments");
+		n = sysfs_num(dir, "max_segments");
 	}
-	kb = sysfs_num(dir, "max_sectors_kb");
-	if (kb && kb / (DEV_ALIGN / 1024) < segs)
-		segs = kb / (DEV_ALIGN / 1024);
-	return segs > 65536 ? 65536 : (unsigned)segs;
+	*segs = n > 65536 ? 65536 : (unsigned)n;
+	n = sysfs_num(dir, "max_sectors_kb");
+	*bytes = n > (1ul << 30) ? 1ull << 40 : (uint64_t)n * 1024;
 }
 
 const struct kvt_dev_ops uring_dev_ops = {
@@ -607,5 +608,5 @@ const struct kvt_dev_ops uring_dev_ops = {
 	.submit = uring_submit,
 	.reap = uring_reap,
 	.buf_update = uring_buf_update,
-	.max_pages = uring_max_pages,
+	.req_limits = uring_req_limits,
 };

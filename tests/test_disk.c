@@ -52,8 +52,9 @@ static struct {
 	_Atomic int scribble_len; /* the next read of this length: its first
 				     byte changed after it completes (another
 				     writer of the buffer) */
-	_Atomic unsigned max_pages; /* what the device says one request
+	_Atomic unsigned max_segs;  /* what the device says one request
 				       carries (0: the real device's) */
+	_Atomic uint64_t max_req;
 } faults;
 
 struct fq {
@@ -166,11 +167,15 @@ static int f_buf_update(void *q, unsigned first, void *base, size_t len)
 	return uring_dev_ops.buf_update(f->inner, first, base, len);
 }
 
-static unsigned f_max_pages(int fd)
+static void f_req_limits(int fd, unsigned *segs, uint64_t *bytes)
 {
-	unsigned m = atomic_load(&faults.max_pages);
+	unsigned m = atomic_load(&faults.max_segs);
 
-	return m ? m : uring_dev_ops.max_pages(fd);
+	uring_dev_ops.req_limits(fd, segs, bytes);
+	if (m) {
+		*segs = m;
+		*bytes = atomic_load(&faults.max_req);
+	}
 }
 
 /* uring_dev_ops with the queue calls wrapped; filled in main(). */
@@ -816,9 +821,12 @@ static void long_payloads_are_staged_whole_and_verified(void **st)
 	struct fix f;
 	enum { N = 12, LEN = 100000, SHORT = 16384, STRIDE = 50 * 4096 };
 	fix_init(&f, 32 * MiB, 4 * MiB);
-	atomic_store(&faults.max_pages, 4); /* 16 KiB per request */
+	/* 4 segments and 1 MiB per request: a 100000-byte payload in 4 KiB
+	 * pages would be split, the record read into a stage would not */
+	atomic_store(&faults.max_req, MiB);
+	atomic_store(&faults.max_segs, 4);
 	struct disk_tier *d = open_ok(&f, &fops);
-	atomic_store(&faults.max_pages, 0);
+	atomic_store(&faults.max_segs, 0);
 	kvt_op ops[N];
 	char *bufs = NULL;
 
@@ -853,6 +861,20 @@ static void long_payloads_are_staged_whole_and_verified(void **st)
 	assert_int_equal(atomic_load(&faults.scribble_len), 0);
 	assert_int_equal(stat_of(d, "checksum_failures"), 1);
 	assert_int_equal(get_block(d, 300, LEN), -ENOENT); /* dropped */
+	disk_close(d);
+
+	/* requests of 64 KiB: the record is split wherever it is read, so it
+	 * goes straight into the caller's buffer */
+	atomic_store(&faults.max_req, 64 * 1024);
+	atomic_store(&faults.max_segs, 4);
+	d = open_ok(&f, &fops);
+	atomic_store(&faults.max_segs, 0);
+	for (int i = 0; i < N; i++)
+		ops[i].len = STRIDE;
+	assert_int_equal(disk_get_batch(d, ops + 1, N - 1), 0);
+	for (int i = 1; i < N; i++)
+		assert_true(check_block(ops[i].key, ops[i].buf, ops[i].len));
+	assert_int_equal(stat_of(d, "staged_reads"), 0);
 	free(bufs);
 	disk_close(d);
 	fix_done(&f);
@@ -1209,7 +1231,7 @@ int main(void)
 	fops.submit = f_submit;
 	fops.reap = f_reap;
 	fops.buf_update = f_buf_update;
-	fops.max_pages = f_max_pages;
+	fops.req_limits = f_req_limits;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(put_get_round_trip_many_sizes),
