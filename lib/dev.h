@@ -97,12 +97,11 @@ struct kvt_dev_ops {
 	 */
 	int (*buf_update)(void *q, unsigned first, void *base, size_t len);
 	/*
-	 * Optional (NULL: not known). What one request to the device under
-	 * fd carries whole: *segs memory segments (a read into scattered 4
-	 * KiB pages takes one per page) and *bytes bytes; a longer transfer
-	 * is split into several requests. 0 for a limit that is not known.
+	 * Optional (NULL: not known). The bytes one request to the device
+	 * under fd carries whole (its max_sectors_kb): a longer transfer is
+	 * split into several requests. 0 when not known.
 	 */
-	void (*req_limits)(int fd, unsigned *segs, uint64_t *bytes);
+	uint64_t (*max_request)(int fd);
 };
 
 /* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */

@@ -553,14 +553,8 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 			goto fail;
 		}
 		d->fds[i] = fd;
-		unsigned segs = 0;
-		uint64_t bytes = 0;
-		if (d->ops->req_limits)
-			d->ops->req_limits(fd, &segs, &bytes);
-		segs = segs ? segs : DEFAULT_MAX_SEGS;
+		uint64_t bytes = d->ops->max_request ? d->ops->max_request(fd) : 0;
 		bytes = bytes ? bytes : DEFAULT_MAX_REQ;
-		if (!d->max_segs || segs < d->max_segs)
-			d->max_segs = segs;
 		if (!d->max_req || bytes < d->max_req)
 			d->max_req = bytes;
 	}

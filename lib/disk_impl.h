@@ -44,9 +44,8 @@
 #define HSTAGE_ALIGN (2u << 20)   /* a huge page */
 #define HSTAGE_UNIT (64u << 10)   /* their pieces are multiples of this */
 #define HSTAGE_CLASSES 128u       /* pieces up to 8 MiB */
-#define DEFAULT_MAX_SEGS 128u     /* where the device's request limits are
-				     not known: Linux's defaults */
-#define DEFAULT_MAX_REQ (512u << 10)
+#define DEFAULT_MAX_REQ (512u << 10) /* bytes per device request where the
+					device's limit is not known */
 
 struct rec_hdr {
 	uint64_t magic;
@@ -118,11 +117,9 @@ struct disk_tier {
 	size_t hused, hpool_max;
 	int hfailed;
 	void *hfree[HSTAGE_CLASSES];
-	/* what one device request carries whole (the smallest over the
-	 * devices): memory segments and bytes. A payload of more pages than
-	 * segments but a record of no more bytes is read whole into a
-	 * huge-page stage (one request) rather than into a caller's pages */
-	uint32_t max_segs;
+	/* the bytes one device request carries whole (the smallest over the
+	 * devices): a record no longer than that is read whole into a
+	 * huge-page stage, one request (disk_read.c) */
 	uint64_t max_req;
 	/* everything below is under lock */
 	pthread_mutex_t lock;

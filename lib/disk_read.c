@@ -205,15 +205,30 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
 }
 
 /*
- * How block i's payload is read: straight into the caller's buffer where
- * it may (page-aligned, long enough, shared with no other op) and the read
- * is no more requests there than anywhere (its pages no more than a
- * request's segments, or the record longer than a request, or the buffer
- * in the registered arena's huge pages); else whole into a huge-page
- * stage, one request, verified there and copied out (the copy runs while
- * the batch's other reads are in flight); where no huge-page stage is
- * left, directly after all if it may, else staged with its header.
+ * How block i is read: whole, in one request, into a huge-page stage,
+ * verified there and copied out (the copy runs while the batch's other
+ * reads are in flight), where the record is no longer than one device
+ * request carries; a header read beside a payload read straight into the
+ * caller's buffer is two requests wherever the block layer does not merge
+ * them, and a payload in scattered 4 KiB pages past the device's segment
+ * count is split again. Straight into the caller's buffer where it may
+ * (page-aligned, long enough, shared with no other op) and the record is
+ * longer than a request (split wherever it is read) or the buffer lies in
+ * the registered arena's huge pages or in a caller range registered for
+ * such I/O, or where no stage is left; else staged with its header in
+ * plain memory.
  */
+/* 1 if [p, p+len) lies in a caller range (kvt_mem_register): the caller
+ * asked for I/O straight into it. */
+static int registered(struct disk_tier *d, const void *p, size_t len)
+{
+	int piece;
+	unsigned h = d->mr ? memreg_hold(d->mr, p, len, &piece) : 0;
+
+	memreg_put(d->mr, h);
+	return h != 0;
+}
+
 static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
 {
 	uint64_t pad = pad_up(w_len(r->w), PAGE);
@@ -221,8 +236,8 @@ static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alon
 
 	/* staging helps only where the record is then one request: one
 	 * longer than a request is split wherever it is read */
-	if (may && (pad / PAGE <= d->max_segs || PAGE + pad > d->max_req ||
-		    disk_fixed_index(d, op->buf, pad) >= 0))
+	if (may && (PAGE + pad > d->max_req || disk_fixed_index(d, op->buf, pad) >= 0 ||
+		    registered(d, op->buf, pad)))
 		return RD_DIRECT;
 	r->hstage_bytes = PAGE + pad;
 	r->hstage = disk_hstage_get(d, r->hstage_bytes);

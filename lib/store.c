@@ -193,11 +193,11 @@ struct disk_leg {
  * Where a put chunk holds more bytes than the RAM tier keeps below its high
  * watermark, its leading ops would be evicted (spilled) by its later ones
  * before it ends: returns how many lead ops go straight to disk, from the
- * caller's buffers, with the write-arounds; RAM then makes room for the
- * others in a few large spills (ram_make_room) rather than one small one
- * per block. 0 without a disk tier, with write-through (every block goes
- * to disk anyway) or ram.refuse_when_leased (RAM refuses, nothing goes
- * around).
+ * caller's buffers, with the write-arounds, and in *ram_bytes the bytes of
+ * the others, for which RAM then makes room in a few large spills
+ * (ram_make_room). 0 and *ram_bytes 0 without a disk tier, with
+ * write-through (every block goes to disk anyway) or ram.refuse_when_leased
+ * (RAM refuses, nothing goes around): RAM then evicts as puts need.
  */
 static size_t put_overflow(kvt_store *s, const kvt_op *ops, size_t n, uint64_t *ram_bytes)
 {
@@ -227,7 +227,9 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 	uint64_t ram_bytes;
 	size_t lead = put_overflow(s, ops, n, &ram_bytes);
 
-	if (lead)
+	/* room for the chunk's RAM part in spills of up to 32 blocks, not in
+	 * one small spill (down to the low watermark) every few puts */
+	if (ram_bytes)
 		ram_make_room(s->ram, ram_bytes);
 	for (size_t i = 0; i < n; i++) {
 		kvt_op *op = &ops[i];

@@ -573,30 +573,26 @@ static unsigned long sysfs_num(const char *dir, const char *name)
 	return v;
 }
 
-/* The request queue's limits of the block device under fd (the device
- * itself, or the one holding the file system of a file; a partition's are
- * its disk's): max_segments, and max_sectors_kb in bytes. */
-static void uring_req_limits(int fd, unsigned *segs, uint64_t *bytes)
+/* The bytes one request carries to the block device under fd (the device
+ * itself, or the one holding the file system of a file; a partition's
+ * request queue is its disk's): max_sectors_kb. 0 when not known. */
+static uint64_t uring_max_request(int fd)
 {
 	struct stat st;
 	char dir[128];
-	unsigned long n;
+	unsigned long kb;
 
-	*segs = 0;
-	*bytes = 0;
 	if (fstat(fd, &st) < 0)
-		return;
+		return 0;
 	dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
 	snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/queue", major(dev), minor(dev));
-	n = sysfs_num(dir, "max_segments");
-	if (!n) {
+	kb = sysfs_num(dir, "max_sectors_kb");
+	if (!kb) {
 		snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/../queue", major(dev),
 			 minor(dev));
-		n = sysfs_num(dir, "max_segments");
+		kb = sysfs_num(dir, "max_sectors_kb");
 	}
-	*segs = n > 65536 ? 65536 : (unsigned)n;
-	n = sysfs_num(dir, "max_sectors_kb");
-	*bytes = n > (1ul << 30) ? 1ull << 40 : (uint64_t)n * 1024;
+	return kb > (1ul << 30) ? 1ull << 40 : (uint64_t)kb * 1024;
 }
 
 const struct kvt_dev_ops uring_dev_ops = {
@@ -608,5 +604,5 @@ const struct kvt_dev_ops uring_dev_ops = {
 	.submit = uring_submit,
 	.reap = uring_reap,
 	.buf_update = uring_buf_update,
-	.req_limits = uring_req_limits,
+	.max_request = uring_max_request,
 };
