@@ -21,10 +21,11 @@
  * extent alive. Lookups take no lock at all when they can: presence is read
  * under the shard's sequence count (ram_index.c), and a lease in force is
  * renewed by a compare-and-swap of its deadline, which leaves the entry's
- * place on the held list behind until expire_leases puts it right; so
+ * place on the held list behind until ram_expire_leases puts it right; so
  * lookups on many threads write no cache line in common (the count of
  * leases is a striped counter for the same reason). Knows nothing about
- * disks: spills go through a callback.
+ * disks: spills go through a callback. Eviction (victims, batched spills)
+ * is in ram_evict.c; what both files share is in ram_impl.h.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -35,54 +36,8 @@
 #include "ram_index.h"
 #include "internal.h"
 #include "ram.h"
+#include "ram_impl.h"
 #include "stats.h"
-
-#define NSHARDS 64u
-#define EVICT_SCAN 32 /* pinned entries skipped per shard before giving up */
-#define EVICT_BATCH 32 /* blocks whose spills go to the disk tier together */
-/* Removal generations: one per slot, slot = key.hi % NGENS, so a slot lies
- * in one shard (NGENS is a multiple of NSHARDS) and changes under its lock. */
-#define NGENS 1024u
-/* Promotion admission: fingerprints of keys whose promotion was declined
- * once (a power of two; a later key in the same slot takes it over). */
-#define NSEEN 4096u
-
-struct ram_tier {
-	struct shard shards[NSHARDS];
-	struct arena *arena;
-	char *base;
-	uint64_t capacity, high_bytes, low_bytes, lease_cap_bytes, max_block;
-	ram_spill_fn spill;
-	ram_unspill_fn unspill;
-	void *arg;
-
-	_Atomic uint64_t tick;
-	_Atomic uint64_t used;      /* bytes in extents of live entries */
-	_Atomic uint64_t objects;
-	_Atomic uint64_t leased_bytes, leased_objects;
-	_Atomic uint64_t puts, dup_puts, refused_puts;
-	_Atomic uint64_t evictions, evicted_bytes, spills, spill_failures;
-	_Atomic uint64_t lease_expiries, lease_refusals, releases;
-	struct kvt_striped leases;  /* granted and renewed, by every lookup */
-	_Atomic uint64_t gens[NGENS];
-	_Atomic uint64_t seen[NSEEN];
-	_Atomic uint64_t promotions_declined;
-};
-
-static inline struct shard *shard_of(struct ram_tier *r, kvt_key key)
-{
-	return &r->shards[key.hi & (NSHARDS - 1)];
-}
-
-static inline _Atomic uint64_t *gen_of(struct ram_tier *r, kvt_key key)
-{
-	return &r->gens[key.hi & (NGENS - 1)];
-}
-
-static inline uint64_t next_tick(struct ram_tier *r)
-{
-	return atomic_fetch_add_explicit(&r->tick, 1, memory_order_relaxed) + 1;
-}
 
 int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 	     ram_unspill_fn unspill, void *arg, struct ram_tier **out)
@@ -142,7 +97,7 @@ void ram_close(struct ram_tier *r)
 
 /* Accounts for the end of a lease the caller took from a live entry
  * (ent_lease_take or a CAS to 0); the caller moves it. */
-static void drop_lease(struct ram_tier *r, struct ram_ent *e)
+void ram_drop_lease(struct ram_tier *r, struct ram_ent *e)
 {
 	atomic_fetch_sub_explicit(&r->leased_bytes, e->len, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&r->leased_objects, 1, memory_order_relaxed);
@@ -153,7 +108,7 @@ static void drop_lease(struct ram_tier *r, struct ram_ent *e)
  * list is ordered by it, earliest at the head). Renewed deadlines are the
  * latest ones, so the walk from the tail is short. Shard locked.
  */
-static void held_insert(struct shard *sh, uint32_t id)
+void ram_held_insert(struct shard *sh, uint32_t id)
 {
 	struct ram_ent *e = shard_ent(sh, id);
 	uint32_t at = sh->held_tail;
@@ -179,7 +134,7 @@ static void held_insert(struct shard *sh, uint32_t id)
  * list: an entry whose place has passed but whose lease has not is put back
  * at the place of its new deadline. Shard locked.
  */
-static void expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
+void ram_expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
 {
 	while (sh->held_head != IDX_NONE) {
 		uint32_t id = sh->held_head;
@@ -190,13 +145,13 @@ static void expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
 		if (lu > now) {
 			list_remove(sh, &sh->held_head, &sh->held_tail, id);
 			e->held_until = lu;
-			held_insert(sh, id);
+			ram_held_insert(sh, id);
 			continue;
 		}
 		if (!ent_lease_cas(e, &lu, 0))
 			continue; /* renewed this instant: look again */
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
-		drop_lease(r, e);
+		ram_drop_lease(r, e);
 		ent_set_state(e, IENT_LRU);
 		e->stamp = next_tick(r); /* its list position says "recent" */
 		list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
@@ -210,13 +165,13 @@ static void expire_all(struct ram_tier *r)
 	for (unsigned i = 0; i < NSHARDS; i++) {
 		struct shard *sh = &r->shards[i];
 		pthread_mutex_lock(&sh->lock);
-		expire_leases(r, sh, now);
+		ram_expire_leases(r, sh, now);
 		pthread_mutex_unlock(&sh->lock);
 	}
 }
 
 /* Frees an entry already out of the table and unpinned. Shard locked. */
-static void release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
+void ram_release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
 {
 	struct ram_ent *e = shard_ent(sh, id);
 	uint64_t bytes = arena_extent_bytes(r->arena, e->off);
@@ -225,192 +180,6 @@ static void release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
 	atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&r->objects, 1, memory_order_relaxed);
 	shard_free_ent(sh, id);
-}
-
-/*
- * Picks the globally least recent evictable entry and marks it EVICTING,
- * pinned. Returns 0 with the shard and entry id set, or -ENOSPC when none is evictable.
- */
-static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
-{
-	for (int attempt = 0; attempt < 8; attempt++) {
-		uint64_t now = kvt_now_ns(), best_stamp = UINT64_MAX;
-		int best = -1;
-		uint32_t best_id = IDX_NONE;
-
-		for (unsigned i = 0; i < NSHARDS; i++) {
-			struct shard *sh = &r->shards[i];
-			pthread_mutex_lock(&sh->lock);
-			expire_leases(r, sh, now);
-			uint32_t id = sh->lru_tail;
-			for (int n = 0; id != IDX_NONE && n < EVICT_SCAN; n++) {
-				if (shard_ent(sh, id)->pins == 0)
-					break;
-				id = shard_ent(sh, id)->prev;
-			}
-			if (id != IDX_NONE && shard_ent(sh, id)->pins == 0 &&
-			    shard_ent(sh, id)->stamp < best_stamp) {
-				best_stamp = shard_ent(sh, id)->stamp;
-				best = (int)i;
-				best_id = id;
-			}
-			pthread_mutex_unlock(&sh->lock);
-		}
-		if (best < 0)
-			return -ENOSPC;
-		struct shard *sh = &r->shards[best];
-		pthread_mutex_lock(&sh->lock);
-		struct ram_ent *e = shard_ent(sh, best_id);
-		if (e->state == IENT_LRU && e->pins == 0 && e->stamp == best_stamp) {
-			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
-			ent_set_state(e, IENT_EVICTING);
-			e->pins = 1;
-			pthread_mutex_unlock(&sh->lock);
-			*shp = sh;
-			*idp = best_id;
-			return 0;
-		}
-		/* Someone touched it meanwhile; look again. */
-		pthread_mutex_unlock(&sh->lock);
-	}
-	return -EAGAIN;
-}
-
-/* A block picked for eviction, pinned and off the lists. */
-struct victim {
-	struct shard *sh;
-	uint32_t id;
-};
-
-/*
- * Finishes the eviction of a victim whose spill is done: frees it, or keeps
- * it when it was leased meanwhile, or takes the spilled copy back when it
- * was removed meanwhile.
- */
-static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
-{
-	struct shard *sh = v.sh;
-	uint32_t id = v.id;
-
-	pthread_mutex_lock(&sh->lock);
-	struct ram_ent *e = shard_ent(sh, id);
-	e->pins--;
-	if (e->state == IENT_DEAD) {
-		/* Under the shard lock: RAM shard lock, then the disk tier's
-		 * lock (ram.h); the callback never calls back into this tier. */
-		if (spilled && r->unspill)
-			r->unspill(r->arg, e->key);
-		if (e->pins == 0)
-			release_entry(r, sh, id);
-		pthread_mutex_unlock(&sh->lock);
-		return;
-	}
-	uint64_t lu = ent_lease(e);
-	if (lu > kvt_now_ns()) {
-		/* Leased while we spilled: the lease wins, the block stays. */
-		e->held_until = lu;
-		ent_set_state(e, IENT_HELD);
-		held_insert(sh, id);
-		pthread_mutex_unlock(&sh->lock);
-		return;
-	}
-	if (ent_lease_take(e)) {
-		drop_lease(r, e);
-		ctr_add(&r->lease_expiries, 1);
-	}
-	ctr_add(&r->evictions, 1);
-	ctr_add(&r->evicted_bytes, e->len);
-	shard_unlink(sh, id);
-	if (e->pins == 0)
-		release_entry(r, sh, id);
-	else
-		ent_set_state(e, IENT_DEAD);
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/*
- * Evicts up to max blocks (at least one), the least recent first, stopping
- * early once used bytes minus what is being evicted reach `floor`. Their
- * spills go out as one batch, outside every lock. Returns the number
- * evicted, or -ENOSPC / -EAGAIN when no block could be picked.
- */
-static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
-{
-	struct victim v[EVICT_BATCH];
-	kvt_op ops[EVICT_BATCH];
-	uint64_t pending = 0;
-	size_t n = 0;
-	int rc = 0;
-
-	if (max > EVICT_BATCH)
-		max = EVICT_BATCH;
-	while (n < max) {
-		if (n && atomic_load_explicit(&r->used, memory_order_relaxed) <= floor + pending)
-			break;
-		rc = pick_victim(r, &v[n].sh, &v[n].id);
-		if (rc)
-			break;
-		/* Pinned and off the lists: key, offset and length are stable. */
-		pthread_mutex_lock(&v[n].sh->lock);
-		struct ram_ent *e = shard_ent(v[n].sh, v[n].id);
-		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
-		pending += arena_extent_bytes(r->arena, e->off);
-		pthread_mutex_unlock(&v[n].sh->lock);
-		n++;
-	}
-	if (n == 0)
-		return rc;
-	if (r->spill) {
-		r->spill(r->arg, ops, n);
-		for (size_t i = 0; i < n; i++)
-			ctr_add(ops[i].result == 0 ? &r->spills : &r->spill_failures, 1);
-	}
-	for (size_t i = 0; i < n; i++)
-		finish_eviction(r, v[i], r->spill && ops[i].result == 0);
-	return (int)n;
-}
-
-size_t ram_evict_to_low(struct ram_tier *r)
-{
-	size_t n = 0;
-	int again = 0;
-
-	while (atomic_load_explicit(&r->used, memory_order_relaxed) > r->low_bytes) {
-		int rc = evict_batch(r, EVICT_BATCH, r->low_bytes);
-		if (rc == -EAGAIN && again++ < 4)
-			continue;
-		if (rc < 0)
-			break;
-		n += (size_t)rc;
-	}
-	return n;
-}
-
-size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
-{
-	uint64_t floor = bytes < r->high_bytes ? r->high_bytes - bytes : 0;
-	size_t n = 0;
-	int again = 0;
-
-	while (atomic_load_explicit(&r->used, memory_order_relaxed) > floor) {
-		int rc = evict_batch(r, EVICT_BATCH, floor);
-		if (rc == -EAGAIN && again++ < 4)
-			continue;
-		if (rc < 0)
-			break;
-		n += (size_t)rc;
-	}
-	return n;
-}
-
-uint64_t ram_high_bytes(struct ram_tier *r)
-{
-	return r->high_bytes;
-}
-
-int ram_above_high(struct ram_tier *r)
-{
-	return atomic_load_explicit(&r->used, memory_order_relaxed) > r->high_bytes;
 }
 
 /* Refreshes recency of a live entry. Shard locked. */
@@ -448,7 +217,7 @@ static int64_t alloc_extent(struct ram_tier *r, size_t len, int may_spill)
 		 * to disk together (at the disk's queue depth), rather than
 		 * one block and one write at a time when puts outrun the
 		 * evictor thread. */
-		int rc = evict_batch(r, EVICT_BATCH, r->low_bytes);
+		int rc = ram_evict_batch(r, EVICT_BATCH, r->low_bytes);
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
 		if (rc < 0)
@@ -692,7 +461,7 @@ void ram_unpin(struct ram_tier *r, uint64_t ref)
 	sh->pinned--;
 	struct ram_ent *e = shard_ent(sh, id);
 	if (--e->pins == 0 && e->state == IENT_DEAD)
-		release_entry(r, sh, id);
+		ram_release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -744,12 +513,12 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 		ent_set_state(e, IENT_HELD);
 		e->held_until = deadline;
-		held_insert(sh, id);
+		ram_held_insert(sh, id);
 	} else if (e->state == IENT_HELD) {
 		/* Renewed: keep the held list ordered by deadline. */
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
 		e->held_until = deadline;
-		held_insert(sh, id);
+		ram_held_insert(sh, id);
 	}
 	/* IENT_EVICTING: the evictor sees lease_until and keeps the block. */
 	kvt_striped_add(&r->leases, 1);
@@ -761,7 +530,7 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
  * write no shared cache line: presence from shard_find_unlocked, and with
  * lease, the renewal of a lease in force by a compare-and-swap of its
  * deadline (never shortened here), which the held list learns of lazily
- * (expire_leases). 1 or 0 as ram_lookup; -EAGAIN when the answer needs the
+ * (ram_expire_leases). 1 or 0 as ram_lookup; -EAGAIN when the answer needs the
  * lock: a first lease (the entry moves to the held list and counts against
  * the cap), or slots that moved meanwhile. A renewal made before such a
  * -EAGAIN is harmless: it only lengthened a lease in force.
@@ -825,7 +594,7 @@ int ram_release(struct ram_tier *r, kvt_key key)
 	uint32_t id = shard_find(sh, key);
 	if (id != IDX_NONE && ent_lease_take(shard_ent(sh, id))) {
 		struct ram_ent *e = shard_ent(sh, id);
-		drop_lease(r, e);
+		ram_drop_lease(r, e);
 		if (e->state == IENT_HELD) {
 			list_remove(sh, &sh->held_head, &sh->held_tail, id);
 			ent_set_state(e, IENT_LRU);
@@ -853,7 +622,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 	}
 	struct ram_ent *e = shard_ent(sh, id);
 	if (ent_lease_take(e))
-		drop_lease(r, e);
+		ram_drop_lease(r, e);
 	if (e->state == IENT_LRU)
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 	else if (e->state == IENT_HELD)
@@ -861,7 +630,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 	shard_unlink(sh, id);
 	ent_set_state(e, IENT_DEAD);
 	if (e->pins == 0)
-		release_entry(r, sh, id);
+		ram_release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
 	return 0;
 }

@@ -1,0 +1,199 @@
+/*
+ * ram_evict.c - the RAM tier's eviction (see ram.h): picking the globally
+ * least recent evictable block, spilling a batch of victims through the
+ * tier's spill callback outside every lock, and finishing each one (freed,
+ * kept because a lease came meanwhile, or its spilled copy taken back
+ * because it was removed meanwhile). Lock order: a RAM shard lock, then
+ * the disk tier's lock inside the unspill callback (ram.h).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+
+#include "ram_impl.h"
+#include "stats.h"
+
+/*
+ * Picks the globally least recent evictable entry and marks it EVICTING,
+ * pinned. Returns 0 with the shard and entry id set, or -ENOSPC when none is evictable.
+ */
+static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
+{
+	for (int attempt = 0; attempt < 8; attempt++) {
+		uint64_t now = kvt_now_ns(), best_stamp = UINT64_MAX;
+		int best = -1;
+		uint32_t best_id = IDX_NONE;
+
+		for (unsigned i = 0; i < NSHARDS; i++) {
+			struct shard *sh = &r->shards[i];
+			pthread_mutex_lock(&sh->lock);
+			ram_expire_leases(r, sh, now);
+			uint32_t id = sh->lru_tail;
+			for (int n = 0; id != IDX_NONE && n < EVICT_SCAN; n++) {
+				if (shard_ent(sh, id)->pins == 0)
+					break;
+				id = shard_ent(sh, id)->prev;
+			}
+			if (id != IDX_NONE && shard_ent(sh, id)->pins == 0 &&
+			    shard_ent(sh, id)->stamp < best_stamp) {
+				best_stamp = shard_ent(sh, id)->stamp;
+				best = (int)i;
+				best_id = id;
+			}
+			pthread_mutex_unlock(&sh->lock);
+		}
+		if (best < 0)
+			return -ENOSPC;
+		struct shard *sh = &r->shards[best];
+		pthread_mutex_lock(&sh->lock);
+		struct ram_ent *e = shard_ent(sh, best_id);
+		if (e->state == IENT_LRU && e->pins == 0 && e->stamp == best_stamp) {
+			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
+			ent_set_state(e, IENT_EVICTING);
+			e->pins = 1;
+			pthread_mutex_unlock(&sh->lock);
+			*shp = sh;
+			*idp = best_id;
+			return 0;
+		}
+		/* Someone touched it meanwhile; look again. */
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return -EAGAIN;
+}
+
+/* A block picked for eviction, pinned and off the lists. */
+struct victim {
+	struct shard *sh;
+	uint32_t id;
+};
+
+/*
+ * Finishes the eviction of a victim whose spill is done: frees it, or keeps
+ * it when it was leased meanwhile, or takes the spilled copy back when it
+ * was removed meanwhile.
+ */
+static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
+{
+	struct shard *sh = v.sh;
+	uint32_t id = v.id;
+
+	pthread_mutex_lock(&sh->lock);
+	struct ram_ent *e = shard_ent(sh, id);
+	e->pins--;
+	if (e->state == IENT_DEAD) {
+		/* Under the shard lock: RAM shard lock, then the disk tier's
+		 * lock (ram.h); the callback never calls back into this tier. */
+		if (spilled && r->unspill)
+			r->unspill(r->arg, e->key);
+		if (e->pins == 0)
+			ram_release_entry(r, sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		return;
+	}
+	uint64_t lu = ent_lease(e);
+	if (lu > kvt_now_ns()) {
+		/* Leased while we spilled: the lease wins, the block stays. */
+		e->held_until = lu;
+		ent_set_state(e, IENT_HELD);
+		ram_held_insert(sh, id);
+		pthread_mutex_unlock(&sh->lock);
+		return;
+	}
+	if (ent_lease_take(e)) {
+		ram_drop_lease(r, e);
+		ctr_add(&r->lease_expiries, 1);
+	}
+	ctr_add(&r->evictions, 1);
+	ctr_add(&r->evicted_bytes, e->len);
+	shard_unlink(sh, id);
+	if (e->pins == 0)
+		ram_release_entry(r, sh, id);
+	else
+		ent_set_state(e, IENT_DEAD);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/*
+ * Evicts up to max blocks (at least one), the least recent first, stopping
+ * early once used bytes minus what is being evicted reach `floor`. Their
+ * spills go out as one batch, outside every lock. Returns the number
+ * evicted, or -ENOSPC / -EAGAIN when no block could be picked.
+ */
+int ram_evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
+{
+	struct victim v[EVICT_BATCH];
+	kvt_op ops[EVICT_BATCH];
+	uint64_t pending = 0;
+	size_t n = 0;
+	int rc = 0;
+
+	if (max > EVICT_BATCH)
+		max = EVICT_BATCH;
+	while (n < max) {
+		if (n && atomic_load_explicit(&r->used, memory_order_relaxed) <= floor + pending)
+			break;
+		rc = pick_victim(r, &v[n].sh, &v[n].id);
+		if (rc)
+			break;
+		/* Pinned and off the lists: key, offset and length are stable. */
+		pthread_mutex_lock(&v[n].sh->lock);
+		struct ram_ent *e = shard_ent(v[n].sh, v[n].id);
+		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
+		pending += arena_extent_bytes(r->arena, e->off);
+		pthread_mutex_unlock(&v[n].sh->lock);
+		n++;
+	}
+	if (n == 0)
+		return rc;
+	if (r->spill) {
+		r->spill(r->arg, ops, n);
+		for (size_t i = 0; i < n; i++)
+			ctr_add(ops[i].result == 0 ? &r->spills : &r->spill_failures, 1);
+	}
+	for (size_t i = 0; i < n; i++)
+		finish_eviction(r, v[i], r->spill && ops[i].result == 0);
+	return (int)n;
+}
+
+size_t ram_evict_to_low(struct ram_tier *r)
+{
+	size_t n = 0;
+	int again = 0;
+
+	while (atomic_load_explicit(&r->used, memory_order_relaxed) > r->low_bytes) {
+		int rc = ram_evict_batch(r, EVICT_BATCH, r->low_bytes);
+		if (rc == -EAGAIN && again++ < 4)
+			continue;
+		if (rc < 0)
+			break;
+		n += (size_t)rc;
+	}
+	return n;
+}
+
+size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
+{
+	uint64_t floor = bytes < r->high_bytes ? r->high_bytes - bytes : 0;
+	size_t n = 0;
+	int again = 0;
+
+	while (atomic_load_explicit(&r->used, memory_order_relaxed) > floor) {
+		int rc = ram_evict_batch(r, EVICT_BATCH, floor);
+		if (rc == -EAGAIN && again++ < 4)
+			continue;
+		if (rc < 0)
+			break;
+		n += (size_t)rc;
+	}
+	return n;
+}
+
+uint64_t ram_high_bytes(struct ram_tier *r)
+{
+	return r->high_bytes;
+}
+
+int ram_above_high(struct ram_tier *r)
+{
+	return atomic_load_explicit(&r->used, memory_order_relaxed) > r->high_bytes;
+}
