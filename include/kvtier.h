@@ -392,9 +392,9 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
  * other. The block is slots[i].len bytes as reserved. Never waits for disk
  * or peer I/O: with disk.write_policy "write_through" the block is written
  * to disk in the background by the library's loader threads (a kvt_remove
- * after the commit wins), with "on_evict" when it is evicted; it is not
- * stored at the member that owns its key. Slots whose result is not 0 are
- * skipped. Per
+ * after the commit wins), with "on_evict" when it is evicted; when another
+ * member owns its key, it is stored there too, in the background. Slots
+ * whose result is not 0 are skipped. Per
  * slot, result becomes 0 (published, or the key was stored meanwhile),
  * -ESTALE (not a live reservation of this store: aborted, committed, or
  * lapsed after ram.pin_ms) or -ENOMEM; ref and addr are cleared. Returns

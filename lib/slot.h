@@ -31,11 +31,13 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
  * peers); read(arg, owner, key, buf, cap, &len) reads the owner's copy into
  * buf (cap bytes), verified and counted like a get's peer hit or miss, and
  * returns 0 (len set) or a get's -errno (a member that cannot answer:
- * -ENOENT).
+ * -ENOENT); put(arg, key, data, len) stores a block at the member that
+ * owns it as kvt_put does (counted as a peer put or failure).
  */
 struct slot_peers {
 	int (*owner)(void *arg, kvt_key key);
 	int (*read)(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len);
+	void (*put)(void *arg, kvt_key key, const void *data, size_t len);
 	void *arg;
 };
 

@@ -45,13 +45,15 @@ struct slot_rec {
 	uint8_t has_off;      /* LOADING: off is allocated */
 };
 
-/* Up to LOAD_GROUP disk loads of one pin batch, or (b NULL) the
- * write-through of one committed block. */
+/* Up to LOAD_GROUP disk loads of one pin batch, or (b NULL) what follows
+ * the commit of one block: its write to disk, its copy to its owner. */
 struct slot_job {
 	struct kvt_pin_batch *b;
 	struct slot_job *next;
-	kvt_key wkey;             /* write-through: the block, and its RAM */
+	kvt_key wkey;             /* after a commit: the block, and its RAM */
 	uint64_t wgen;            /* generation right after the commit */
+	int wdisk;                /* write it to disk */
+	int wowner;               /* the member that owns it, or -1 */
 	uint32_t n;
 	uint32_t rec[LOAD_GROUP];
 	size_t idx[LOAD_GROUP];   /* the slots' indexes in b->slots */
@@ -136,8 +138,9 @@ int slot_check_args(kvt_store *s, const kvt_slot *slots, size_t n, const char *f
 int slot_start_loaders(struct slot_table *t);
 int slot_queue_loads(struct slot_table *t, struct kvt_pin_batch *b,
 		     const size_t *load, const uint32_t *rec, size_t n);
-/* Queues the write to disk of key's RAM block, committed with RAM
- * generation gen. Table locked. Returns 0 or -ENOMEM. */
-int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen);
+/* Queues what follows the commit of key's RAM block (with RAM generation
+ * gen): its write to disk (disk), its copy to member owner (-1: none).
+ * Table locked. Returns 0 or -ENOMEM. */
+int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen, int disk, int owner);
 
 #endif

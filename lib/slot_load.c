@@ -6,7 +6,8 @@
  * PIN_OWN (or free them when the load failed or was released meanwhile),
  * and report the loads to their pin batch, so the engine starts copying a
  * block as soon as it has landed. They also write committed blocks to disk
- * when the disk tier writes through (kvt_put_commit never waits for that).
+ * when the disk tier writes through, and copy them to the members that own
+ * their keys (kvt_put_commit never waits for either).
  * The first loader also lapses slots whose deadline has passed, waking for
  * that while idle. Knows nothing of
  * reservations or of the public calls' arguments.
@@ -174,12 +175,13 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 }
 
 /*
- * Writes a committed block to disk (disk.write_policy "write_through"),
- * from its RAM copy, pinned meanwhile. A removal of the key since the
- * commit wins: the block is not written, or is removed from the disk again
- * once written (kvt_remove changes the RAM generation before it removes
- * the disk's copy, so a removal that this check misses comes after the
- * write and removes it itself).
+ * What follows a commit, from the block's RAM copy, pinned meanwhile: its
+ * write to disk (disk.write_policy "write_through") and its copy to the
+ * member that owns its key, as kvt_put does both. A removal of the key
+ * since the commit wins over the disk write: the block is not written, or
+ * is removed from the disk again once written (kvt_remove changes the RAM
+ * generation before it removes the disk's copy, so a removal that this
+ * check misses comes after the write and removes it itself).
  */
 static void run_write(struct slot_table *t, struct slot_job *j)
 {
@@ -188,15 +190,19 @@ static void run_write(struct slot_table *t, struct slot_job *j)
 	int rc = ram_pin(t->ram, j->wkey, SIZE_MAX, &ref, &off, &len);
 
 	if (rc == 0) {
-		if (ram_gen(t->ram, j->wkey) == j->wgen)
-			rc = disk_put(t->disk, j->wkey, t->base + off, len);
+		if (j->wowner >= 0)
+			t->peers.put(t->peers.arg, j->wkey, t->base + off, len);
+		if (j->wdisk) /* a removal since the commit: nothing to write */
+			rc = ram_gen(t->ram, j->wkey) == j->wgen ?
+			     disk_put(t->disk, j->wkey, t->base + off, len) : -ENOENT;
 		ram_unpin(t->ram, ref);
-		if (rc == 0 && ram_gen(t->ram, j->wkey) != j->wgen)
+		if (j->wdisk && rc == 0 && ram_gen(t->ram, j->wkey) != j->wgen)
 			disk_remove(t->disk, j->wkey);
 	}
-	if (rc == 0) {
+	/* (The copy to the owner is counted by the store.) */
+	if (j->wdisk && rc == 0) {
 		ctr_add(&t->write_throughs, 1);
-	} else if (rc != -ENOENT) {
+	} else if (j->wdisk && rc != -ENOENT) {
 		char kb[34];
 		ctr_add(&t->write_through_failures, 1);
 		kvt_log(KVT_LOG_WARN, "write-through of committed block %s to disk failed: %s",
@@ -268,7 +274,7 @@ int slot_start_loaders(struct slot_table *t)
 	return 0;
 }
 
-int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen)
+int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen, int disk, int owner)
 {
 	struct slot_job *j = calloc(1, sizeof(*j));
 	int rc = j ? slot_start_loaders(t) : -ENOMEM;
@@ -279,6 +285,8 @@ int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen)
 	}
 	j->wkey = key;
 	j->wgen = gen;
+	j->wdisk = disk;
+	j->wowner = owner;
 	if (t->qtail)
 		t->qtail->next = j;
 	else

@@ -104,15 +104,20 @@ static int take_reservation(struct slot_table *t, kvt_slot *sl, const char *fn,
 	return 1;
 }
 
-/* Has a loader write a block just published to disk (write-through). The
- * block stays published if that cannot even be queued: it reaches the disk
- * when it is evicted, as under disk.write_policy "on_evict". */
+/* Has a loader write a block just published to disk (write-through) and
+ * copy it to the member that owns its key, if any. The block stays
+ * published if that cannot even be queued: it reaches the disk when it is
+ * evicted, as under disk.write_policy "on_evict", and not its owner. */
 static void queue_write(struct slot_table *t, kvt_key key)
 {
-	uint64_t gen = ram_gen(t->ram, key);
+	int disk = t->disk && t->write_through;
+	int owner = t->peers.owner ? t->peers.owner(t->peers.arg, key) : -1;
 
+	if (!disk && owner < 0)
+		return;
+	uint64_t gen = ram_gen(t->ram, key);
 	pthread_mutex_lock(&t->lock);
-	int rc = slot_queue_write(t, key, gen);
+	int rc = slot_queue_write(t, key, gen, disk, owner);
 	pthread_mutex_unlock(&t->lock);
 	if (rc)
 		ctr_add(&t->write_through_failures, 1);
@@ -150,7 +155,7 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 			ctr_add(&t->commits, 1);
 			done++;
 		}
-		if (rc == 0 && t->disk && t->write_through)
+		if (rc == 0)
 			queue_write(t, slots[i].key);
 	}
 	return done;

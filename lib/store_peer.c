@@ -84,9 +84,16 @@ static int slot_read(void *arg, int owner, kvt_key key, void *buf, size_t cap, s
 	return store_peer_result(read_peer(arg, owner, key, buf, cap, len, &sum));
 }
 
+static void slot_put(void *arg, kvt_key key, const void *data, size_t len)
+{
+	kvt_op op = { .key = key, .buf = (void *)data, .len = len, .result = 0 };
+
+	store_put_to_peers(arg, &op, 1);
+}
+
 void store_slot_peers(kvt_store *s)
 {
-	struct slot_peers p = { slot_owner, slot_read, s };
+	struct slot_peers p = { slot_owner, slot_read, slot_put, s };
 
 	slot_set_peers(s->slots, &p);
 }

@@ -4,7 +4,8 @@
  * ram.pin_cap; a commit after the store filled up; pins of RAM blocks read
  * in place; disk hits loaded into fresh slots and reaped one by one (and
  * through the eventfd), promoted into RAM in place; blocks a peer owns
- * loaded the same way; committed blocks written through in the background;
+ * loaded the same way; committed blocks written through in the background
+ * and copied to the members that own them;
  * a forgotten pin and a forgotten reservation lapsing;
  * a pin on a block that kvt_remove removes, also from another thread while
  * the store churns; the arena's regions; bad arguments.
@@ -549,6 +550,41 @@ static void test_pin_loads_blocks_a_peer_owns(void **state)
 	kvt_close(a);
 }
 
+static void test_commit_is_copied_to_the_owner(void **state)
+{
+	(void)state;
+	const char *names[2] = { "a", "b" };
+	int pa = test_free_port(), pb = test_free_port();
+	kvt_store *b = peer_node("b", pa, pb), *a = peer_node("a", pa, pb);
+	kvt_key k[2];
+	kvt_slot sl[2];
+
+	/* One key b owns, one a owns: each committed on a. */
+	test_owned_keys(names, 2, 1, 7000, &k[0], 1);
+	test_owned_keys(names, 2, 0, 7000, &k[1], 1);
+	for (int i = 0; i < 2; i++)
+		sl[i] = slot_of(k[i], 250000);
+	assert_int_equal(kvt_put_reserve(a, sl, 2, 0), 2);
+	for (int i = 0; i < 2; i++)
+		fill_block(k[i], sl[i].addr, 250000);
+	assert_int_equal(kvt_put_commit(a, sl, 2), 2);
+	/* b gets its own key in the background; a keeps both. */
+	size_t found = 0;
+	for (int ms = 0; ms < 10000; ms++) {
+		assert_int_equal(kvt_lookup(b, &k[0], 1, 0, &found), 0);
+		if (found)
+			break;
+		sleep_ms(1);
+	}
+	assert_int_equal(found, 1);
+	assert_int_equal(store_get_block(b, k[0], 250000), 0);
+	assert_int_equal(store_stat(b, "ram", "objects"), 1);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(store_get_block(a, k[i], 250000), 0);
+	kvt_close(a);
+	kvt_close(b);
+}
+
 static void test_unpin_while_loading_cancels(void **state)
 {
 	(void)state;
@@ -800,6 +836,7 @@ int main(void)
 		cmocka_unit_test(test_load_racing_remove_is_not_promoted),
 		cmocka_unit_test(test_commit_writes_through_in_the_background),
 		cmocka_unit_test(test_pin_loads_blocks_a_peer_owns),
+		cmocka_unit_test(test_commit_is_copied_to_the_owner),
 		cmocka_unit_test(test_unpin_while_loading_cancels),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
 		cmocka_unit_test(test_pin_survives_remove),
