@@ -6,8 +6,11 @@
  * move by one copy between the caller's buffer and the shared arena and the
  * slot calls hand out addresses in this mapping.
  *
- * A get pins the block (one round trip), copies it out and unpins it with a
- * frame that has no reply, so the unpin rides ahead of the next request. A
+ * A get pins the block (one round trip) and copies it out; its unpin needs
+ * no reply and waits here until the process's next request, which carries
+ * it in front of itself in the same send (at most LC_DEFER pins wait so;
+ * the node store ends them before serving the request, and all at once
+ * when the connection closes). A
  * put reserves arena space, copies the block in and commits it with its
  * checksum, which the server checks before the block becomes visible; a put
  * that finds no room without spilling sends its bytes in the frame instead.
@@ -29,6 +32,10 @@
 #include "local.h"
 #include "local_proto.h"
 
+/* The most pins of finished gets that wait for the next request to carry
+ * their unpin; a get of more unpins them at once. */
+#define LC_DEFER 16
+
 struct local_client {
 	char path[108];
 	int fd;
@@ -37,8 +44,8 @@ struct local_client {
 	char *base;
 	size_t arena_len;
 	uint64_t max_block;
-	unsigned char *rbuf;   /* replies */
-	size_t rcap;
+	uint64_t defer[LC_DEFER]; /* pins of finished gets, not yet unpinned */
+	uint32_t ndefer;
 };
 
 /* --- frames -------------------------------------------------------------------- */
@@ -57,15 +64,22 @@ static int send_all(int fd, struct iovec *iov, int n)
 	return lp_send_all(fd, &m);
 }
 
-/* Reads len bytes; with fd non-NULL, also a descriptor passed along. */
-static int recv_all(int sock, void *p, size_t len, int *fd)
+/*
+ * Reads at least need and at most cap bytes of a reply into p (with fd
+ * non-NULL, also a descriptor passed along): the bytes read, or -1.
+ * (Spinning a few microseconds for the reply before sleeping made gets no
+ * faster and lookups slower on a busy 2-CPU machine, so it sleeps at once.)
+ */
+static ssize_t recv_some(int sock, void *p, size_t need, size_t cap, int *fd)
 {
-	while (len) {
+	size_t got = 0;
+
+	while (got < need) {
 		union {
 			char buf[CMSG_SPACE(sizeof(int))];
 			struct cmsghdr align;
 		} u;
-		struct iovec iov = { p, len };
+		struct iovec iov = { (char *)p + got, cap - got };
 		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
 		if (fd) {
 			m.msg_control = u.buf;
@@ -85,25 +99,39 @@ static int recv_all(int sock, void *p, size_t len, int *fd)
 					memcpy(fd, CMSG_DATA(cm), sizeof(int));
 				}
 		}
-		p = (char *)p + r;
-		len -= (size_t)r;
+		got += (size_t)r;
 	}
-	return 0;
+	return (ssize_t)got;
 }
+
+/* Reads len bytes; with fd non-NULL, also a descriptor passed along. */
+static int recv_all(int sock, void *p, size_t len, int *fd)
+{
+	return len && recv_some(sock, p, len, len, fd) < 0 ? -1 : 0;
+}
+
+/* Bytes of a reply read at once: its header, status and a short body. */
+#define FIRST_READ 512
 
 /*
  * Sends a request of type with payload a then b, and (unless LP_NOREPLY)
  * reads its reply: returns its status (a negative one with the server's
  * text as kvt_last_error()), the body after the status copied to out (at
  * most cap bytes; *olen set). Lock held. fd: where a passed descriptor goes
- * (HELLO only).
+ * (HELLO only). The unpins of finished gets that wait (c->defer) go first,
+ * as a frame without a reply in the same send. Nothing follows a reply
+ * until the next request, so its first read takes what is there at once.
  */
 static int rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
 		      const void *b, size_t blen, void *out, size_t cap, size_t *olen,
 		      int *fd)
 {
 	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)type, (uint32_t)(alen + blen) };
-	struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+	uint32_t nd = c->ndefer;
+	struct lp_hdr uh = { LP_MAGIC, LP_VERSION, LP_UNPIN | LP_NOREPLY, 4 + nd * 8 };
+	struct iovec iov[6] = { { &uh, sizeof(uh) }, { &nd, 4 }, { c->defer, (size_t)nd * 8 },
+				{ &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+	unsigned char first[FIRST_READ];
 	int32_t status;
 
 	if (c->broken)
@@ -111,28 +139,39 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 				c->path);
 	/* A refused HELLO may find the server gone already; its refusal is
 	 * still there to read. */
-	if (send_all(c->fd, iov, 3) && type != LP_HELLO)
+	if (send_all(c->fd, nd ? iov : iov + 3, nd ? 6 : 3) && type != LP_HELLO)
 		return broken(c);
+	c->ndefer = 0;
 	if (type & LP_NOREPLY)
 		return 0;
-	if (recv_all(c->fd, &h, sizeof(h), fd))
+	size_t most = sizeof(h) + 4 + (cap < FIRST_READ - 12 ? cap : FIRST_READ - 12);
+	ssize_t got = recv_some(c->fd, first, sizeof(h) + 4, most, fd);
+	if (got < 0)
 		return broken(c);
+	memcpy(&h, first, sizeof(h));
+	memcpy(&status, first + sizeof(h), 4);
 	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
 	    h.type != ((type & ~LP_NOREPLY) | LP_REPLY) || h.len < 4 ||
-	    h.len > 4 + (cap > LP_TEXT_MAX ? cap : LP_TEXT_MAX))
+	    h.len > 4 + (cap > LP_TEXT_MAX ? cap : LP_TEXT_MAX) ||
+	    (size_t)got > sizeof(h) + h.len)
 		return broken(c);
-	if (recv_all(c->fd, &status, 4, fd))
-		return broken(c);
-	size_t body = h.len - 4;
+	size_t body = h.len - 4, have = (size_t)got - sizeof(h) - 4;
 	if (status < 0) {
 		char t[LP_TEXT_MAX + 1];
-		if (body > LP_TEXT_MAX || recv_all(c->fd, t, body, NULL))
+		if (body > LP_TEXT_MAX)
+			return broken(c);
+		memcpy(t, first + 12, have);
+		if (recv_all(c->fd, t + have, body - have, NULL))
 			return broken(c);
 		t[body] = 0;
 		kvt_set_error("%s", t);
 		return status;
 	}
-	if (body > cap || recv_all(c->fd, out, body, NULL))
+	if (body > cap)
+		return broken(c);
+	if (have)
+		memcpy(out, first + 12, have);
+	if (body > have && recv_all(c->fd, (char *)out + have, body - have, NULL))
 		return broken(c);
 	if (olen)
 		*olen = body;
@@ -217,7 +256,6 @@ void local_client_close(struct local_client *c)
 	if (c->fd >= 0)
 		close(c->fd); /* the server releases what this process held */
 	pthread_mutex_destroy(&c->lock);
-	free(c->rbuf);
 	free(c);
 }
 
@@ -422,20 +460,41 @@ int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
 	return total;
 }
 
-/* UNPIN of the refs (non-zero), answered or not. */
-static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n, int reply)
+/* UNPIN of the refs (non-zero), answered. */
+static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n)
 {
 	int total = 0;
 
 	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
 		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
-		int rc = rpc(c, reply ? LP_UNPIN : LP_UNPIN | LP_NOREPLY, &k, 4, refs + i,
-			     (size_t)k * 8, NULL, 0, NULL);
+		int rc = rpc(c, LP_UNPIN, &k, 4, refs + i, (size_t)k * 8, NULL, 0, NULL);
 		if (rc < 0)
 			return rc;
 		total += rc;
 	}
 	return total;
+}
+
+/* The unpins of a finished get: they wait for the next request to carry
+ * them when they fit beside those waiting already, else all go now, in
+ * frames without a reply. */
+static int unpin_later(struct local_client *c, const uint64_t *refs, size_t n)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->ndefer + n <= LC_DEFER) {
+		memcpy(c->defer + c->ndefer, refs, n * sizeof(*refs));
+		c->ndefer += (uint32_t)n;
+	} else {
+		for (size_t i = 0; rc >= 0 && i < n; i += LP_KEYS_MAX) {
+			uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
+			rc = rpc_locked(c, LP_UNPIN | LP_NOREPLY, &k, 4, refs + i,
+					(size_t)k * 8, NULL, 0, NULL, NULL);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
 }
 
 int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n)
@@ -448,7 +507,7 @@ int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (slots[i].ref)
 			refs[k++] = slots[i].ref;
-	int rc = unpin_refs(c, refs, k, 1);
+	int rc = unpin_refs(c, refs, k);
 	free(refs);
 	if (rc >= 0 && (size_t)rc < n)
 		kvt_set_error("kvt_unpin: %zu of the %zu slots were not live pins "
@@ -467,7 +526,7 @@ static int first_failure(const kvt_op *ops, size_t n)
 	return 0;
 }
 
-/* Gets up to LP_KEYS_MAX ops: pins, copies out, unpins without a reply. */
+/* Gets up to LP_KEYS_MAX ops: pins, copies out, unpins later. */
 static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 {
 	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
@@ -510,7 +569,7 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 				      kvt_key_str(op->key, kb), kvt_strerror(sl[i].result));
 		}
 	}
-	rc = k ? unpin_refs(c, refs, k, 0) : 0;
+	rc = k ? unpin_later(c, refs, k) : 0;
 out:
 	if (sl != small)
 		free(sl);

@@ -11,8 +11,11 @@
  * carry LP_NOREPLY) has type | LP_REPLY and starts with an i32 status: 0 or
  * a count, or a negative errno followed by the error's text (no NUL). The
  * first request is HELLO; the server answers it with the arena's memfd
- * (SCM_RIGHTS) or a refusal, and serves requests in order. A frame whose
- * header or payload breaks these rules ends the connection.
+ * (SCM_RIGHTS) or a refusal, and serves requests in order, however many
+ * arrive in one read. Only an UNPIN may carry LP_NOREPLY: a client sends
+ * the unpins of its gets so, in front of its next request and in the same
+ * send, and the server ends them before it serves that request. A frame
+ * whose header or payload breaks these rules ends the connection.
  */
 #ifndef KVT_LOCAL_PROTO_H
 #define KVT_LOCAL_PROTO_H

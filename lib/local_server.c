@@ -49,6 +49,35 @@ static int read_full(int fd, void *p, size_t len)
 	return 0;
 }
 
+/* Reads exactly len bytes of the client's frames, taking first what an
+ * earlier read brought: 0, or -1 at end of file or on error. */
+static int conn_read(struct conn *c, void *p, size_t len)
+{
+	while (len) {
+		size_t k = c->rend - c->rpos;
+		if (k > len)
+			k = len;
+		if (k) {
+			memcpy(p, c->rb + c->rpos, k);
+			c->rpos += k;
+			p = (char *)p + k;
+			len -= k;
+			if (!len)
+				break;
+		}
+		if (len >= sizeof(c->rb)) /* a large payload: straight there */
+			return read_full(c->fd, p, len);
+		ssize_t r = recv(c->fd, c->rb, sizeof(c->rb), 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		c->rpos = 0;
+		c->rend = (size_t)r;
+	}
+	return 0;
+}
+
 /* Sends a reply: header, the i32 status, then body; with fd (>= 0) passed
  * along. 0 or -1. */
 int lsrv_send_reply(int sock, int type, int32_t status, const void *body,
@@ -91,7 +120,7 @@ static int read_header(struct conn *c, int *type, size_t *len)
 {
 	struct lp_hdr h;
 
-	if (read_full(c->fd, &h, sizeof(h)))
+	if (conn_read(c, &h, sizeof(h)))
 		return -1;
 	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
 	    h.len > lp_payload_max(c->srv->max_block))
@@ -110,7 +139,7 @@ static int hello(struct conn *c)
 
 	if (r)
 		return r;
-	if (type != LP_HELLO || len != 4 || read_full(c->fd, &version, 4))
+	if (type != LP_HELLO || len != 4 || conn_read(c, &version, 4))
 		return -2;
 	if (version != LP_VERSION) {
 		kvt_set_error("the node store at %s speaks version %u of the local "
@@ -147,7 +176,7 @@ static void *conn_main(void *arg)
 			}
 			c->cap = len;
 		}
-		if (read_full(c->fd, c->buf, len)) {
+		if (conn_read(c, c->buf, len)) {
 			r = -1;
 			break;
 		}

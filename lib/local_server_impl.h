@@ -60,6 +60,10 @@ struct conn {
 	struct kmap leases;  /* key -> lease deadline (ns) */
 	unsigned char *buf;
 	size_t cap;
+	/* bytes read from the socket ahead of the frames that use them:
+	 * a get's unpin and the next request arrive in one read */
+	unsigned char rb[4096];
+	size_t rpos, rend;
 };
 
 struct local_server {

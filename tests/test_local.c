@@ -214,6 +214,25 @@ static int child_hold(kvt_store *s)
 		pause();
 }
 
+/* Gets NGOT blocks in one batch, whose unpins wait for a next request that
+ * never comes; says so on stdout and waits to be killed. */
+#define NGOT 3
+static int child_got(kvt_store *s)
+{
+	kvt_op ops[NGOT];
+	char bufs[NGOT][64];
+
+	for (uint64_t i = 0; i < NGOT; i++)
+		ops[i] = (kvt_op){ .key = test_key(700 + i), .buf = bufs[i], .len = 64 };
+	int rc = kvt_get_batch(s, ops, NGOT);
+	if (rc)
+		return child_fail("got", "kvt_get_batch", rc);
+	if (write(1, "R", 1) != 1)
+		return 1;
+	for (;;)
+		pause();
+}
+
 /* Attaches as another user (uid and gid uid); exit 0 attached, 2 refused
  * with -EACCES, 3 otherwise. */
 static int child_as(const char *uid_s, const char *sock)
@@ -249,6 +268,8 @@ static int child_main(int argc, char **argv)
 		rc = child_find(s);
 	else if (!strcmp(argv[2], "hold"))
 		rc = child_hold(s);
+	else if (!strcmp(argv[2], "got"))
+		rc = child_got(s);
 	else
 		rc = 64;
 	kvt_close(s);
@@ -815,6 +836,96 @@ static void test_attached_calls(void **state)
 	kvt_close(node);
 }
 
+/* A get's unpin waits for the process's next request, which carries it in
+ * front of itself; at most 16 wait so; they all end when the process closes
+ * its store or is killed. */
+static void test_get_unpins_with_next_request(void **state)
+{
+	(void)state;
+	char sock[256], buf[64];
+	kvt_store *node = open_node(NULL, sock, sizeof(sock));
+	kvt_store *a = attach_within(sock, 1000);
+	kvt_op ops[20];
+	size_t len = 0, found = 0;
+
+	for (uint64_t i = 0; i < 20; i++)
+		store_put_block(a, test_key(700 + i), 64);
+	kvt_key k0 = test_key(700);
+
+	/* One get: its pin stays until the next request ends it. */
+	assert_int_equal(kvt_get(a, k0, buf, sizeof(buf), &len), 0);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 1);
+	assert_int_equal(store_stat(node, "slots", "held"), 1);
+	assert_int_equal(kvt_get(a, test_key(701), buf, sizeof(buf), &len), 0);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 1);
+	assert_int_equal(kvt_lookup(a, &k0, 1, 0, &found), 0);
+	assert_int_equal(found, 1);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 0);
+	assert_int_equal(store_stat(node, "slots", "held"), 0);
+
+	/* Ended before the request that carries them is served: a pin and
+	 * its unpin count only the pins asked for. */
+	assert_int_equal(kvt_get(a, k0, buf, sizeof(buf), &len), 0);
+	kvt_slot sl[2] = { { .key = test_key(702) }, { .key = test_key(703) } };
+	kvt_pin_batch *pb = NULL;
+	assert_int_equal(kvt_get_pin(a, sl, 2, 0, &pb), 2);
+	kvt_pin_free(pb);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 2);
+	assert_int_equal(kvt_unpin(a, sl, 2), 2);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 0);
+
+	/* Sixteen wait; the next get's pin carries them, and its own waits. */
+	for (uint64_t i = 0; i < 16; i++)
+		ops[i] = (kvt_op){ .key = test_key(700 + i), .buf = malloc(64), .len = 64 };
+	assert_int_equal(kvt_get_batch(a, ops, 16), 0);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 16);
+	assert_int_equal(kvt_get(a, test_key(719), buf, sizeof(buf), &len), 0);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 1);
+	/* A batch of more than sixteen unpins at once (no request follows). */
+	for (uint64_t i = 16; i < 20; i++)
+		ops[i] = (kvt_op){ .key = test_key(700 + i), .buf = malloc(64), .len = 64 };
+	for (uint64_t i = 0; i < 16; i++)
+		ops[i].len = 64;
+	assert_int_equal(kvt_get_batch(a, ops, 20), 0);
+	for (uint64_t i = 0; i < 20; i++)
+		assert_int_equal(ops[i].len, 64);
+	expect_stat(node, "local", "pinned_blocks", 0);
+	expect_stat(node, "slots", "held", 0);
+
+	/* Closing the store ends the pins that wait. */
+	for (uint64_t i = 0; i < 20; i++)
+		ops[i].len = 64;
+	assert_int_equal(kvt_get_batch(a, ops, 3), 0);
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), 3);
+	kvt_close(a);
+	expect_stat(node, "local", "pinned_blocks", 0);
+	expect_stat(node, "local", "pinned_bytes", 0);
+	expect_stat(node, "slots", "held", 0);
+
+	/* So does killing the process. */
+	int out = -1;
+	char c = 0;
+	pid_t g = spawn_child("got", NULL, sock, &out);
+	struct pollfd pf = { out, POLLIN, 0 };
+	if (poll(&pf, 1, CHILD_MS) != 1 || read(out, &c, 1) != 1 || c != 'R') {
+		kill(g, SIGKILL);
+		waitpid(g, NULL, 0);
+		fail_msg("the getting child did not get ready");
+	}
+	assert_int_equal(store_stat(node, "local", "pinned_blocks"), NGOT);
+	assert_int_equal(kill(g, SIGKILL), 0);
+	assert_int_equal(wait_child(g, CHILD_MS), 128 + SIGKILL);
+	close(out);
+	expect_stat(node, "local", "pinned_blocks", 0);
+	expect_stat(node, "local", "pinned_bytes", 0);
+	expect_stat(node, "slots", "held", 0);
+	for (uint64_t i = 0; i < 20; i++) {
+		assert_int_equal(store_get_block(node, test_key(700 + i), 64), 0);
+		free(ops[i].buf);
+	}
+	kvt_close(node);
+}
+
 /* Dozens of processes' connections at once, and threads sharing one. */
 #define NCLIENTS 32
 #define NTHREADS 4
@@ -958,6 +1069,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_other_users_refused),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_attached_calls),
+		cmocka_unit_test(test_get_unpins_with_next_request),
 		cmocka_unit_test(test_dozens_of_clients),
 		cmocka_unit_test(test_server_options),
 	};

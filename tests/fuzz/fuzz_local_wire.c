@@ -6,8 +6,9 @@
  * Once per process it opens a store serving local.socket in a fresh
  * directory, and attaches a second store to it (the witness). For each
  * input it connects, says HELLO and checks the answer (status 0, the
- * arena's memfd passed along), sends the input as it is while reading what
- * comes back, shuts its side down and reads until the server closes, which
+ * arena's memfd passed along), sends the input as it is (often many frames
+ * in one read of the server's, as a client's deferred unpins arrive in
+ * front of its next request) while reading what comes back, shuts its side down and reads until the server closes, which
  * it must do within LW_SILENCE_MS of its last byte. Every frame that comes
  * back must be a well-formed reply: the magic, the version, the reply bit,
  * a status, and for a failure at most LW_TEXT_MAX bytes of text.
