@@ -305,10 +305,10 @@ static void test_pin_loads_disk_hits_one_by_one(void **state)
 	for (uint64_t i = 0; i <= n; i++)
 		sl[i] = slot_of(test_key(i), 0);
 	assert_int_equal(kvt_get_pin(s, sl, n + 1, 0, &b), (int)n);
-	for (uint64_t i = 0; i < n; i++) {
-		assert_int_equal(sl[i].result, -EINPROGRESS);
+	/* Until reaped, a loading slot's fields other than ref are the
+	 * loader's (kvt_get_pin(3)): its result may already be set. */
+	for (uint64_t i = 0; i < n; i++)
 		assert_int_not_equal(sl[i].ref, 0);
-	}
 	assert_int_equal(sl[n].result, -ENOENT);
 
 	int fd = kvt_pin_fd(b);
@@ -519,8 +519,10 @@ static void test_pin_loads_blocks_a_peer_owns(void **state)
 	for (int i = 0; i < 5; i++)
 		sl[i] = slot_of(k[i], 0);
 	assert_int_equal(kvt_get_pin(a, sl, 5, 0, &bt), 5);
+	/* All five load (reading their results before they are reaped would
+	 * race with the loaders, kvt_get_pin(3)). */
 	for (int i = 0; i < 5; i++)
-		assert_int_equal(sl[i].result, -EINPROGRESS);
+		assert_int_not_equal(sl[i].ref, 0);
 	assert_int_equal(reap_all(bt), 5);
 	for (int i = 0; i < 4; i++) {
 		assert_int_equal(sl[i].result, 0);
