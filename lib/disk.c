@@ -499,6 +499,59 @@ static void tier_free(struct disk_tier *d)
 	free(d);
 }
 
+/*
+ * Opens each device of o (refusing one listed twice) and takes the smallest
+ * largest request among them. 0 or -errno; what was opened is in d, for
+ * tier_free.
+ */
+static int open_devices(struct disk_tier *d, const struct disk_opts *o)
+{
+	for (unsigned i = 0; i < d->ndev; i++) {
+		d->paths[i] = strdup(o->paths[i]);
+		if (!d->paths[i])
+			return -ENOMEM;
+		int err = refuse_same_device(d, i);
+		if (err)
+			return err;
+		int fd = d->ops->dev_open(d->paths[i], d->dev_bytes);
+		if (fd < 0)
+			return fd;
+		d->fds[i] = fd;
+		uint64_t bytes = d->ops->max_request ? d->ops->max_request(fd) : 0;
+		bytes = bytes ? bytes : DEFAULT_MAX_REQ;
+		if (!d->max_req || bytes < d->max_req)
+			d->max_req = bytes;
+	}
+	return 0;
+}
+
+/*
+ * Opens the NQUEUES queues, each with [fixed_base, +fixed_len) (the arena)
+ * as fixed buffers where the device allows; nfixed is the fewest any queue
+ * registered. 0 or -errno; the queues opened are in d, for tier_free.
+ */
+static int open_queues(struct disk_tier *d, void *fixed_base, size_t fixed_len)
+{
+	if (fixed_base && fixed_len) {
+		d->fixed_base = fixed_base;
+		d->fixed_len = fixed_len;
+		d->mr_slot0 = (unsigned)((fixed_len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK);
+	}
+	d->nfixed = UINT32_MAX;
+	for (unsigned i = 0; i < NQUEUES; i++) {
+		unsigned nf = 0;
+		int err = d->ops->queue_open(d->fds, d->ndev, 2 * d->qd, d->fixed_base,
+					     d->fixed_len, &nf, &d->queues[i]);
+		if (err)
+			return err;
+		d->nqueues++;
+		d->qfree[d->nqfree++] = d->queues[i];
+		if (nf < d->nfixed)
+			d->nfixed = nf;
+	}
+	return 0;
+}
+
 int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	      const struct kvt_dev_ops *ops, struct disk_tier **out)
 {
@@ -538,44 +591,12 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	err = disk_geometry(d, o);
 	if (err)
 		goto fail;
-	for (unsigned i = 0; i < d->ndev; i++) {
-		d->paths[i] = strdup(o->paths[i]);
-		if (!d->paths[i]) {
-			err = -ENOMEM;
-			goto fail;
-		}
-		err = refuse_same_device(d, i);
-		if (err)
-			goto fail;
-		int fd = d->ops->dev_open(d->paths[i], d->dev_bytes);
-		if (fd < 0) {
-			err = fd;
-			goto fail;
-		}
-		d->fds[i] = fd;
-		uint64_t bytes = d->ops->max_request ? d->ops->max_request(fd) : 0;
-		bytes = bytes ? bytes : DEFAULT_MAX_REQ;
-		if (!d->max_req || bytes < d->max_req)
-			d->max_req = bytes;
-	}
-	if (fixed_base && fixed_len) {
-		d->fixed_base = fixed_base;
-		d->fixed_len = fixed_len;
-		d->mr_slot0 = (unsigned)((fixed_len + DEV_FIXED_CHUNK - 1) / DEV_FIXED_CHUNK);
-	}
-	d->nfixed = UINT32_MAX;
-	for (unsigned i = 0; i < NQUEUES; i++) {
-		unsigned nf = 0;
-
-		err = d->ops->queue_open(d->fds, d->ndev, 2 * d->qd, d->fixed_base,
-					 d->fixed_len, &nf, &d->queues[i]);
-		if (err)
-			goto fail;
-		d->nqueues++;
-		d->qfree[d->nqfree++] = d->queues[i];
-		if (nf < d->nfixed)
-			d->nfixed = nf;
-	}
+	err = open_devices(d, o);
+	if (err)
+		goto fail;
+	err = open_queues(d, fixed_base, fixed_len);
+	if (err)
+		goto fail;
 	/* Index: entries mapped for the most blocks the tier can hold, touched
 	 * only as used; slots grow by doubling. */
 	d->ents_map = (size_t)d->max_ents * sizeof(struct disk_ent);
