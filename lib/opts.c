@@ -81,3 +81,15 @@ int disk_open_cfg(const struct kvt_config *c, void *fixed_base, size_t fixed_len
 
 	return disk_open(&o, fixed_base, fixed_len, ops, out);
 }
+
+struct slot_opts opts_slot(const struct kvt_config *c)
+{
+	return (struct slot_opts){
+		.pin_ms = c->pin_ms,
+		.pin_cap = c->pin_cap,
+		.max_block = c->max_block,
+		.promote = c->promote,
+		.write_through = c->write_policy == KVT_WRITE_THROUGH,
+		.queue_depth = c->queue_depth,
+	};
+}

@@ -12,11 +12,13 @@
 #include "local.h"
 #include "peer.h"
 #include "ram.h"
+#include "slot.h"
 
 struct ram_opts opts_ram(const struct kvt_config *c);
 struct disk_opts opts_disk(const struct kvt_config *c);
 struct peer_opts opts_peer(const struct kvt_config *c);
 struct local_opts opts_local(const struct kvt_config *c);
+struct slot_opts opts_slot(const struct kvt_config *c);
 
 /* ram_open() and disk_open() with the options of a configuration. */
 int ram_open_cfg(const struct kvt_config *c, ram_spill_fn spill,

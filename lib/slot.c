@@ -29,7 +29,7 @@
 #include "slot_impl.h"
 #include "stats.h"
 
-int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
+int slot_open(const struct slot_opts *o, struct ram_tier *ram,
 	      struct disk_tier *disk, void (*kick)(void *arg), void *arg,
 	      struct slot_table **out)
 {
@@ -41,11 +41,11 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	t->disk = disk;
 	t->base = ram_arena_base(ram);
 	t->arena_len = ram_arena_size(ram);
-	t->pin_ns = (uint64_t)cfg->pin_ms * 1000000ull;
-	t->cap_bytes = (uint64_t)((double)t->arena_len * cfg->pin_cap);
-	t->max_block = cfg->max_block;
-	t->promote = cfg->promote;
-	t->write_through = cfg->write_policy == KVT_WRITE_THROUGH;
+	t->pin_ns = (uint64_t)o->pin_ms * 1000000ull;
+	t->cap_bytes = (uint64_t)((double)t->arena_len * o->pin_cap);
+	t->max_block = o->max_block;
+	t->promote = o->promote;
+	t->write_through = o->write_through;
 	t->kick = kick;
 	t->kick_arg = arg;
 	t->free_head = t->live_head = t->live_tail = NIL;
@@ -53,7 +53,7 @@ int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
 	 * copying (a file in tmpfs or the page cache) runs on an io_uring
 	 * worker of the thread that submitted it, one at a time, so loads
 	 * overlap only across loader threads. */
-	t->want_th = cfg->queue_depth / LOAD_GROUP;
+	t->want_th = o->queue_depth / LOAD_GROUP;
 	if (t->want_th < 2)
 		t->want_th = 2;
 	if (t->want_th > LOADERS_MAX)

@@ -9,11 +9,21 @@
 #ifndef KVT_SLOT_H
 #define KVT_SLOT_H
 
-#include "config.h"
 #include "disk.h"
 #include "ram.h"
 
 struct slot_table;
+
+/* What the slot table is opened with (opts_slot() fills it from a store's
+ * configuration). */
+struct slot_opts {
+	uint32_t pin_ms;           /* a pin or reservation lapses after */
+	double pin_cap;            /* fraction of the arena slots may hold */
+	uint64_t max_block;        /* largest block (a peer load's first size) */
+	int promote;               /* verified loads may become RAM blocks */
+	int write_through;         /* committed blocks are written to disk */
+	unsigned queue_depth;      /* the disk's depth: loader threads follow it */
+};
 
 /*
  * Creates the slot table of a store whose tiers are ram and disk (NULL: no
@@ -21,7 +31,7 @@ struct slot_table;
  * the evictor. Loader threads start at the first pin that needs one.
  * Returns 0 or -ENOMEM.
  */
-int slot_open(const struct kvt_config *cfg, struct ram_tier *ram,
+int slot_open(const struct slot_opts *o, struct ram_tier *ram,
 	      struct disk_tier *disk, void (*kick)(void *arg), void *arg,
 	      struct slot_table **out);
 

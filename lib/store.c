@@ -374,7 +374,8 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 			goto fail;
 		disk_set_memreg(s->disk, &s->mreg);
 	}
-	rc = slot_open(&s->cfg, s->ram, s->disk, kick_evictor_cb, s, &s->slots);
+	struct slot_opts so = opts_slot(&s->cfg);
+	rc = slot_open(&so, s->ram, s->disk, kick_evictor_cb, s, &s->slots);
 	if (rc)
 		goto fail;
 	if (s->cfg.npeers) {
