@@ -570,29 +570,40 @@ static void account(struct run *r, int tier, uint64_t tokens, uint64_t blocks)
 	r->res->blk[tier] += blocks;
 }
 
-/* Lookup and load at the start of call ci's prefill on endpoint e. */
-static int prefill_start(struct run *r, uint32_t ci, double t)
-{
-	const struct wl_call *c = &r->w->calls[ci];
-	struct endpoint *e = &r->ep[r->ep_of[ci]];
-	struct replay_result *res = r->res;
-	size_t ng, ns, h = 0, i, c0 = 0, found = 0, loaded = 0, gend, k;
-	uint64_t gpu_tok = 0, store_tok = 0, miss_tok, bytes = 0, t0, t1;
-	double load_real = 0, lookup_real = 0, charge, ram0 = 0, disk0 = 0, ram1 = 0, disk1 = 0;
-	double peer0 = 0, peer1 = 0;
-	kvt_store *st = r->store_on ? ep_store(r, r->ep_of[ci]) : NULL;
-	int rc;
+/*
+ * What the store did for one call: of its ng GPU blocks the first h were
+ * in the GPU cache; of its ns store blocks it looked up those from c0,
+ * found found of them and loaded the first loaded whole; store_tok tokens
+ * and bytes bytes it served beyond the GPU cache, in the real time of
+ * lookup_real and load_real seconds.
+ */
+struct served {
+	size_t ng, ns, h;
+	size_t c0, found, loaded;
+	uint64_t store_tok, bytes;
+	double lookup_real, load_real;
+};
 
-	pace(r, t);
-	e->busy = 1;
-	ng = call_keys(r, c, &ns);
+/* The leading GPU blocks of the call that endpoint e's cache holds; their
+ * tokens are added to *gpu_tok. */
+static size_t gpu_hits(struct run *r, struct endpoint *e, size_t ng, uint64_t *gpu_tok)
+{
+	size_t h = 0, i;
+
 	if (r->gpu_on)
 		while (h < ng && lru_find(&e->gpu, r->keys[h]) != NIL)
 			h++;
 	for (i = 0; i < h; i++)
-		gpu_tok += r->ktok[i];
+		*gpu_tok += r->ktok[i];
+	return h;
+}
 
-	/* the trace's bound: leading blocks an unbounded cache would hold */
+/* The trace's bound: leading blocks an unbounded cache would hold. */
+static int bound_account(struct run *r, size_t ng)
+{
+	struct replay_result *res = r->res;
+	size_t i;
+
 	for (i = 0; i < ng && lru_find(&r->bound, r->keys[i]) != NIL; i++) {
 		res->bound_blk++;
 		res->bound_tok += r->ktok[i];
@@ -601,136 +612,220 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 		if (lru_insert(&r->bound, r->keys[i], r->ktok[i]))
 			return rfail(r, -ENOMEM, "out of memory");
 	res->total_blk += ng;
+	return 0;
+}
 
+/* One read op per found store block, each into its own part of the
+ * buffer. */
+static int load_ops(struct run *r, const struct served *sv)
+{
+	uint64_t bytes = 0;
+	size_t k;
+
+	for (k = 0; k < sv->found; k++)
+		bytes += replay_block_bytes(r->o, r->stok[sv->c0 + k]);
+	if (ensure_buf(r, bytes))
+		return rfail(r, -ENOMEM, "out of memory");
+	bytes = 0;
+	for (k = 0; k < sv->found; k++) {
+		size_t len = replay_block_bytes(r->o, r->stok[sv->c0 + k]);
+		r->ops[k].key = r->skeys[sv->c0 + k];
+		r->ops[k].buf = r->buf + bytes;
+		r->ops[k].len = len;
+		r->ops[k].result = 0;
+		bytes += len;
+	}
+	return 0;
+}
+
+/* Checks the loaded blocks against what was stored: the first one not read
+ * ends what the store served (the rest is recomputed); a block with other
+ * bytes than were stored fails the run. */
+static int load_check(struct run *r, uint32_t ci, struct served *sv)
+{
+	size_t k, c0 = sv->c0;
+
+	sv->bytes = 0;
+	for (k = 0; k < sv->found; k++) {
+		size_t want = replay_block_bytes(r->o, r->stok[c0 + k]);
+		long long bad;
+		char ks[40];
+		if (r->ops[k].result != 0)
+			break; /* a miss from here: recompute the rest */
+		snprintf(ks, sizeof(ks), "%016llx%016llx", (unsigned long long)r->ops[k].key.hi,
+			 (unsigned long long)r->ops[k].key.lo);
+		if (r->ops[k].len != want)
+			return rfail(r, -EILSEQ,
+				     "wrong bytes: call %u block %zu (key %s) loaded %zu bytes, stored %zu",
+				     ci, c0 + k, ks, r->ops[k].len, want);
+		bad = common_check(r->ops[k].buf, want, common_key_seed(r->ops[k].key));
+		if (bad >= 0)
+			return rfail(r, -EILSEQ,
+				     "wrong bytes: call %u block %zu (key %s) differs from what was stored at byte %lld",
+				     ci, c0 + k, ks, bad);
+		sv->bytes += want;
+	}
+	sv->loaded = k;
+	return 0;
+}
+
+/*
+ * Accounts the nb blocks the store served beyond the GPU cache to its
+ * tiers, split by the deltas of the store's hit counters (dr, dd, dp); with
+ * no peer hits (always so for one node) the disk gets the rest, as before
+ * peers were counted.
+ */
+static void load_split(struct run *r, const struct served *sv, uint64_t nb, double dr,
+		       double dd, double dp)
+{
+	struct replay_result *res = r->res;
+	uint64_t store_tok = sv->store_tok, bytes = sv->bytes;
+	double sum = dr + dd + (dp > 0 ? dp : 0);
+	double share = sum > 0 ? dr / sum : 1.0;
+	double pshare = sum > 0 && dp > 0 ? dp / sum : 0.0;
+	uint64_t tr = (uint64_t)llround((double)store_tok * share);
+	uint64_t br = (uint64_t)llround((double)nb * share);
+	uint64_t yr = (uint64_t)llround((double)bytes * share);
+	uint64_t tp = (uint64_t)llround((double)store_tok * pshare);
+	uint64_t bp = (uint64_t)llround((double)nb * pshare);
+	uint64_t yp = (uint64_t)llround((double)bytes * pshare);
+
+	if (tp > store_tok - tr)
+		tp = store_tok - tr;
+	if (bp > nb - br)
+		bp = nb - br;
+	if (yp > bytes - yr)
+		yp = bytes - yr;
+	account(r, T_RAM, tr, br);
+	account(r, T_DISK, store_tok - tr - tp, nb - br - bp);
+	account(r, T_PEER, tp, bp);
+	res->bytes_loaded[T_RAM] += yr;
+	res->bytes_loaded[T_DISK] += bytes - yr - yp;
+	res->bytes_loaded[T_PEER] += yp;
+}
+
+/* Loads the found blocks (some not covered by the GPU cache), measures the
+ * load, checks the bytes and accounts what the store served. */
+static int store_load(struct run *r, uint32_t ci, kvt_store *st, struct served *sv)
+{
+	struct replay_result *res = r->res;
+	double ram0 = 0, disk0 = 0, peer0 = 0, ram1 = 0, disk1 = 0, peer1 = 0;
+	uint64_t t0, t1;
+	size_t i, gend;
+	int rc;
+
+	rc = load_ops(r, sv);
+	if (rc)
+		return rc;
+	if (store_hits(st, &ram0, &disk0, &peer0))
+		return rfail(r, -EIO, "kvt_stats_json failed");
+	t0 = bench_now_ns();
+	(void)kvt_get_batch(st, r->ops, sv->found);
+	t1 = bench_now_ns();
+	if (store_hits(st, &ram1, &disk1, &peer1))
+		return rfail(r, -EIO, "kvt_stats_json failed");
+	sv->load_real = (double)(t1 - t0) / 1e9;
+	rc = load_check(r, ci, sv);
+	if (rc)
+		return rc;
+	if (sv->loaded < sv->found)
+		res->lease_truncations++;
+	if (r->o->release_leases)
+		(void)kvt_release(st, r->skeys + sv->c0, sv->found);
+	if (bench_samples_add(&r->load_us, sv->load_real * 1e6))
+		return rfail(r, -ENOMEM, "out of memory");
+	res->load_total_s += sv->load_real;
+	if (disk1 - disk0 > 0) {
+		res->load_disk_s += sv->load_real;
+		res->load_disk_batches++;
+	} else {
+		res->load_ram_s += sv->load_real;
+		res->load_ram_batches++;
+	}
+	/* tokens the store served beyond the GPU cache */
+	gend = (sv->c0 + sv->loaded) * r->C;
+	for (i = sv->h; i < gend && i < sv->ng; i++)
+		sv->store_tok += r->ktok[i];
+	if (gend > sv->h)
+		load_split(r, sv, gend - sv->h, ram1 - ram0, disk1 - disk0, peer1 - peer0);
+	return 0;
+}
+
+/* Looks the call's store blocks beyond the GPU cache up in the store (with
+ * a lease) and loads what it holds; sets where the call's puts start. */
+static int store_serve(struct run *r, uint32_t ci, struct served *sv)
+{
+	kvt_store *st = ep_store(r, r->ep_of[ci]);
+	uint64_t t0;
+	int rc;
+
+	sv->c0 = sv->h / r->C;
+	if (sv->c0 < sv->ns) {
+		t0 = bench_now_ns();
+		rc = kvt_lookup(st, r->skeys + sv->c0, sv->ns - sv->c0, KVT_LEASE, &sv->found);
+		sv->lookup_real = (double)(bench_now_ns() - t0) / 1e9;
+		r->res->lookups++;
+		if (rc < 0)
+			return rfail(r, rc, "kvt_lookup: %s", kvt_last_error());
+	}
+	/* load the found blocks that the GPU cache does not cover */
+	if (sv->found && (sv->c0 + sv->found) * r->C > sv->h) {
+		rc = store_load(r, ci, st, sv);
+		if (rc)
+			return rc;
+	} else if (sv->found && r->o->release_leases) {
+		(void)kvt_release(st, r->skeys + sv->c0, sv->found);
+	}
+	if (sv->found == 0 || (sv->c0 + sv->found) * r->C <= sv->h)
+		sv->loaded = sv->found;
+	r->put_from[ci] = (uint32_t)(sv->c0 + sv->loaded);
+	return 0;
+}
+
+/* Lookup and load at the start of call ci's prefill on endpoint e. */
+static int prefill_start(struct run *r, uint32_t ci, double t)
+{
+	const struct wl_call *c = &r->w->calls[ci];
+	struct endpoint *e = &r->ep[r->ep_of[ci]];
+	struct replay_result *res = r->res;
+	struct served sv;
+	uint64_t gpu_tok = 0, miss_tok;
+	size_t covered;
+	double charge;
+	int rc;
+
+	memset(&sv, 0, sizeof(sv));
+	pace(r, t);
+	e->busy = 1;
+	sv.ng = call_keys(r, c, &sv.ns);
+	sv.h = gpu_hits(r, e, sv.ng, &gpu_tok);
+	rc = bound_account(r, sv.ng);
+	if (rc)
+		return rc;
 	if (r->store_on) {
-		c0 = h / r->C;
-		if (c0 < ns) {
-			t0 = bench_now_ns();
-			rc = kvt_lookup(st, r->skeys + c0, ns - c0, KVT_LEASE, &found);
-			lookup_real = (double)(bench_now_ns() - t0) / 1e9;
-			res->lookups++;
-			if (rc < 0)
-				return rfail(r, rc, "kvt_lookup: %s", kvt_last_error());
-		}
-		/* load the found blocks that the GPU cache does not cover */
-		if (found && (c0 + found) * r->C > h) {
-			for (k = 0; k < found; k++)
-				bytes += replay_block_bytes(r->o, r->stok[c0 + k]);
-			if (ensure_buf(r, bytes))
-				return rfail(r, -ENOMEM, "out of memory");
-			bytes = 0;
-			for (k = 0; k < found; k++) {
-				size_t len = replay_block_bytes(r->o, r->stok[c0 + k]);
-				r->ops[k].key = r->skeys[c0 + k];
-				r->ops[k].buf = r->buf + bytes;
-				r->ops[k].len = len;
-				r->ops[k].result = 0;
-				bytes += len;
-			}
-			if (store_hits(st, &ram0, &disk0, &peer0))
-				return rfail(r, -EIO, "kvt_stats_json failed");
-			t0 = bench_now_ns();
-			(void)kvt_get_batch(st, r->ops, found);
-			t1 = bench_now_ns();
-			if (store_hits(st, &ram1, &disk1, &peer1))
-				return rfail(r, -EIO, "kvt_stats_json failed");
-			load_real = (double)(t1 - t0) / 1e9;
-			bytes = 0;
-			for (k = 0; k < found; k++) {
-				size_t want = replay_block_bytes(r->o, r->stok[c0 + k]);
-				long long bad;
-				char ks[40];
-				if (r->ops[k].result != 0)
-					break; /* a miss from here: recompute the rest */
-				snprintf(ks, sizeof(ks), "%016llx%016llx",
-					 (unsigned long long)r->ops[k].key.hi,
-					 (unsigned long long)r->ops[k].key.lo);
-				if (r->ops[k].len != want)
-					return rfail(r, -EILSEQ,
-						     "wrong bytes: call %u block %zu (key %s) loaded %zu bytes, stored %zu",
-						     ci, c0 + k, ks, r->ops[k].len, want);
-				bad = common_check(r->ops[k].buf, want, common_key_seed(r->ops[k].key));
-				if (bad >= 0)
-					return rfail(r, -EILSEQ,
-						     "wrong bytes: call %u block %zu (key %s) differs from what was stored at byte %lld",
-						     ci, c0 + k, ks, bad);
-				bytes += want;
-			}
-			loaded = k;
-			if (loaded < found)
-				res->lease_truncations++;
-			if (r->o->release_leases)
-				(void)kvt_release(st, r->skeys + c0, found);
-			if (bench_samples_add(&r->load_us, load_real * 1e6))
-				return rfail(r, -ENOMEM, "out of memory");
-			res->load_total_s += load_real;
-			if (disk1 - disk0 > 0) {
-				res->load_disk_s += load_real;
-				res->load_disk_batches++;
-			} else {
-				res->load_ram_s += load_real;
-				res->load_ram_batches++;
-			}
-			/* tokens the store served beyond the GPU cache */
-			gend = (c0 + loaded) * r->C;
-			for (i = h; i < gend && i < ng; i++)
-				store_tok += r->ktok[i];
-			if (gend > h) {
-				/* split by the hit counters' deltas; with no
-				 * peer hits (always so for one node) the disk
-				 * gets the rest, as before peers were counted */
-				double dr = ram1 - ram0, dd = disk1 - disk0, dp = peer1 - peer0;
-				double sum = dr + dd + (dp > 0 ? dp : 0);
-				double share = sum > 0 ? dr / sum : 1.0;
-				double pshare = sum > 0 && dp > 0 ? dp / sum : 0.0;
-				uint64_t nb = gend - h;
-				uint64_t tr = (uint64_t)llround((double)store_tok * share);
-				uint64_t br = (uint64_t)llround((double)nb * share);
-				uint64_t yr = (uint64_t)llround((double)bytes * share);
-				uint64_t tp = (uint64_t)llround((double)store_tok * pshare);
-				uint64_t bp = (uint64_t)llround((double)nb * pshare);
-				uint64_t yp = (uint64_t)llround((double)bytes * pshare);
-				if (tp > store_tok - tr)
-					tp = store_tok - tr;
-				if (bp > nb - br)
-					bp = nb - br;
-				if (yp > bytes - yr)
-					yp = bytes - yr;
-				account(r, T_RAM, tr, br);
-				account(r, T_DISK, store_tok - tr - tp, nb - br - bp);
-				account(r, T_PEER, tp, bp);
-				res->bytes_loaded[T_RAM] += yr;
-				res->bytes_loaded[T_DISK] += bytes - yr - yp;
-				res->bytes_loaded[T_PEER] += yp;
-			}
-		} else if (found && r->o->release_leases) {
-			(void)kvt_release(st, r->skeys + c0, found);
-		}
-		if (found == 0 || (c0 + found) * r->C <= h)
-			loaded = found;
-		r->put_from[ci] = (uint32_t)(c0 + loaded);
+		rc = store_serve(r, ci, &sv);
+		if (rc)
+			return rc;
 	}
-	account(r, T_GPU, gpu_tok, h);
-	miss_tok = c->prompt_tokens - gpu_tok - store_tok;
-	{
-		size_t covered = h;
-		if (r->store_on && (c0 + loaded) * r->C > h)
-			covered = (c0 + loaded) * r->C;
-		if (covered > ng)
-			covered = ng;
-		account(r, T_MISS, miss_tok, ng - covered);
-	}
+	account(r, T_GPU, gpu_tok, sv.h);
+	miss_tok = c->prompt_tokens - gpu_tok - sv.store_tok;
+	covered = sv.h;
+	if (r->store_on && (sv.c0 + sv.loaded) * r->C > sv.h)
+		covered = (sv.c0 + sv.loaded) * r->C;
+	if (covered > sv.ng)
+		covered = sv.ng;
+	account(r, T_MISS, miss_tok, sv.ng - covered);
 	res->prompt_tokens += c->prompt_tokens;
-	res->prompt_blocks += ng;
+	res->prompt_blocks += sv.ng;
 	res->calls++;
 	/* the measured lookup and load, on this call's critical path: its
 	 * prefill computation starts when they end; the GPU meanwhile keeps
 	 * decoding the batch. The divided charge shares the time among the
 	 * calls outstanding on the endpoint, this one included. */
-	charge = lookup_real + load_real * r->o->charge_scale;
+	charge = sv.lookup_real + sv.load_real * r->o->charge_scale;
 	res->charged_load_s += charge;
 	res->charged_div_s += charge / (e->outstanding ? e->outstanding : 1);
-	res->fullsize_load_s += load_real * r->o->scale;
+	res->fullsize_load_s += sv.load_real * r->o->scale;
 	r->compute_s[ci] = (double)miss_tok / r->o->prefill_rate;
 	return heap_push(&r->h, t + charge, EV_COMPUTE, ci) ? rfail(r, -ENOMEM, "out of memory")
 							    : 0;
@@ -1329,23 +1424,303 @@ static int busy_time(struct run *r)
 	return 0;
 }
 
+/* Checks the options against the workload before anything is allocated. */
+static int run_check(struct run *r)
+{
+	const struct replay_opts *o = r->o;
+	const struct wl *w = r->w;
+	uint32_t nodes = o->nodes ? o->nodes : 1;
+	size_t n = w->ncalls;
+
+	if (o->endpoints == 0 || o->gpu_block == 0 || o->chunk_tokens < o->gpu_block ||
+	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
+	    !(o->decode_growth >= 0) ||
+	    o->scale == 0 || o->kv_bytes_per_token == 0 || !(o->charge_scale >= 0))
+		return rfail(r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
+	if (nodes > REPLAY_NODES_MAX)
+		return rfail(r, -EINVAL, "bad nodes %u (1 to %u)", nodes, REPLAY_NODES_MAX);
+	if (n == 0)
+		return rfail(r, -EINVAL, "the workload has no calls");
+	if (n > UINT32_MAX - 1)
+		return rfail(r, -E2BIG, "too many calls");
+	if (o->sched == SCHED_ARRIVAL && !w->timed)
+		return rfail(r, -EINVAL, "arrival scheduling needs a trace with timestamps");
+	if (o->sched != SCHED_ARRIVAL && w->nsessions == 0)
+		return rfail(r, -EINVAL, "this workload has no sessions: schedule it by arrival time");
+	return 0;
+}
+
+/* The per-call, per-session and scratch arrays (scratch sized for the
+ * longest call) and the caches: the endpoints' and the unbounded one. */
+static int run_alloc(struct run *r)
+{
+	const struct replay_opts *o = r->o;
+	const struct wl *w = r->w;
+	size_t i, maxp = 0, maxn = 0, n = w->ncalls;
+
+	for (i = 0; i < n; i++) {
+		if (w->calls[i].prompt_tokens > maxp)
+			maxp = w->calls[i].prompt_tokens;
+		if (w->calls[i].n > maxn)
+			maxn = w->calls[i].n;
+	}
+	r->maxg = w->kind == WL_BLOCKS ? maxn : maxp / o->gpu_block + 1;
+	r->arrive = calloc(n, sizeof(*r->arrive));
+	r->done_t = calloc(n, sizeof(*r->done_t));
+	r->compute_s = calloc(n, sizeof(*r->compute_s));
+	r->ttft = calloc(n, sizeof(*r->ttft));
+	r->ep_of = calloc(n, sizeof(*r->ep_of));
+	r->put_from = calloc(n, sizeof(*r->put_from));
+	r->pref = malloc((w->nsessions + 1) * sizeof(*r->pref));
+	r->next_turn = calloc(w->nsessions + 1, sizeof(*r->next_turn));
+	r->issued = calloc(w->nsessions + 1, sizeof(*r->issued));
+	r->wq = calloc(w->nsessions + 1, sizeof(*r->wq));
+	r->wstamp = calloc(w->nsessions + 1, sizeof(*r->wstamp));
+	r->tokens = malloc((maxp + 1) * sizeof(*r->tokens));
+	r->keys = malloc((r->maxg + 1) * sizeof(*r->keys));
+	r->skeys = malloc((r->maxg + 1) * sizeof(*r->skeys));
+	r->ktok = malloc((r->maxg + 1) * sizeof(*r->ktok));
+	r->stok = malloc((r->maxg + 1) * sizeof(*r->stok));
+	r->trip = malloc((3 * maxn + 3) * sizeof(*r->trip));
+	r->ops = malloc((r->maxg + 1) * sizeof(*r->ops));
+	r->ep = calloc(o->endpoints, sizeof(*r->ep));
+	if (!r->arrive || !r->done_t || !r->compute_s || !r->ttft || !r->ep_of || !r->put_from ||
+	    !r->pref || !r->next_turn || !r->issued || !r->wq || !r->wstamp || !r->tokens ||
+	    !r->keys || !r->skeys || !r->ktok || !r->stok || !r->trip || !r->ops || !r->ep ||
+	    lru_init(&r->bound, UINT64_MAX))
+		return rfail(r, -ENOMEM, "out of memory");
+	for (i = 0; i <= w->nsessions; i++)
+		r->pref[i] = -1;
+	for (i = 0; i < n; i++)
+		r->arrive[i] = r->done_t[i] = -1; /* not arrived, not done */
+	for (i = 0; i < o->endpoints; i++)
+		if (lru_init(&r->ep[i].gpu, o->gpu_tokens))
+			return rfail(r, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* The namespace every key of the run is chained from. */
+static void run_root(struct run *r)
+{
+	const struct wl *w = r->w;
+	kvt_namespace ns;
+
+	memset(&ns, 0, sizeof(ns));
+	ns.model = r->o->model;
+	ns.tokenizer = w->kind == WL_BLOCKS ? "mooncake-trace-hash-ids" : "kvbench-synthetic";
+	ns.kv_format = "bf16/NHD";
+	ns.tp_size = 1;
+	ns.pp_size = 1;
+	ns.block_tokens = w->kind == WL_BLOCKS ? w->block_tokens : r->o->gpu_block;
+	r->root = kvt_ns_root(&ns);
+}
+
+/* Where the nodes' disk files are: in tmp, a temporary directory, when the
+ * options name none; removed when the run ends. */
+struct run_files {
+	char tmp[256];
+	char path[REPLAY_NODES_MAX][320];
+};
+
+/* One attempt to open the nodes, each with its config (listening on the
+ * ports held, when more than one); the ports are released once the nodes
+ * listen. On a failure the nodes opened are closed again. */
+static int nodes_open(struct run *r, const struct run_files *f, int with_disk,
+		      struct common_ports *held)
+{
+	uint32_t nodes = r->o->nodes ? r->o->nodes : 1, j;
+	char *cfg = NULL;
+	int rc = 0;
+
+	for (j = 0; j < nodes; j++) {
+		free(cfg);
+		cfg = store_config(r->o, with_disk ? f->path[j] : NULL, j, nodes, held->port);
+		if (!cfg)
+			return rfail(r, -ENOMEM, "out of memory");
+		rc = kvt_open(cfg, &r->st[j]);
+		if (rc < 0)
+			break;
+		r->nst = j + 1;
+	}
+	common_ports_release(held); /* the nodes listen now */
+	if (rc < 0) {
+		rc = rfail(r, rc, "kvt_open(%s): %s", cfg, kvt_last_error());
+		while (r->nst > 0) {
+			kvt_close(r->st[--r->nst]);
+			r->st[r->nst] = NULL;
+		}
+	}
+	free(cfg);
+	return rc < 0 ? rc : 0;
+}
+
+/* Opens the store's nodes, each with its own disk file when the policy
+ * has a disk tier. */
+static int stores_open(struct run *r, struct run_files *f)
+{
+	const struct replay_opts *o = r->o;
+	uint32_t nodes = o->nodes ? o->nodes : 1, j;
+	int with_disk = o->policy != POL_RAM_ONLY && o->disk_tokens > 0, attempt, rc = 0;
+	struct common_ports held = { 0 };
+
+	if (with_disk && !o->disk_dir && bench_tmpdir_create(f->tmp, sizeof(f->tmp)) < 0)
+		return rfail(r, -EIO, "cannot create a temporary directory");
+	/* each node its own disk file; node 0's is named as without nodes */
+	for (j = 0; with_disk && j < nodes; j++) {
+		const char *dir = o->disk_dir ? o->disk_dir : f->tmp;
+		const char *base = o->disk_dir ? "kvbench-replay" : "replay";
+		if (j == 0)
+			snprintf(f->path[j], sizeof(f->path[j]), "%s/%s.disk", dir, base);
+		else
+			snprintf(f->path[j], sizeof(f->path[j]), "%s/%s-n%u.disk", dir, base, j);
+	}
+	/* a port found free may be taken before the node listens on it: then
+	 * try again with new ports */
+	for (attempt = 0; attempt < 3; attempt++) {
+		if (nodes > 1 && (rc = common_ports_reserve(&held, nodes)) < 0)
+			return rfail(r, rc, "cannot find free ports on 127.0.0.1: %s",
+				     strerror(-rc));
+		rc = nodes_open(r, f, with_disk, &held);
+		common_ports_release(&held);
+		if (rc != -EADDRINUSE)
+			break;
+	}
+	return rc;
+}
+
+/* Runs the events in time order until none is left or a stop is asked. */
+static int run_events(struct run *r)
+{
+	struct ev e;
+	int rc;
+
+	while (r->h.n > 0) {
+		if (r->o->stop && r->o->stop()) {
+			r->res->interrupted = 1;
+			break;
+		}
+		e = heap_pop(&r->h);
+		switch (e.type) {
+		case EV_ARRIVE:
+			rc = arrive(r, e.call, e.t);
+			break;
+		case EV_COMPUTE:
+			rc = compute_start(r, e.call, e.t);
+			break;
+		case EV_PREFILL_END:
+			rc = prefill_end(r, e.call, e.t);
+			break;
+		default:
+			rc = decode_event(r, e.call, e.gen, e.t);
+			break;
+		}
+		if (rc)
+			return rc;
+		r->res->sim_s = e.t;
+		progress(r, e.t, 0);
+	}
+	return 0;
+}
+
+/* The model's figures, all on the simulated clock, and the percentiles of
+ * the measured loads. */
+static int run_figures(struct run *r)
+{
+	const struct replay_opts *o = r->o;
+	struct replay_result *res = r->res;
+	size_t n = r->w->ncalls;
+	int rc;
+
+	rc = busy_time(r);
+	if (rc)
+		return rc;
+	res->prefill_s = r->prefill_s;
+	res->decode_s = r->decode_s;
+	res->makespan_s = r->last_t - (r->first_t > 0 ? r->first_t : 0);
+	res->throughput = res->makespan_s > 0 ? (double)n / res->makespan_s : 0;
+	if (res->makespan_s > 0) {
+		res->mean_running = res->mean_outstanding * res->busy_s / res->makespan_s;
+		res->store_gib_900s = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]) *
+				      (double)o->kv_bytes_per_token / 1073741824.0 * 900.0 /
+				      res->makespan_s;
+	}
+	replay_savings(res, o->prefill_rate);
+	bench_sort(r->ttft, r->nttft);
+	res->ttft_p50 = bench_percentile_sorted(r->ttft, r->nttft, 50);
+	res->ttft_p90 = bench_percentile_sorted(r->ttft, r->nttft, 90);
+	res->ttft_p99 = bench_percentile_sorted(r->ttft, r->nttft, 99);
+	if (r->load_us.n) {
+		bench_sort(r->load_us.v, r->load_us.n);
+		res->load_p50_us = bench_percentile_sorted(r->load_us.v, r->load_us.n, 50);
+		res->load_p90_us = bench_percentile_sorted(r->load_us.v, r->load_us.n, 90);
+		res->load_p99_us = bench_percentile_sorted(r->load_us.v, r->load_us.n, 99);
+		res->load_max_us = r->load_us.v[r->load_us.n - 1];
+	}
+	res->lag_mean_s = r->lag_n ? r->lag_sum / (double)r->lag_n : 0;
+	return 0;
+}
+
+/* The store's stats and counters: one node's document, or every node's
+ * (node 0 first) with the counters summed. */
+static void run_store_stats(struct run *r)
+{
+	struct replay_result *res = r->res;
+	uint32_t j;
+
+	if (r->nst == 1) {
+		json_t *s = bench_store_stats(r->st[0]);
+		res->store_stats = s;
+		res->evictions = (uint64_t)stat_num(s, "ram.evictions");
+		res->evicted_bytes = (uint64_t)stat_num(s, "ram.evicted_bytes");
+		res->lease_expiries = (uint64_t)stat_num(s, "ram.lease_expiries");
+		res->write_arounds = (uint64_t)stat_num(s, "store.write_arounds");
+		res->disk_evictions = (uint64_t)stat_num(s, "disk.evictions");
+	} else if (r->nst > 1) {
+		json_t *a = json_array();
+		for (j = 0; j < r->nst; j++) {
+			json_t *s = bench_store_stats(r->st[j]);
+			res->evictions += (uint64_t)stat_num(s, "ram.evictions");
+			res->evicted_bytes += (uint64_t)stat_num(s, "ram.evicted_bytes");
+			res->lease_expiries += (uint64_t)stat_num(s, "ram.lease_expiries");
+			res->write_arounds += (uint64_t)stat_num(s, "store.write_arounds");
+			res->disk_evictions += (uint64_t)stat_num(s, "disk.evictions");
+			json_array_append_new(a, s ? s : json_null());
+		}
+		res->store_stats = a;
+	}
+}
+
+/* Closes the nodes and gives their disk space back at once (a sweep runs
+ * many stores), then frees the run. */
+static void run_close(struct run *r, const struct run_files *f)
+{
+	uint32_t j;
+
+	progress(r, 0, 1);
+	while (r->nst > 0) {
+		kvt_close(r->st[--r->nst]);
+		r->st[r->nst] = NULL;
+	}
+	if (f->tmp[0])
+		(void)bench_tmpdir_remove(f->tmp);
+	else
+		for (j = 0; j < REPLAY_NODES_MAX; j++)
+			if (f->path[j][0])
+				(void)unlink(f->path[j]);
+	run_free(r);
+}
+
 int replay_run(const struct replay_opts *o, const struct wl *w,
 	       struct replay_result *res, char *err, size_t errlen)
 {
 	struct run r;
-	kvt_namespace ns;
-	char tmp[256] = "", path[REPLAY_NODES_MAX][320], *cfg = NULL;
-	struct common_ports held = { 0 };
-	const int *ports = held.port;
-	uint32_t nodes = o->nodes ? o->nodes : 1, j;
-	size_t i, maxp = 0, maxn = 0, n = w->ncalls;
+	struct run_files f;
 	uint64_t wall0;
-	struct ev e;
-	int rc = 0;
+	int rc;
 
 	memset(res, 0, sizeof(*res));
 	memset(&r, 0, sizeof(r));
-	memset(path, 0, sizeof(path));
+	memset(&f, 0, sizeof(f));
 	r.o = o;
 	r.w = w;
 	r.res = res;
@@ -1356,127 +1731,20 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 	snprintf(res->label, sizeof(res->label), "%s", o->label ? o->label : replay_policy_name[o->policy]);
 	if (err && errlen)
 		err[0] = 0;
-
-	if (o->endpoints == 0 || o->gpu_block == 0 || o->chunk_tokens < o->gpu_block ||
-	    o->chunk_tokens % o->gpu_block || !(o->prefill_rate > 0) || !(o->decode_rate > 0) ||
-	    !(o->decode_growth >= 0) ||
-	    o->scale == 0 || o->kv_bytes_per_token == 0 || !(o->charge_scale >= 0))
-		return rfail(&r, -EINVAL, "bad engine options (endpoints, blocks, rates or scale)");
-	if (nodes > REPLAY_NODES_MAX)
-		return rfail(&r, -EINVAL, "bad nodes %u (1 to %u)", nodes, REPLAY_NODES_MAX);
-	if (n == 0)
-		return rfail(&r, -EINVAL, "the workload has no calls");
-	if (n > UINT32_MAX - 1)
-		return rfail(&r, -E2BIG, "too many calls");
-	if (o->sched == SCHED_ARRIVAL && !w->timed)
-		return rfail(&r, -EINVAL, "arrival scheduling needs a trace with timestamps");
-	if (o->sched != SCHED_ARRIVAL && w->nsessions == 0)
-		return rfail(&r, -EINVAL, "this workload has no sessions: schedule it by arrival time");
-
+	rc = run_check(&r);
+	if (rc)
+		return rc;
 	r.gpu_on = o->policy != POL_RECOMPUTE && o->gpu_tokens > 0;
 	r.store_on = o->policy != POL_RECOMPUTE && o->policy != POL_GPU_ONLY;
 	r.C = w->kind == WL_BLOCKS ? 1 : o->chunk_tokens / o->gpu_block;
-
-	for (i = 0; i < n; i++) {
-		if (w->calls[i].prompt_tokens > maxp)
-			maxp = w->calls[i].prompt_tokens;
-		if (w->calls[i].n > maxn)
-			maxn = w->calls[i].n;
-	}
-	r.maxg = w->kind == WL_BLOCKS ? maxn : maxp / o->gpu_block + 1;
-	r.arrive = calloc(n, sizeof(*r.arrive));
-	r.done_t = calloc(n, sizeof(*r.done_t));
-	r.compute_s = calloc(n, sizeof(*r.compute_s));
-	r.ttft = calloc(n, sizeof(*r.ttft));
-	r.ep_of = calloc(n, sizeof(*r.ep_of));
-	r.put_from = calloc(n, sizeof(*r.put_from));
-	r.pref = malloc((w->nsessions + 1) * sizeof(*r.pref));
-	r.next_turn = calloc(w->nsessions + 1, sizeof(*r.next_turn));
-	r.issued = calloc(w->nsessions + 1, sizeof(*r.issued));
-	r.wq = calloc(w->nsessions + 1, sizeof(*r.wq));
-	r.wstamp = calloc(w->nsessions + 1, sizeof(*r.wstamp));
-	r.tokens = malloc((maxp + 1) * sizeof(*r.tokens));
-	r.keys = malloc((r.maxg + 1) * sizeof(*r.keys));
-	r.skeys = malloc((r.maxg + 1) * sizeof(*r.skeys));
-	r.ktok = malloc((r.maxg + 1) * sizeof(*r.ktok));
-	r.stok = malloc((r.maxg + 1) * sizeof(*r.stok));
-	r.trip = malloc((3 * maxn + 3) * sizeof(*r.trip));
-	r.ops = malloc((r.maxg + 1) * sizeof(*r.ops));
-	r.ep = calloc(o->endpoints, sizeof(*r.ep));
-	if (!r.arrive || !r.done_t || !r.compute_s || !r.ttft || !r.ep_of || !r.put_from || !r.pref || !r.next_turn || !r.issued || !r.wq ||
-	    !r.wstamp || !r.tokens || !r.keys || !r.skeys || !r.ktok || !r.stok || !r.trip ||
-	    !r.ops || !r.ep || lru_init(&r.bound, UINT64_MAX)) {
-		rc = rfail(&r, -ENOMEM, "out of memory");
+	rc = run_alloc(&r);
+	if (rc)
 		goto out;
-	}
-	for (i = 0; i <= w->nsessions; i++)
-		r.pref[i] = -1;
-	for (i = 0; i < n; i++)
-		r.arrive[i] = r.done_t[i] = -1; /* not arrived, not done */
-	for (i = 0; i < o->endpoints; i++)
-		if (lru_init(&r.ep[i].gpu, o->gpu_tokens)) {
-			rc = rfail(&r, -ENOMEM, "out of memory");
-			goto out;
-		}
-
-	memset(&ns, 0, sizeof(ns));
-	ns.model = o->model;
-	ns.tokenizer = w->kind == WL_BLOCKS ? "mooncake-trace-hash-ids" : "kvbench-synthetic";
-	ns.kv_format = "bf16/NHD";
-	ns.tp_size = 1;
-	ns.pp_size = 1;
-	ns.block_tokens = w->kind == WL_BLOCKS ? w->block_tokens : o->gpu_block;
-	r.root = kvt_ns_root(&ns);
-
+	run_root(&r);
 	if (r.store_on) {
-		int with_disk = o->policy != POL_RAM_ONLY && o->disk_tokens > 0, attempt;
-		if (with_disk && !o->disk_dir && bench_tmpdir_create(tmp, sizeof(tmp)) < 0) {
-			rc = rfail(&r, -EIO, "cannot create a temporary directory");
+		rc = stores_open(&r, &f);
+		if (rc)
 			goto out;
-		}
-		/* each node its own disk file; node 0's is named as without nodes */
-		for (j = 0; with_disk && j < nodes; j++) {
-			const char *dir = o->disk_dir ? o->disk_dir : tmp;
-			const char *base = o->disk_dir ? "kvbench-replay" : "replay";
-			if (j == 0)
-				snprintf(path[j], sizeof(path[j]), "%s/%s.disk", dir, base);
-			else
-				snprintf(path[j], sizeof(path[j]), "%s/%s-n%u.disk", dir, base, j);
-		}
-		/* a port found free may be taken before the node listens on
-		 * it: then try again with new ports */
-		for (attempt = 0; attempt < 3; attempt++) {
-			if (nodes > 1 && (rc = common_ports_reserve(&held, nodes)) < 0) {
-				rc = rfail(&r, rc, "cannot find free ports on 127.0.0.1: %s",
-					   strerror(-rc));
-				goto out;
-			}
-			for (j = 0; j < nodes; j++) {
-				free(cfg);
-				cfg = store_config(o, with_disk ? path[j] : NULL, j, nodes, ports);
-				if (!cfg) {
-					rc = rfail(&r, -ENOMEM, "out of memory");
-					goto out;
-				}
-				rc = kvt_open(cfg, &r.st[j]);
-				if (rc < 0)
-					break;
-				r.nst = j + 1;
-			}
-			common_ports_release(&held); /* the nodes listen now */
-			if (rc >= 0)
-				break;
-			rc = rfail(&r, rc, "kvt_open(%s): %s", cfg, kvt_last_error());
-			while (r.nst > 0) {
-				kvt_close(r.st[--r.nst]);
-				r.st[r.nst] = NULL;
-			}
-			if (rc != -EADDRINUSE)
-				goto out;
-		}
-		if (rc < 0)
-			goto out;
-		rc = 0;
 	}
 
 	r.tty = o->progress && isatty(2);
@@ -1485,103 +1753,21 @@ int replay_run(const struct replay_opts *o, const struct wl *w,
 		rc = rfail(&r, -ENOMEM, "out of memory");
 		goto out;
 	}
-	while (r.h.n > 0) {
-		if (o->stop && o->stop()) {
-			res->interrupted = 1;
-			break;
-		}
-		e = heap_pop(&r.h);
-		switch (e.type) {
-		case EV_ARRIVE:
-			rc = arrive(&r, e.call, e.t);
-			break;
-		case EV_COMPUTE:
-			rc = compute_start(&r, e.call, e.t);
-			break;
-		case EV_PREFILL_END:
-			rc = prefill_end(&r, e.call, e.t);
-			break;
-		default:
-			rc = decode_event(&r, e.call, e.gen, e.t);
-			break;
-		}
-		if (rc)
-			goto out;
-		res->sim_s = e.t;
-		progress(&r, e.t, 0);
-	}
-	progress(&r, 0, 1);
-	res->wall_s = (double)(bench_now_ns() - wall0) / 1e9;
-	if (r.completions != n && !res->interrupted) {
-		rc = rfail(&r, -EPROTO, "the replay stopped after %llu of %zu calls",
-			   (unsigned long long)r.completions, n);
-		goto out;
-	}
-
-	/* the model's figures, all on the simulated clock */
-	rc = busy_time(&r);
+	rc = run_events(&r);
 	if (rc)
 		goto out;
-	res->prefill_s = r.prefill_s;
-	res->decode_s = r.decode_s;
-	res->makespan_s = r.last_t - (r.first_t > 0 ? r.first_t : 0);
-	res->throughput = res->makespan_s > 0 ? (double)n / res->makespan_s : 0;
-	if (res->makespan_s > 0) {
-		res->mean_running = res->mean_outstanding * res->busy_s / res->makespan_s;
-		res->store_gib_900s = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]) *
-				      (double)o->kv_bytes_per_token / 1073741824.0 * 900.0 /
-				      res->makespan_s;
-	}
-	replay_savings(res, o->prefill_rate);
-	bench_sort(r.ttft, r.nttft);
-	res->ttft_p50 = bench_percentile_sorted(r.ttft, r.nttft, 50);
-	res->ttft_p90 = bench_percentile_sorted(r.ttft, r.nttft, 90);
-	res->ttft_p99 = bench_percentile_sorted(r.ttft, r.nttft, 99);
-	if (r.load_us.n) {
-		bench_sort(r.load_us.v, r.load_us.n);
-		res->load_p50_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 50);
-		res->load_p90_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 90);
-		res->load_p99_us = bench_percentile_sorted(r.load_us.v, r.load_us.n, 99);
-		res->load_max_us = r.load_us.v[r.load_us.n - 1];
-	}
-	res->lag_mean_s = r.lag_n ? r.lag_sum / (double)r.lag_n : 0;
-	if (r.nst == 1) {
-		json_t *s = bench_store_stats(r.st[0]);
-		res->store_stats = s;
-		res->evictions = (uint64_t)stat_num(s, "ram.evictions");
-		res->evicted_bytes = (uint64_t)stat_num(s, "ram.evicted_bytes");
-		res->lease_expiries = (uint64_t)stat_num(s, "ram.lease_expiries");
-		res->write_arounds = (uint64_t)stat_num(s, "store.write_arounds");
-		res->disk_evictions = (uint64_t)stat_num(s, "disk.evictions");
-	} else if (r.nst > 1) {
-		/* every node's stats, node 0 first; the counters summed */
-		json_t *a = json_array();
-		for (j = 0; j < r.nst; j++) {
-			json_t *s = bench_store_stats(r.st[j]);
-			res->evictions += (uint64_t)stat_num(s, "ram.evictions");
-			res->evicted_bytes += (uint64_t)stat_num(s, "ram.evicted_bytes");
-			res->lease_expiries += (uint64_t)stat_num(s, "ram.lease_expiries");
-			res->write_arounds += (uint64_t)stat_num(s, "store.write_arounds");
-			res->disk_evictions += (uint64_t)stat_num(s, "disk.evictions");
-			json_array_append_new(a, s ? s : json_null());
-		}
-		res->store_stats = a;
-	}
-out:
-	common_ports_release(&held);
 	progress(&r, 0, 1);
-	while (r.nst > 0) {
-		kvt_close(r.st[--r.nst]);
-		r.st[r.nst] = NULL;
+	res->wall_s = (double)(bench_now_ns() - wall0) / 1e9;
+	if (r.completions != w->ncalls && !res->interrupted) {
+		rc = rfail(&r, -EPROTO, "the replay stopped after %llu of %zu calls",
+			   (unsigned long long)r.completions, w->ncalls);
+		goto out;
 	}
-	/* a sweep runs many stores: give each one's disk space back at once */
-	if (tmp[0])
-		(void)bench_tmpdir_remove(tmp);
-	else
-		for (j = 0; j < REPLAY_NODES_MAX; j++)
-			if (path[j][0])
-				(void)unlink(path[j]);
-	free(cfg);
-	run_free(&r);
+	rc = run_figures(&r);
+	if (rc)
+		goto out;
+	run_store_stats(&r);
+out:
+	run_close(&r, &f);
 	return rc;
 }
