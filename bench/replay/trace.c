@@ -293,28 +293,50 @@ static const char *const kvbench_keys[] = {
 	"output_tokens", "time_ms", "think_ms", NULL
 };
 
-static int kvbench_line(struct reader *rd, json_t *o, struct wl *w,
-			struct sessions *ss, int *timed)
+/* One kvbench line's fields, read and checked. */
+struct kvline {
+	json_t *jturn, *jtok, *jtime;
+	const char *sname; /* the session's name: a string, or name[] */
+	char name[64];
+	uint64_t turn, pre, nnew, outt;
+	double tms, think;
+};
+
+/* The line's session: a non-empty string, or a non-negative integer
+ * written out as one. */
+static int kvbench_session(struct reader *rd, json_t *jsess, struct kvline *l)
 {
-	json_t *jsess = json_object_get(o, "session");
-	json_t *jturn = json_object_get(o, "turn");
-	json_t *jtok = json_object_get(o, "tokens");
+	if (!jsess)
+		return fail(rd, -EINVAL, "missing field \"session\"");
+	if (json_is_string(jsess)) {
+		l->sname = json_string_value(jsess);
+		if (!*l->sname)
+			return fail(rd, -EINVAL, "\"session\" is an empty string");
+	} else if (json_is_integer(jsess) && json_integer_value(jsess) >= 0) {
+		snprintf(l->name, sizeof(l->name), "%lld", (long long)json_integer_value(jsess));
+		l->sname = l->name;
+	} else {
+		return fail(rd, -EINVAL, "\"session\" must be a string or a non-negative integer");
+	}
+	return 0;
+}
+
+/* Reads and checks one kvbench line's fields into *l; *timed says whether
+ * the lines before it have times (-1: no line read yet). */
+static int kvbench_fields(struct reader *rd, json_t *o, int *timed, struct kvline *l)
+{
 	json_t *jpre = json_object_get(o, "prefix_tokens");
 	json_t *jnew = json_object_get(o, "new_tokens");
 	json_t *jout = json_object_get(o, "output_tokens");
-	json_t *jtime = json_object_get(o, "time_ms");
 	json_t *jthink = json_object_get(o, "think_ms");
 	const char *key;
 	json_t *val;
-	char name[64];
-	const char *sname;
-	uint64_t turn = 0, pre = 0, nnew = 0, outt = 0, v, done;
-	double tms = -1, think = 0;
-	struct wl_call c;
-	struct sess *s;
-	size_t i, n, off;
-	long si;
+	size_t i;
+	int rc;
 
+	l->jturn = json_object_get(o, "turn");
+	l->jtok = json_object_get(o, "tokens");
+	l->jtime = json_object_get(o, "time_ms");
 	json_object_foreach(o, key, val) {
 		for (i = 0; kvbench_keys[i]; i++)
 			if (!strcmp(key, kvbench_keys[i]))
@@ -322,130 +344,170 @@ static int kvbench_line(struct reader *rd, json_t *o, struct wl *w,
 		if (!kvbench_keys[i])
 			return fail(rd, -EINVAL, "unknown field \"%s\"", key);
 	}
-	if (!jsess)
-		return fail(rd, -EINVAL, "missing field \"session\"");
-	if (json_is_string(jsess)) {
-		sname = json_string_value(jsess);
-		if (!*sname)
-			return fail(rd, -EINVAL, "\"session\" is an empty string");
-	} else if (json_is_integer(jsess) && json_integer_value(jsess) >= 0) {
-		snprintf(name, sizeof(name), "%lld", (long long)json_integer_value(jsess));
-		sname = name;
-	} else {
-		return fail(rd, -EINVAL, "\"session\" must be a string or a non-negative integer");
-	}
-	if (jturn && get_uint(jturn, UINT32_MAX, &turn))
+	rc = kvbench_session(rd, json_object_get(o, "session"), l);
+	if (rc)
+		return rc;
+	if (l->jturn && get_uint(l->jturn, UINT32_MAX, &l->turn))
 		return fail(rd, -EINVAL, "\"turn\" must be a non-negative integer");
-	if (jtok && (jpre || jnew))
+	if (l->jtok && (jpre || jnew))
 		return fail(rd, -EINVAL,
 			    "give either \"tokens\" or \"prefix_tokens\"/\"new_tokens\", not both");
-	if (!jtok && !jpre && !jnew)
+	if (!l->jtok && !jpre && !jnew)
 		return fail(rd, -EINVAL,
 			    "missing the prompt: \"tokens\" or \"prefix_tokens\"/\"new_tokens\"");
-	if (jpre && get_uint(jpre, UINT32_MAX, &pre))
+	if (jpre && get_uint(jpre, UINT32_MAX, &l->pre))
 		return fail(rd, -EINVAL, "\"prefix_tokens\" must be a non-negative integer");
-	if (jnew && get_uint(jnew, UINT32_MAX, &nnew))
+	if (jnew && get_uint(jnew, UINT32_MAX, &l->nnew))
 		return fail(rd, -EINVAL, "\"new_tokens\" must be a non-negative integer");
-	if (jout && get_uint(jout, UINT32_MAX, &outt))
+	if (jout && get_uint(jout, UINT32_MAX, &l->outt))
 		return fail(rd, -EINVAL, "\"output_tokens\" must be a non-negative integer");
-	if (jtime && get_num(jtime, &tms))
+	if (l->jtime && get_num(l->jtime, &l->tms))
 		return fail(rd, -EINVAL, "\"time_ms\" must be a non-negative number");
-	if (jthink && get_num(jthink, &think))
+	if (jthink && get_num(jthink, &l->think))
 		return fail(rd, -EINVAL, "\"think_ms\" must be a non-negative number");
 	if (*timed < 0)
-		*timed = jtime != NULL;
-	else if (*timed != (jtime != NULL))
+		*timed = l->jtime != NULL;
+	else if (*timed != (l->jtime != NULL))
 		return fail(rd, -EINVAL, *timed ? "missing \"time_ms\" (earlier lines have it)"
 					       : "\"time_ms\" given but earlier lines have none");
-	if (jtok) {
-		if (!json_is_array(jtok))
+	if (l->jtok) {
+		if (!json_is_array(l->jtok))
 			return fail(rd, -EINVAL, "\"tokens\" must be an array of token ids");
-		if (json_array_size(jtok) == 0)
+		if (json_array_size(l->jtok) == 0)
 			return fail(rd, -EINVAL, "\"tokens\" is empty");
-	} else if (pre + nnew == 0) {
+	} else if (l->pre + l->nnew == 0) {
 		return fail(rd, -EINVAL, "the prompt is empty (prefix_tokens + new_tokens is 0)");
 	}
+	return 0;
+}
 
-	si = sess_get(ss, sname);
-	if (si < 0)
+/* The line's session (*si) and its turn there: the one given, which must
+ * follow the session's last, or else the next. */
+static int kvbench_turn(struct reader *rd, struct sessions *ss, struct kvline *l, long *si)
+{
+	struct sess *s;
+
+	*si = sess_get(ss, l->sname);
+	if (*si < 0)
 		return fail(rd, -ENOMEM, "out of memory");
-	s = &ss->v[si];
-	if (jturn) {
-		if ((int64_t)turn <= s->last_turn)
+	s = &ss->v[*si];
+	if (l->jturn) {
+		if ((int64_t)l->turn <= s->last_turn)
 			return fail(rd, -EINVAL,
 				    "\"turn\" %llu of session \"%s\" does not follow its turn %lld",
-				    (unsigned long long)turn, sname, (long long)s->last_turn);
-		s->last_turn = (int64_t)turn;
+				    (unsigned long long)l->turn, l->sname, (long long)s->last_turn);
+		s->last_turn = (int64_t)l->turn;
 	} else {
-		turn = (uint64_t)++s->last_turn;
+		l->turn = (uint64_t)++s->last_turn;
 	}
+	return 0;
+}
+
+/* A prompt given as token ids: one explicit segment, which becomes the
+ * session's context. */
+static int prompt_tokens(struct reader *rd, json_t *jtok, struct wl *w, struct sess *s,
+			 struct wl_call *c)
+{
+	size_t i, n = json_array_size(jtok), off;
+	uint32_t *t;
+	uint64_t v;
+
+	t = malloc(n * sizeof(*t));
+	if (!t)
+		return fail(rd, -ENOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		if (get_uint(json_array_get(jtok, i), UINT32_MAX, &v)) {
+			free(t);
+			return fail(rd, -EINVAL,
+				    "\"tokens\" element %zu is not a token id (0 to 4294967295)", i);
+		}
+		t[i] = (uint32_t)v;
+	}
+	if (wl_add_tokens(w, t, n, &off)) {
+		free(t);
+		return fail(rd, -ENOMEM, "out of memory");
+	}
+	free(t);
+	c->prompt_tokens = n;
+	if (wl_add_seg(w, (struct wl_seg){ WL_SEG_EXPLICIT, off, n }))
+		return fail(rd, -ENOMEM, "out of memory");
+	c->n = 1;
+	s->nstream = 0;
+	s->len = 0;
+	if (stream_push(s, (struct wl_seg){ WL_SEG_EXPLICIT, off, n }))
+		return fail(rd, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* A prompt given as lengths: the first pre tokens of the session's context
+ * (the previous prompt and its answer), then nnew new tokens; it becomes
+ * the session's context. */
+static int prompt_prefix(struct reader *rd, const struct kvline *l, struct wl *w,
+			 struct sess *s, struct wl_call *c)
+{
+	uint64_t done = 0;
+	size_t i;
+
+	if (l->pre > s->len)
+		return fail(rd, -EINVAL,
+			    "\"prefix_tokens\" %llu exceeds session \"%s\"'s context of %llu tokens (previous prompt + output)",
+			    (unsigned long long)l->pre, l->sname, (unsigned long long)s->len);
+	for (i = 0; i < s->nstream && done < l->pre; i++) {
+		struct wl_seg g = s->stream[i];
+		if (g.len > l->pre - done)
+			g.len = l->pre - done;
+		if (wl_add_seg(w, g))
+			return fail(rd, -ENOMEM, "out of memory");
+		done += g.len;
+		c->n++;
+	}
+	if (l->nnew) {
+		if (wl_add_seg(w, (struct wl_seg){ fresh_seed(s), 0, l->nnew }))
+			return fail(rd, -ENOMEM, "out of memory");
+		c->n++;
+	}
+	c->prompt_tokens = l->pre + l->nnew;
+	/* the new context is this prompt */
+	s->nstream = 0;
+	s->len = 0;
+	for (i = 0; i < c->n; i++)
+		if (stream_push(s, w->segs[c->first + i]))
+			return fail(rd, -ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Adds one kvbench line's call to w: fields, session and turn, prompt. */
+static int kvbench_line(struct reader *rd, json_t *o, struct wl *w,
+			struct sessions *ss, int *timed)
+{
+	struct kvline l;
+	struct wl_call c;
+	struct sess *s;
+	long si;
+	int rc;
+
+	memset(&l, 0, sizeof(l));
+	l.tms = -1;
+	rc = kvbench_fields(rd, o, timed, &l);
+	if (rc)
+		return rc;
+	rc = kvbench_turn(rd, ss, &l, &si);
+	if (rc)
+		return rc;
+	s = &ss->v[si];
 
 	memset(&c, 0, sizeof(c));
 	c.session = (uint32_t)si;
-	c.turn = (uint32_t)turn;
-	c.output_tokens = outt;
-	c.think_s = think / 1000.0;
-	c.arrival_s = tms >= 0 ? tms / 1000.0 : -1;
+	c.turn = (uint32_t)l.turn;
+	c.output_tokens = l.outt;
+	c.think_s = l.think / 1000.0;
+	c.arrival_s = l.tms >= 0 ? l.tms / 1000.0 : -1;
 	c.first = w->nsegs;
-
-	if (jtok) {
-		uint32_t *t;
-		n = json_array_size(jtok);
-		t = malloc(n * sizeof(*t));
-		if (!t)
-			return fail(rd, -ENOMEM, "out of memory");
-		for (i = 0; i < n; i++) {
-			if (get_uint(json_array_get(jtok, i), UINT32_MAX, &v)) {
-				free(t);
-				return fail(rd, -EINVAL,
-					    "\"tokens\" element %zu is not a token id (0 to 4294967295)", i);
-			}
-			t[i] = (uint32_t)v;
-		}
-		if (wl_add_tokens(w, t, n, &off)) {
-			free(t);
-			return fail(rd, -ENOMEM, "out of memory");
-		}
-		free(t);
-		c.prompt_tokens = n;
-		if (wl_add_seg(w, (struct wl_seg){ WL_SEG_EXPLICIT, off, n }))
-			return fail(rd, -ENOMEM, "out of memory");
-		c.n = 1;
-		s->nstream = 0;
-		s->len = 0;
-		if (stream_push(s, (struct wl_seg){ WL_SEG_EXPLICIT, off, n }))
-			return fail(rd, -ENOMEM, "out of memory");
-	} else {
-		if (pre > s->len)
-			return fail(rd, -EINVAL,
-				    "\"prefix_tokens\" %llu exceeds session \"%s\"'s context of %llu tokens (previous prompt + output)",
-				    (unsigned long long)pre, sname, (unsigned long long)s->len);
-		/* the prompt: the first pre tokens of the stream, then new tokens */
-		done = 0;
-		for (i = 0; i < s->nstream && done < pre; i++) {
-			struct wl_seg g = s->stream[i];
-			if (g.len > pre - done)
-				g.len = pre - done;
-			if (wl_add_seg(w, g))
-				return fail(rd, -ENOMEM, "out of memory");
-			done += g.len;
-			c.n++;
-		}
-		if (nnew) {
-			if (wl_add_seg(w, (struct wl_seg){ fresh_seed(s), 0, nnew }))
-				return fail(rd, -ENOMEM, "out of memory");
-			c.n++;
-		}
-		c.prompt_tokens = pre + nnew;
-		/* the new context is this prompt */
-		s->nstream = 0;
-		s->len = 0;
-		for (i = 0; i < c.n; i++)
-			if (stream_push(s, w->segs[c.first + i]))
-				return fail(rd, -ENOMEM, "out of memory");
-	}
+	rc = l.jtok ? prompt_tokens(rd, l.jtok, w, s, &c) : prompt_prefix(rd, &l, w, s, &c);
+	if (rc)
+		return rc;
 	/* ... followed by the answer */
-	if (outt && stream_push(s, (struct wl_seg){ fresh_seed(s), 0, outt }))
+	if (l.outt && stream_push(s, (struct wl_seg){ fresh_seed(s), 0, l.outt }))
 		return fail(rd, -ENOMEM, "out of memory");
 	if (wl_add_call(w, &c))
 		return fail(rd, -ENOMEM, "out of memory");
