@@ -299,17 +299,13 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int wl_generate(const struct wl_gen *g, struct wl *out)
+/* Checks the generator's parameters: group edges rising, group counts
+ * summing to the calls, at least two calls per session. */
+static int gen_check(const struct wl_gen *g)
 {
-	struct wl_rng r;
-	struct wl_think think;
-	uint64_t *len = NULL, common_seed, sst, lo, hi, d, a;
-	uint32_t *turns = NULL, s, t, k;
-	double *wt = NULL, wsum = 0;
-	size_t total = 0, i, j, pos;
-	int err = -ENOMEM;
+	size_t total = 0;
+	uint32_t k;
 
-	wl_init(out, WL_TOKENS);
 	for (k = 0; k < WL_NGROUPS; k++) {
 		total += g->group_calls[k];
 		if (g->group_edge[k + 1] <= g->group_edge[k])
@@ -320,6 +316,131 @@ int wl_generate(const struct wl_gen *g, struct wl *out)
 	    g->group_edge[0] < (uint64_t)g->shared_tokens + MIN_GROWTH ||
 	    !(g->think_p50 > 0) || !(g->think_p90 > g->think_p50) ||
 	    !(g->think_cap > 0))
+		return -EINVAL;
+	return 0;
+}
+
+/* Turns per session: log-normal weights, at least 2, summing to calls. */
+static void gen_turns(const struct wl_gen *g, struct wl_rng *r, double *wt, uint32_t *turns)
+{
+	double wsum = 0;
+	size_t total = 0;
+	uint32_t s;
+
+	for (s = 0; s < g->sessions; s++) {
+		wt[s] = exp(0.6 * wl_rng_normal(r));
+		wsum += wt[s];
+	}
+	for (s = 0; s < g->sessions; s++) {
+		turns[s] = (uint32_t)floor(wt[s] / wsum * g->calls);
+		if (turns[s] < 2)
+			turns[s] = 2;
+		total += turns[s];
+	}
+	while (total < g->calls) {
+		turns[wl_rng_range(r, 0, g->sessions - 1)]++;
+		total++;
+	}
+	while (total > g->calls) {
+		s = (uint32_t)wl_rng_range(r, 0, g->sessions - 1);
+		if (turns[s] > 2) {
+			turns[s]--;
+			total--;
+		}
+	}
+}
+
+/* Prompt lengths: exact counts per group, uniform inside each group, in a
+ * random order. */
+static void gen_lengths(const struct wl_gen *g, struct wl_rng *r, uint64_t *len)
+{
+	uint64_t lo, hi, d;
+	size_t i, j, pos = 0;
+	uint32_t k;
+
+	for (k = 0; k < WL_NGROUPS; k++) {
+		lo = k == 0 ? g->group_edge[0] : g->group_edge[k] + 1;
+		hi = g->group_edge[k + 1];
+		for (j = 0; j < g->group_calls[k]; j++)
+			len[pos++] = wl_rng_range(r, lo, hi);
+	}
+	for (i = g->calls - 1; i > 0; i--) { /* Fisher-Yates */
+		j = wl_rng_range(r, 0, i);
+		d = len[i];
+		len[i] = len[j];
+		len[j] = d;
+	}
+}
+
+/* The output tokens of turn t of a session whose prompts are l[0..turns):
+ * a part of the next prompt's growth, or for the last turn a log-normal
+ * length around 300. */
+static uint64_t gen_output(struct wl_rng *r, const uint64_t *l, uint32_t t, uint32_t turns)
+{
+	uint64_t a, d;
+
+	if (t + 1 < turns) {
+		d = l[t + 1] - l[t];
+		a = (uint64_t)llround((double)d * (0.05 + 0.3 * wl_rng_uniform(r)));
+		if (a < 1)
+			a = 1;
+		if (a > 4096)
+			a = 4096;
+		if (a > d - 1)
+			a = d - 1;
+	} else {
+		a = (uint64_t)llround(exp(log(300.0) + 0.8 * wl_rng_normal(r)));
+		a = a < 16 ? 16 : a > 4096 ? 4096 : a;
+	}
+	return a;
+}
+
+/* Session s's calls from its prompt lengths l[0..turns), which grow: the
+ * task text common to all sessions, then the session's own text. */
+static int gen_session(const struct wl_gen *g, struct wl_rng *r, const struct wl_think *think,
+		       uint64_t common_seed, uint32_t s, uint64_t *l, uint32_t turns,
+		       struct wl *out)
+{
+	uint64_t sseed = g->seed * 0x100000001b3ull + s + 1;
+	uint64_t priv = wl_splitmix64(&sseed);
+	struct wl_call c;
+	uint32_t t;
+
+	qsort(l, turns, sizeof(*l), cmp_u64);
+	for (t = 1; t < turns; t++)
+		if (l[t] < l[t - 1] + MIN_GROWTH)
+			l[t] = l[t - 1] + MIN_GROWTH;
+	for (t = 0; t < turns; t++) {
+		memset(&c, 0, sizeof(c));
+		c.session = s;
+		c.turn = t;
+		c.prompt_tokens = l[t];
+		c.output_tokens = gen_output(r, l, t, turns);
+		c.think_s = t == 0 ? 0 : wl_think_sample(think, r);
+		c.arrival_s = -1;
+		c.first = out->nsegs;
+		c.n = 2;
+		if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, g->shared_tokens }) ||
+		    wl_add_seg(out, (struct wl_seg){ priv, g->shared_tokens,
+						     l[t] - g->shared_tokens }) ||
+		    wl_add_call(out, &c))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int wl_generate(const struct wl_gen *g, struct wl *out)
+{
+	struct wl_rng r;
+	struct wl_think think;
+	uint64_t *len = NULL, common_seed, sst;
+	uint32_t *turns = NULL, s;
+	double *wt = NULL;
+	size_t pos;
+	int err = -ENOMEM;
+
+	wl_init(out, WL_TOKENS);
+	if (gen_check(g))
 		return -EINVAL;
 
 	wl_rng_seed(&r, g->seed);
@@ -332,87 +453,13 @@ int wl_generate(const struct wl_gen *g, struct wl *out)
 	len = calloc(g->calls, sizeof(*len));
 	if (!turns || !wt || !len)
 		goto out;
-
-	/* Turns per session: log-normal weights, at least 2, summing to calls. */
-	for (s = 0; s < g->sessions; s++) {
-		wt[s] = exp(0.6 * wl_rng_normal(&r));
-		wsum += wt[s];
-	}
-	total = 0;
-	for (s = 0; s < g->sessions; s++) {
-		turns[s] = (uint32_t)floor(wt[s] / wsum * g->calls);
-		if (turns[s] < 2)
-			turns[s] = 2;
-		total += turns[s];
-	}
-	while (total < g->calls) {
-		turns[wl_rng_range(&r, 0, g->sessions - 1)]++;
-		total++;
-	}
-	while (total > g->calls) {
-		s = (uint32_t)wl_rng_range(&r, 0, g->sessions - 1);
-		if (turns[s] > 2) {
-			turns[s]--;
-			total--;
-		}
-	}
-
-	/* Prompt lengths: exact counts per group, uniform inside each group. */
-	pos = 0;
-	for (k = 0; k < WL_NGROUPS; k++) {
-		lo = k == 0 ? g->group_edge[0] : g->group_edge[k] + 1;
-		hi = g->group_edge[k + 1];
-		for (j = 0; j < g->group_calls[k]; j++)
-			len[pos++] = wl_rng_range(&r, lo, hi);
-	}
-	for (i = g->calls - 1; i > 0; i--) { /* Fisher-Yates */
-		j = wl_rng_range(&r, 0, i);
-		d = len[i];
-		len[i] = len[j];
-		len[j] = d;
-	}
-
+	gen_turns(g, &r, wt, turns);
+	gen_lengths(g, &r, len);
 	/* Deal the lengths to sessions; each session's prompts grow. */
 	pos = 0;
 	for (s = 0; s < g->sessions; s++) {
-		uint64_t sseed = g->seed * 0x100000001b3ull + s + 1;
-		uint64_t priv = wl_splitmix64(&sseed);
-		uint64_t *l = len + pos;
-		struct wl_call c;
-
-		qsort(l, turns[s], sizeof(*l), cmp_u64);
-		for (t = 1; t < turns[s]; t++)
-			if (l[t] < l[t - 1] + MIN_GROWTH)
-				l[t] = l[t - 1] + MIN_GROWTH;
-		for (t = 0; t < turns[s]; t++) {
-			memset(&c, 0, sizeof(c));
-			c.session = s;
-			c.turn = t;
-			c.prompt_tokens = l[t];
-			if (t + 1 < turns[s]) {
-				d = l[t + 1] - l[t];
-				a = (uint64_t)llround((double)d * (0.05 + 0.3 * wl_rng_uniform(&r)));
-				if (a < 1)
-					a = 1;
-				if (a > 4096)
-					a = 4096;
-				if (a > d - 1)
-					a = d - 1;
-			} else {
-				a = (uint64_t)llround(exp(log(300.0) + 0.8 * wl_rng_normal(&r)));
-				a = a < 16 ? 16 : a > 4096 ? 4096 : a;
-			}
-			c.output_tokens = a;
-			c.think_s = t == 0 ? 0 : wl_think_sample(&think, &r);
-			c.arrival_s = -1;
-			c.first = out->nsegs;
-			c.n = 2;
-			if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, g->shared_tokens }) ||
-			    wl_add_seg(out, (struct wl_seg){ priv, g->shared_tokens,
-							     l[t] - g->shared_tokens }) ||
-			    wl_add_call(out, &c))
-				goto out;
-		}
+		if (gen_session(g, &r, &think, common_seed, s, len + pos, turns[s], out))
+			goto out;
 		pos += turns[s];
 	}
 	err = wl_index_sessions(out, g->sessions);
