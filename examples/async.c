@@ -68,9 +68,120 @@ static int check_batch(kvt_batch *b, const kvt_op *ops, size_t n)
 	return 0;
 }
 
-int main(void)
+/*
+ * Stores all NBLOCKS blocks with one asynchronous put batch and waits for
+ * it. The batch reads the blocks from our buffer until it completes.
+ */
+static int store_blocks(kvt_store *store, const kvt_key *keys)
 {
 	static unsigned char blocks[NBLOCKS][BLOCK_BYTES];
+	kvt_op ops[NBLOCKS];
+	kvt_batch *pb = NULL;
+	int ret;
+
+	for (size_t i = 0; i < NBLOCKS; i++) {
+		fill_block(blocks[i], BLOCK_BYTES, keys[i]);
+		ops[i] = (kvt_op){ .key = keys[i], .buf = blocks[i],
+				   .len = BLOCK_BYTES, .result = -EINPROGRESS };
+	}
+	ret = kvt_batch_submit(store, KVT_OP_PUT, ops, NBLOCKS, &pb);
+	if (ret < 0)
+		return fail("kvt_batch_submit (put)", ret);
+	/* The puts run on the library's threads; this thread could work here.
+	 * Wait in slices of 100 ms, as a loop that also watches a deadline would. */
+	while ((ret = kvt_batch_wait(pb, 100)) == -ETIMEDOUT)
+		;
+	if (ret < 0) {
+		kvt_batch_free(pb);
+		return fail("kvt_batch_wait", ret);
+	}
+	ret = kvt_batch_result(pb);
+	kvt_batch_free(pb);
+	if (ret < 0)
+		return fail("put batch", ret);
+	printf("stored %d blocks with one asynchronous batch\n", NBLOCKS);
+	return 0;
+}
+
+/*
+ * Starts every get batch at once (batch b loads blocks b * PER_BATCH ...
+ * into loaded[]) and adds each one's eventfd to the epoll set ep.
+ */
+static int start_loads(kvt_store *store, int ep, const kvt_key *keys,
+		       unsigned char (*loaded)[BLOCK_BYTES], kvt_op *get_ops,
+		       kvt_batch **batch)
+{
+	for (size_t b = 0; b < NBATCHES; b++) {
+		kvt_op *ops = &get_ops[b * PER_BATCH];
+
+		for (size_t i = 0; i < PER_BATCH; i++) {
+			size_t k = b * PER_BATCH + i;
+			ops[i] = (kvt_op){ .key = keys[k], .buf = loaded[k],
+					   .len = BLOCK_BYTES, .result = -EINPROGRESS };
+		}
+		int ret = kvt_batch_submit(store, KVT_OP_GET, ops, PER_BATCH, &batch[b]);
+		if (ret < 0)
+			return fail("kvt_batch_submit (get)", ret);
+		int fd = kvt_batch_fd(batch[b]);
+		if (fd < 0)
+			return fail("kvt_batch_fd", fd);
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = b };
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			perror("async: epoll_ctl");
+			return 1;
+		}
+	}
+	printf("%d get batches of %d blocks in flight\n", NBATCHES, PER_BATCH);
+	return 0;
+}
+
+/*
+ * The engine's event loop: waits on ep until every get batch has completed,
+ * checking and freeing each one as it does. Other work goes between the
+ * waits.
+ */
+static int wait_loads(int ep, const kvt_op *get_ops, kvt_batch **batch)
+{
+	size_t pending = NBATCHES;
+	unsigned long spins = 0;
+
+	while (pending > 0) {
+		struct epoll_event evs[NBATCHES];
+		int nev = epoll_wait(ep, evs, NBATCHES, 1000);
+
+		if (nev < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("async: epoll_wait");
+			return 1;
+		}
+		if (nev == 0)
+			spins++;
+		for (int e = 0; e < nev; e++) {
+			size_t b = (size_t)evs[e].data.u64;
+
+			/* The eventfd is a wake-up; poll is the source of truth. */
+			if (kvt_batch_poll(batch[b]) != 1)
+				continue;
+			if (epoll_ctl(ep, EPOLL_CTL_DEL, kvt_batch_fd(batch[b]), NULL) < 0) {
+				perror("async: epoll_ctl");
+				return 1;
+			}
+			if (check_batch(batch[b], &get_ops[b * PER_BATCH], PER_BATCH))
+				return 1;
+			printf("batch %zu complete and verified\n", b);
+			kvt_batch_free(batch[b]);
+			batch[b] = NULL;
+			pending--;
+		}
+	}
+	if (spins)
+		printf("(%lu one-second waits without a completion)\n", spins);
+	return 0;
+}
+
+int main(void)
+{
 	static unsigned char loaded[NBLOCKS][BLOCK_BYTES];
 	const kvt_namespace ns = {
 		.model = "example/tiny-llm@rev1",
@@ -81,12 +192,10 @@ int main(void)
 	};
 	uint32_t tokens[NTOKENS];
 	kvt_key keys[NBLOCKS];
-	kvt_op put_ops[NBLOCKS], get_ops[NBLOCKS];
+	kvt_op get_ops[NBLOCKS];
 	kvt_batch *batch[NBATCHES] = { NULL };
 	kvt_store *store = NULL;
-	kvt_batch *pb = NULL;
-	size_t found, pending = 0;
-	unsigned long spins = 0;
+	size_t found;
 	int ep = -1, ret, status = 1;
 
 	ret = kvt_open("{\"ram\": {\"capacity\": \"8 MiB\"}, \"threads\": 2}", &store);
@@ -100,32 +209,8 @@ int main(void)
 		fprintf(stderr, "async: kvt_hash_chain: %s\n", kvt_last_error());
 		goto out;
 	}
-
-	/* Store all blocks with one asynchronous batch and wait for it. */
-	for (size_t i = 0; i < NBLOCKS; i++) {
-		fill_block(blocks[i], BLOCK_BYTES, keys[i]);
-		put_ops[i] = (kvt_op){ .key = keys[i], .buf = blocks[i],
-				    .len = BLOCK_BYTES, .result = -EINPROGRESS };
-	}
-	ret = kvt_batch_submit(store, KVT_OP_PUT, put_ops, NBLOCKS, &pb);
-	if (ret < 0) {
-		fail("kvt_batch_submit (put)", ret);
+	if (store_blocks(store, keys))
 		goto out;
-	}
-	/* The puts run on the library's threads; this thread could work here.
-	 * Wait in slices of 100 ms, as a loop that also watches a deadline would. */
-	while ((ret = kvt_batch_wait(pb, 100)) == -ETIMEDOUT)
-		;
-	if (ret < 0) {
-		fail("kvt_batch_wait", ret);
-		goto out;
-	}
-	ret = kvt_batch_result(pb);
-	if (ret < 0) {
-		fail("put batch", ret);
-		goto out;
-	}
-	printf("stored %d blocks with one asynchronous batch\n", NBLOCKS);
 
 	/* Lease the stored prefix so it stays loadable while the loads run. */
 	ret = kvt_lookup(store, keys, NBLOCKS, KVT_LEASE, &found);
@@ -140,68 +225,9 @@ int main(void)
 		perror("async: epoll_create1");
 		goto out;
 	}
-
-	/* Start every get batch at once; each one's eventfd goes into epoll. */
-	for (size_t b = 0; b < NBATCHES; b++) {
-		kvt_op *ops = &get_ops[b * PER_BATCH];
-
-		for (size_t i = 0; i < PER_BATCH; i++) {
-			size_t k = b * PER_BATCH + i;
-			ops[i] = (kvt_op){ .key = keys[k], .buf = loaded[k],
-					   .len = BLOCK_BYTES, .result = -EINPROGRESS };
-		}
-		ret = kvt_batch_submit(store, KVT_OP_GET, ops, PER_BATCH, &batch[b]);
-		if (ret < 0) {
-			fail("kvt_batch_submit (get)", ret);
-			goto out;
-		}
-		int fd = kvt_batch_fd(batch[b]);
-		if (fd < 0) {
-			fail("kvt_batch_fd", fd);
-			goto out;
-		}
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = b };
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-			perror("async: epoll_ctl");
-			goto out;
-		}
-		pending++;
-	}
-	printf("%d get batches of %d blocks in flight\n", NBATCHES, PER_BATCH);
-
-	/* The engine's event loop: other work goes between the waits. */
-	while (pending > 0) {
-		struct epoll_event evs[NBATCHES];
-		int nev = epoll_wait(ep, evs, NBATCHES, 1000);
-
-		if (nev < 0) {
-			if (errno == EINTR)
-				continue;
-			perror("async: epoll_wait");
-			goto out;
-		}
-		if (nev == 0)
-			spins++;
-		for (int e = 0; e < nev; e++) {
-			size_t b = (size_t)evs[e].data.u64;
-
-			/* The eventfd is a wake-up; poll is the source of truth. */
-			if (kvt_batch_poll(batch[b]) != 1)
-				continue;
-			if (epoll_ctl(ep, EPOLL_CTL_DEL, kvt_batch_fd(batch[b]), NULL) < 0) {
-				perror("async: epoll_ctl");
-				goto out;
-			}
-			if (check_batch(batch[b], &get_ops[b * PER_BATCH], PER_BATCH))
-				goto out;
-			printf("batch %zu complete and verified\n", b);
-			kvt_batch_free(batch[b]);
-			batch[b] = NULL;
-			pending--;
-		}
-	}
-	if (spins)
-		printf("(%lu one-second waits without a completion)\n", spins);
+	if (start_loads(store, ep, keys, loaded, get_ops, batch) ||
+	    wait_loads(ep, get_ops, batch))
+		goto out;
 
 	ret = kvt_release(store, keys, NBLOCKS);
 	if (ret < 0) {
@@ -214,7 +240,6 @@ out:
 	/* kvt_batch_free waits for a batch still running: its ops use our buffers. */
 	for (size_t b = 0; b < NBATCHES; b++)
 		kvt_batch_free(batch[b]);
-	kvt_batch_free(pb);
 	if (ep >= 0)
 		close(ep);
 	kvt_close(store);

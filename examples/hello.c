@@ -47,11 +47,145 @@ static void fill_block(unsigned char *buf, size_t len, kvt_key key)
 	}
 }
 
-int main(void)
+/* Stores one block under each of the n keys; storing a key again is a no-op. */
+static int store_blocks(kvt_store *store, const kvt_key *keys, size_t n)
 {
 	static unsigned char blocks[MAX_BLOCKS][BLOCK_BYTES];
+	int ret;
+
+	for (size_t i = 0; i < n; i++) {
+		fill_block(blocks[i], BLOCK_BYTES, keys[i]);
+		ret = kvt_put(store, keys[i], blocks[i], BLOCK_BYTES);
+		if (ret < 0)
+			return fail("kvt_put", ret);
+	}
+	/* Blocks are immutable: storing a key again is a no-op. */
+	ret = kvt_put(store, keys[0], blocks[0], BLOCK_BYTES);
+	if (ret < 0)
+		return fail("kvt_put (again)", ret);
+	printf("stored %zu blocks of %d bytes (%zu tokens hashed, %d left over)\n",
+	       n, BLOCK_BYTES, n * BLOCK_TOKENS, NTOKENS % BLOCK_TOKENS);
+	return 0;
+}
+
+/*
+ * A second prompt that shares the first 3 blocks of tokens[], then diverges:
+ * only those 3 are stored. Its keys go to other_keys.
+ */
+static int lookup_second_prompt(kvt_store *store, kvt_key root, const uint32_t *tokens,
+				kvt_key *other_keys)
+{
+	uint32_t other[NTOKENS];
+	size_t n_other, found;
+	int ret;
+
+	memcpy(other, tokens, sizeof(other));
+	other[3 * BLOCK_TOKENS + 5] += 1;
+	n_other = kvt_hash_chain(root, other, NTOKENS, BLOCK_TOKENS, other_keys,
+				 MAX_BLOCKS);
+	ret = kvt_lookup(store, other_keys, n_other, 0, &found);
+	if (ret < 0)
+		return fail("kvt_lookup (second prompt)", ret);
+	printf("second prompt: %zu of %zu leading blocks stored\n", found, n_other);
+	if (found != 3) {
+		fprintf(stderr, "hello: expected 3 shared blocks, found %zu\n", found);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * How much of the first prompt is stored? Leases it, loads it in one batch,
+ * checks every byte, then ends the leases.
+ */
+static int load_prefix(kvt_store *store, const kvt_key *keys, size_t n)
+{
 	static unsigned char loaded[MAX_BLOCKS][BLOCK_BYTES];
 	static unsigned char expect[BLOCK_BYTES];
+	kvt_op ops[MAX_BLOCKS];
+	size_t found;
+	int ret;
+
+	ret = kvt_lookup(store, keys, n, KVT_LEASE, &found);
+	if (ret < 0)
+		return fail("kvt_lookup", ret);
+	printf("first prompt: %zu of %zu leading blocks stored and leased\n",
+	       found, n);
+	if (found != n) {
+		fprintf(stderr, "hello: expected all %zu blocks, found %zu\n", n, found);
+		return 1;
+	}
+
+	/* Load the leased prefix in one batch. */
+	for (size_t i = 0; i < found; i++) {
+		ops[i].key = keys[i];
+		ops[i].buf = loaded[i];
+		ops[i].len = BLOCK_BYTES;  /* capacity in, bytes loaded out */
+		ops[i].result = -EINPROGRESS;
+	}
+	ret = kvt_get_batch(store, ops, found);
+	if (ret < 0)
+		return fail("kvt_get_batch", ret);
+	for (size_t i = 0; i < found; i++) {
+		fill_block(expect, BLOCK_BYTES, keys[i]);
+		if (ops[i].result != 0 || ops[i].len != BLOCK_BYTES ||
+		    memcmp(loaded[i], expect, BLOCK_BYTES) != 0) {
+			fprintf(stderr, "hello: block %zu: result %d, %zu bytes, %s\n",
+				i, ops[i].result, ops[i].len,
+				memcmp(loaded[i], expect, BLOCK_BYTES) ? "bytes differ" : "bytes match");
+			return 1;
+		}
+	}
+	printf("loaded and verified %zu blocks\n", found);
+
+	/* Loaded: end the leases now rather than when they lapse. */
+	ret = kvt_release(store, keys, found);
+	if (ret < 0)
+		return fail("kvt_release", ret);
+	printf("released %d leases\n", ret);
+	return 0;
+}
+
+/* A key that was never stored is a miss. */
+static int get_unstored(kvt_store *store, kvt_key key)
+{
+	static unsigned char buf[BLOCK_BYTES];
+	size_t len;
+	int ret = kvt_get(store, key, buf, BLOCK_BYTES, &len);
+
+	if (ret != -ENOENT) {
+		fprintf(stderr, "hello: kvt_get of an unstored key returned %d, expected -ENOENT\n",
+			ret);
+		return 1;
+	}
+	return 0;
+}
+
+/* Statistics: size the document first, then fetch it. */
+static int print_stats(kvt_store *store)
+{
+	char *stats;
+	int ret = kvt_stats_json(store, NULL, 0);
+
+	if (ret < 0)
+		return fail("kvt_stats_json", ret);
+	stats = malloc((size_t)ret + 1);
+	if (!stats) {
+		fprintf(stderr, "hello: out of memory\n");
+		return 1;
+	}
+	ret = kvt_stats_json(store, stats, (size_t)ret + 1);
+	if (ret < 0) {
+		free(stats);
+		return fail("kvt_stats_json", ret);
+	}
+	printf("stats: %s\n", stats);
+	free(stats);
+	return 0;
+}
+
+int main(void)
+{
 	const kvt_namespace ns = {
 		.model = "example/tiny-llm@rev1",
 		.tokenizer = "example/tiny-tokenizer@rev1",
@@ -60,12 +194,10 @@ int main(void)
 		.block_tokens = BLOCK_TOKENS,
 		.salt = NULL, .salt_len = 0,
 	};
-	uint32_t tokens[NTOKENS], other[NTOKENS];
+	uint32_t tokens[NTOKENS];
 	kvt_key keys[MAX_BLOCKS], other_keys[MAX_BLOCKS];
-	kvt_op ops[MAX_BLOCKS];
 	kvt_store *store = NULL;
-	size_t n, n_other, found, len;
-	char *stats = NULL;
+	size_t n;
 	int ret, status = 1;
 
 	printf("libkvtier %s (header %d.%d.%d)\n", kvt_version(),
@@ -90,113 +222,14 @@ int main(void)
 		goto out;
 	}
 
-	/* Store each block under its key. */
-	for (size_t i = 0; i < n; i++) {
-		fill_block(blocks[i], BLOCK_BYTES, keys[i]);
-		ret = kvt_put(store, keys[i], blocks[i], BLOCK_BYTES);
-		if (ret < 0) {
-			fail("kvt_put", ret);
-			goto out;
-		}
-	}
-	/* Blocks are immutable: storing a key again is a no-op. */
-	ret = kvt_put(store, keys[0], blocks[0], BLOCK_BYTES);
-	if (ret < 0) {
-		fail("kvt_put (again)", ret);
+	if (store_blocks(store, keys, n) ||
+	    lookup_second_prompt(store, root, tokens, other_keys) ||
+	    load_prefix(store, keys, n) ||
+	    get_unstored(store, other_keys[3]) ||
+	    print_stats(store))
 		goto out;
-	}
-	printf("stored %zu blocks of %d bytes (%zu tokens hashed, %d left over)\n",
-	       n, BLOCK_BYTES, n * BLOCK_TOKENS, NTOKENS % BLOCK_TOKENS);
-
-	/* A second prompt that shares the first 3 blocks, then diverges. */
-	memcpy(other, tokens, sizeof(other));
-	other[3 * BLOCK_TOKENS + 5] += 1;
-	n_other = kvt_hash_chain(root, other, NTOKENS, BLOCK_TOKENS, other_keys,
-				 MAX_BLOCKS);
-	ret = kvt_lookup(store, other_keys, n_other, 0, &found);
-	if (ret < 0) {
-		fail("kvt_lookup (second prompt)", ret);
-		goto out;
-	}
-	printf("second prompt: %zu of %zu leading blocks stored\n", found, n_other);
-	if (found != 3) {
-		fprintf(stderr, "hello: expected 3 shared blocks, found %zu\n", found);
-		goto out;
-	}
-
-	/* How much of the first prompt is stored? Lease it while we load it. */
-	ret = kvt_lookup(store, keys, n, KVT_LEASE, &found);
-	if (ret < 0) {
-		fail("kvt_lookup", ret);
-		goto out;
-	}
-	printf("first prompt: %zu of %zu leading blocks stored and leased\n",
-	       found, n);
-	if (found != n) {
-		fprintf(stderr, "hello: expected all %zu blocks, found %zu\n", n, found);
-		goto out;
-	}
-
-	/* Load the leased prefix in one batch. */
-	for (size_t i = 0; i < found; i++) {
-		ops[i].key = keys[i];
-		ops[i].buf = loaded[i];
-		ops[i].len = BLOCK_BYTES;  /* capacity in, bytes loaded out */
-		ops[i].result = -EINPROGRESS;
-	}
-	ret = kvt_get_batch(store, ops, found);
-	if (ret < 0) {
-		fail("kvt_get_batch", ret);
-		goto out;
-	}
-	for (size_t i = 0; i < found; i++) {
-		fill_block(expect, BLOCK_BYTES, keys[i]);
-		if (ops[i].result != 0 || ops[i].len != BLOCK_BYTES ||
-		    memcmp(loaded[i], expect, BLOCK_BYTES) != 0) {
-			fprintf(stderr, "hello: block %zu: result %d, %zu bytes, %s\n",
-				i, ops[i].result, ops[i].len,
-				memcmp(loaded[i], expect, BLOCK_BYTES) ? "bytes differ" : "bytes match");
-			goto out;
-		}
-	}
-	printf("loaded and verified %zu blocks\n", found);
-
-	/* Loaded: end the leases now rather than when they lapse. */
-	ret = kvt_release(store, keys, found);
-	if (ret < 0) {
-		fail("kvt_release", ret);
-		goto out;
-	}
-	printf("released %d leases\n", ret);
-
-	/* A key that was never stored is a miss. */
-	ret = kvt_get(store, other_keys[3], loaded[0], BLOCK_BYTES, &len);
-	if (ret != -ENOENT) {
-		fprintf(stderr, "hello: kvt_get of an unstored key returned %d, expected -ENOENT\n",
-			ret);
-		goto out;
-	}
-
-	/* Statistics: size the document first, then fetch it. */
-	ret = kvt_stats_json(store, NULL, 0);
-	if (ret < 0) {
-		fail("kvt_stats_json", ret);
-		goto out;
-	}
-	stats = malloc((size_t)ret + 1);
-	if (!stats) {
-		fprintf(stderr, "hello: out of memory\n");
-		goto out;
-	}
-	ret = kvt_stats_json(store, stats, (size_t)ret + 1);
-	if (ret < 0) {
-		fail("kvt_stats_json", ret);
-		goto out;
-	}
-	printf("stats: %s\n", stats);
 	status = 0;
 out:
-	free(stats);
 	kvt_close(store);
 	if (status == 0)
 		printf("ok\n");

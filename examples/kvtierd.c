@@ -284,7 +284,19 @@ static int open_store(const char *text, long busy_s, const sigset_t *set,
 	}
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+struct args {
+	const char *config_path;
+	long stats_s;   /* --stats: 0, only on SIGUSR1 */
+	long busy_s;    /* --busy-wait */
+};
+
+/*
+ * Reads the command line into *a (and --log-level into log_max). Returns -1
+ * when the node should run, else the exit status: 0 after --help or
+ * --version, EXIT_USAGE after saying what was wrong.
+ */
+static int parse_args(int argc, char **argv, struct args *a)
 {
 	enum { OPT_CONFIG = 256, OPT_STATS, OPT_LOG, OPT_BUSY, OPT_HELP, OPT_VERSION };
 	static const struct option opts[] = {
@@ -300,27 +312,21 @@ int main(int argc, char **argv)
 		{ "error", KVT_LOG_ERR }, { "warn", KVT_LOG_WARN },
 		{ "info", KVT_LOG_INFO }, { "debug", KVT_LOG_DEBUG },
 	};
-	const char *config_path = NULL, *shown, *name, *addr;
-	long stats_s = 0, busy_s = 60;
-	json_error_t jerr;
-	json_t *root, *peers, *local;
-	kvt_store *s = NULL;
-	sigset_t set;
-	char *text;
-	int opt, sig = 0, ret;
+	int opt;
 
+	*a = (struct args){ .config_path = NULL, .stats_s = 0, .busy_s = 60 };
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case OPT_CONFIG:
-			config_path = optarg;
+			a->config_path = optarg;
 			break;
 		case OPT_STATS:
-			if (seconds(optarg, &stats_s))
+			if (seconds(optarg, &a->stats_s))
 				return usage_error("--stats: \"%s\" is not a whole number "
 						   "of seconds from 0 to %d", optarg, INT_MAX);
 			break;
 		case OPT_BUSY:
-			if (seconds(optarg, &busy_s))
+			if (seconds(optarg, &a->busy_s))
 				return usage_error("--busy-wait: \"%s\" is not a whole number "
 						   "of seconds from 0 to %d", optarg, INT_MAX);
 			break;
@@ -346,60 +352,70 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument \"%s\"", argv[optind]);
-	if (!config_path)
+	if (!a->config_path)
 		return usage_error("--config FILE is required");
+	return -1;
+}
 
-	/* The configuration: read once, here; standard input is never read again. */
-	shown = strcmp(config_path, "-") ? config_path : "standard input";
-	if (!(text = read_config(config_path))) {
+/*
+ * Reads the configuration once (standard input is never read again) into
+ * *text and *root, which must be an object with a "peers" or a "local"
+ * section (*peers, *local; NULL when absent). Returns 0, or the exit status
+ * after saying what was wrong.
+ */
+static int load_config(const char *path, char **text, json_t **root, json_t **peers,
+		       json_t **local)
+{
+	const char *shown = strcmp(path, "-") ? path : "standard input";
+	json_error_t jerr;
+
+	if (!(*text = read_config(path))) {
 		fprintf(stderr, "kvtierd: %s: %s\n", shown, strerror(errno));
 		return EXIT_RUNTIME;
 	}
-	if (!(root = json_loads(text, 0, &jerr))) {
+	if (!(*root = json_loads(*text, 0, &jerr))) {
 		fprintf(stderr, "kvtierd: %s: malformed JSON at line %d, column %d: %s\n",
 			shown, jerr.line, jerr.column, jerr.text);
-		free(text);
 		return EXIT_RUNTIME;
 	}
-	if (!json_is_object(root)) {
+	if (!json_is_object(*root)) {
 		fprintf(stderr, "kvtierd: %s: the configuration is not a JSON object\n",
 			shown);
-		ret = EXIT_RUNTIME;
-		goto out;
+		return EXIT_RUNTIME;
 	}
-	peers = json_object_get(root, "peers");
-	local = json_object_get(root, "local");
-	if (!peers && !local) {
+	*peers = json_object_get(*root, "peers");
+	*local = json_object_get(*root, "local");
+	if (!*peers && !*local) {
 		fprintf(stderr, "kvtierd: %s: no \"peers\" and no \"local\" section: a "
 			"store that no member and no local process can reach is of no use "
 			"(see kvtier-peer(7) and kvtier(7))\n", shown);
-		ret = EXIT_USAGE;
-		goto out;
+		return EXIT_USAGE;
 	}
+	return 0;
+}
 
-	/*
-	 * Block the signals we wait for before the library starts its threads,
-	 * which inherit the mask: every one of them then reaches sigwait()
-	 * below, and none interrupts a library thread.
-	 */
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	sigaddset(&set, SIGALRM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+/*
+ * Blocks the signals we wait for before the library starts its threads,
+ * which inherit the mask: every one of them then reaches sigwait() in
+ * serve(), and none interrupts a library thread.
+ */
+static void block_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR1);
+	sigaddset(set, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the node */
+}
 
-	kvt_set_log(log_line, NULL, log_max);
-	ret = open_store(text, busy_s, &set, &s, &sig);
-	if (ret < 0) {
-		fprintf(stderr, "kvtierd: cannot open the store: %s: %s%s%s\n",
-			kvt_strerror(ret), kvt_last_error(), sig ? "; stopped by " : "",
-			sig ? signal_name(sig) : "");
-		ret = EXIT_RUNTIME;
-		goto out;
-	}
+/* One line on standard output for each place the node serves. */
+static void announce(json_t *peers, json_t *local)
+{
+	const char *name, *addr;
+
 	if (peers) {
 		serving_where(peers, &name, &addr);
 		printf("kvtierd: serving as %s on %s\n", name, addr);
@@ -414,19 +430,31 @@ int main(int argc, char **argv)
 		    kvt_version(), path);
 	}
 	fflush(stdout);
+}
 
-	if (stats_s > 0) {
-		struct itimerval it = {
-			.it_interval = { .tv_sec = stats_s },
-			.it_value = { .tv_sec = stats_s },
-		};
-		if (setitimer(ITIMER_REAL, &it, NULL))
-			say(KVT_LOG_ERR, "kvtierd: setitimer: %s; no periodic statistics",
-			    strerror(errno));
-	}
+/* With --stats, SIGALRM every stats_s seconds. */
+static void start_stats_timer(long stats_s)
+{
+	struct itimerval it = {
+		.it_interval = { .tv_sec = stats_s },
+		.it_value = { .tv_sec = stats_s },
+	};
+
+	if (stats_s > 0 && setitimer(ITIMER_REAL, &it, NULL))
+		say(KVT_LOG_ERR, "kvtierd: setitimer: %s; no periodic statistics",
+		    strerror(errno));
+}
+
+/*
+ * Waits for signals until SIGINT or SIGTERM, which it returns: SIGUSR1 and
+ * the --stats timer's SIGALRM print the statistics, SIGHUP is logged.
+ */
+static int serve(kvt_store *s, const sigset_t *set)
+{
+	int sig = 0;
 
 	for (;;) {
-		if ((errno = sigwait(&set, &sig))) {
+		if ((errno = sigwait(set, &sig))) {
 			say(KVT_LOG_ERR, "kvtierd: sigwait: %s", strerror(errno));
 			continue;
 		}
@@ -438,9 +466,39 @@ int main(int argc, char **argv)
 		else
 			print_stats(s);
 	}
+	return sig;
+}
 
+int main(int argc, char **argv)
+{
+	struct args a;
+	json_t *root = NULL, *peers = NULL, *local = NULL;
+	kvt_store *s = NULL;
+	sigset_t set;
+	char *text = NULL;
+	int sig = 0, ret;
+
+	ret = parse_args(argc, argv, &a);
+	if (ret >= 0)
+		return ret;
+	ret = load_config(a.config_path, &text, &root, &peers, &local);
+	if (ret)
+		goto out;
+	block_signals(&set);
+	kvt_set_log(log_line, NULL, log_max);
+	ret = open_store(text, a.busy_s, &set, &s, &sig);
+	if (ret < 0) {
+		fprintf(stderr, "kvtierd: cannot open the store: %s: %s%s%s\n",
+			kvt_strerror(ret), kvt_last_error(), sig ? "; stopped by " : "",
+			sig ? signal_name(sig) : "");
+		ret = EXIT_RUNTIME;
+		goto out;
+	}
+	announce(peers, local);
+	start_stats_timer(a.stats_s);
+	sig = serve(s, &set);
 	say(KVT_LOG_INFO, "kvtierd: %s: closing the store", signal_name(sig));
-	if (stats_s > 0)
+	if (a.stats_s > 0)
 		setitimer(ITIMER_REAL, &(struct itimerval){ 0 }, NULL);
 	kvt_close(s);
 	say(KVT_LOG_INFO, "kvtierd: closed");
