@@ -4,12 +4,15 @@
  * this process, members "a" and "b" of one peer group on two free ports of
  * 127.0.0.1 (or of the two hosts of --hosts), each with a RAM tier only. Blocks
  * whose keys b owns (rendezvous hashing, as lib/peer.c computes it) are put
- * on b, where they stay; a then loads them with kvt_get_batch, so every
- * block crosses the loopback connection from b's server to a's client. Each
- * repetition uses keys a has not loaded: a promotes peer hits into its own
- * RAM, so the copies are removed from a after each repetition (b keeps its
- * own). Every byte loaded is verified, untimed, and a's peer-hit counter
- * must grow by the number of blocks.
+ * on b, where they stay; a then loads them with kvt_get_batch into
+ * posix_memalign'd buffers, so every block crosses the loopback connection
+ * from b's server to a's client. a has the default configuration but for
+ * its peers keys; b a RAM tier large enough to hold every block. By
+ * default a does not copy peer hits into its own RAM (peers.promote);
+ * with --promote it does, and its copies are removed after each
+ * repetition so that every one loads from b (b keeps its own). Every byte
+ * loaded is verified, untimed, and a's peer-hit counter must grow by the
+ * number of blocks.
  *
  * The limit (kvbench(1), "peer load over TCP"): the bench's own
  * plain TCP stream on 127.0.0.1 moving the same bytes (a thread accepts and
@@ -20,6 +23,11 @@
  * the same bytes READ in batches of the same size into the same buffers,
  * one rlink_move per batch). On a software RDMA device (rxe, siw) the
  * figures are marked emulated: they say nothing about a NIC's speed.
+ *
+ * Beside the speeds, the CPU time this process spent (all threads, user
+ * and system) per GiB moved, by the loads and by the loop: on a machine
+ * shared with other work that ratio moves much less than the speeds do,
+ * and it says what the loads cost beyond moving the bytes.
  *
  * Also: kvt_lookup on a of a chain of keys that b owns and stores, so each
  * call is one LOOKUP round trip to b; calls per second.
@@ -65,11 +73,14 @@ static const char usage[] =
 	"                     with rdma the limit is an RDMA READ stream between them\n"
 	"  --hosts A,B        the addresses of a and b (default 127.0.0.1,127.0.0.1);\n"
 	"                     over rdma an RDMA device must serve them\n"
+	"  --promote          a copies every block it loads into its own RAM\n"
+	"                     (peers.promote true; default false)\n"
 	"  --reps N           timed repetitions after one warm-up (default 5)\n"
 	"  --json FILE        write the results as JSON to FILE\n"
 	"  --help             this text\n";
 
-enum { OPT_BS = BENCH_OPT_FIRST_FREE, OPT_BLOCKS, OPT_BATCH, OPT_TRANSPORT, OPT_HOSTS };
+enum { OPT_BS = BENCH_OPT_FIRST_FREE, OPT_BLOCKS, OPT_BATCH, OPT_TRANSPORT, OPT_HOSTS,
+       OPT_PROMOTE };
 
 struct run {
 	uint64_t bs;
@@ -78,6 +89,8 @@ struct run {
 	unsigned port_a, port_b, port_loop;
 	unsigned request_ms;
 	int rdma;                 /* --transport rdma */
+	int promote;              /* --promote: peers.promote true on a */
+	uint64_t cpu_ns;          /* process CPU time of the last load or loop */
 	char host[2][64];         /* --hosts */
 	char soft_dev[64];        /* a software RDMA device found, or "" */
 	kvt_store *a, *b;
@@ -106,23 +119,26 @@ static void keys_owned_by_b(kvt_key *out, size_t n, uint64_t tag)
 
 /* --- the two stores -------------------------------------------------------- */
 
+/* capacity 0: the default RAM tier */
 static int open_member(const struct run *r, const char *self, uint64_t capacity,
 		       kvt_store **out)
 {
-	char cfg[512];
+	char cfg[512], ram[64] = "";
 	int rc;
 
+	if (capacity)
+		snprintf(ram, sizeof(ram), "\"ram\": {\"capacity\": %llu}, ",
+			 (unsigned long long)capacity);
 	snprintf(cfg, sizeof(cfg),
-		 "{\"ram\": {\"capacity\": %llu}, \"peers\": {\"self\": \"%s\", "
-		 "\"request_timeout_ms\": %u, \"connect_timeout_ms\": %u, "
-		 "\"transport\": \"%s\", \"members\": ["
+		 "{%s\"peers\": {\"self\": \"%s\", \"transport\": \"%s\", "
+		 "\"promote\": %s, %s\"members\": ["
 		 "{\"name\": \"a\", \"addr\": \"%s:%u\"}, "
 		 "{\"name\": \"b\", \"addr\": \"%s:%u\"}]}}",
-		 (unsigned long long)capacity, self, r->request_ms,
+		 ram, self, r->rdma ? "rdma" : "tcp", r->promote ? "true" : "false",
 		 /* an RDMA dial resolves an address and a route and connects a
 		  * queue pair: on an emulated device under load that takes
 		  * seconds, and a dial that times out sends the run inline */
-		 r->rdma ? 10000u : 500u, r->rdma ? "rdma" : "tcp",
+		 r->rdma ? "\"connect_timeout_ms\": 10000, " : "",
 		 r->host[0], r->port_a, r->host[1], r->port_b);
 	rc = kvt_open(cfg, out);
 	if (rc)
@@ -134,8 +150,8 @@ static int open_member(const struct run *r, const char *self, uint64_t capacity,
  * listen, so that no other process can take them in between. */
 static int open_stores(struct run *r)
 {
-	/* room for every block, its promoted copy on a, the lookup chain,
-	 * and headroom below the high watermark */
+	/* b: room for every block, the lookup chain, and headroom below the
+	 * high watermark (a: the default) */
 	uint64_t cap = r->nblocks * r->bs + r->nblocks * r->bs / 4 + 2 * r->bs +
 		       LOOKUP_KEYS * LOOKUP_BLOCK + (16ull << 20);
 	struct common_ports held;
@@ -150,7 +166,7 @@ static int open_stores(struct run *r)
 	r->port_a = (unsigned)held.port[0];
 	r->port_b = (unsigned)held.port[1];
 	r->port_loop = (unsigned)held.port[2];
-	rc = open_member(r, "a", cap, &r->a);
+	rc = open_member(r, "a", 0, &r->a);
 	if (!rc) {
 		rc = open_member(r, "b", cap, &r->b);
 		if (rc) {
@@ -212,6 +228,16 @@ static int put_on_b(struct run *r, const kvt_key *keys, size_t n, size_t len)
 	return rc;
 }
 
+/* CPU time of this process, all threads, user and system (ns). */
+static uint64_t process_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* --- the limit: a plain TCP stream on 127.0.0.1 ------------------------------ */
 
 struct sender {
@@ -271,9 +297,9 @@ static void *sender_main(void *arg)
  * One pass of the limit: r->nblocks * r->bs bytes over a fresh loopback
  * connection, received block by block into r->dst's batch buffers in turn,
  * as a's client receives them. Bytes/s from the go byte to the last byte
- * received, or NAN.
+ * received, or NAN; r->cpu_ns: the process CPU time over the same span.
  */
-static double tcp_loop(const struct run *r)
+static double tcp_loop(struct run *r)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -297,6 +323,7 @@ static double tcp_loop(const struct run *r)
 	setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	set_timeouts(cfd);
 	t0 = bench_now_ns();
+	r->cpu_ns = process_cpu_ns();
 	if (send(cfd, "g", 1, MSG_NOSIGNAL) != 1)
 		goto out;
 	for (size_t blk = 0; got < s.bytes; blk = (blk + 1) % r->batch) {
@@ -315,8 +342,11 @@ static double tcp_loop(const struct run *r)
 		got += off;
 	}
 	t1 = bench_now_ns();
+	r->cpu_ns = process_cpu_ns() - r->cpu_ns;
 	ok = 1;
 out:
+	if (!ok)
+		r->cpu_ns = 0;
 	if (cfd >= 0)
 		close(cfd); /* a sender still sending fails and ends */
 	if (s.lfd >= 0)
@@ -402,8 +432,9 @@ out:
 	return (double)bytes / ((double)(busy ? busy : 1) / 1e9);
 }
 
-static double limit_loop(const struct run *r)
+static double limit_loop(struct run *r)
 {
+	r->cpu_ns = 0;
 	return r->rdma ? rdma_loop(r) : tcp_loop(r);
 }
 
@@ -430,7 +461,8 @@ static void find_soft_device(struct run *r)
  * One repetition: a loads every block from b in batches into r->dst, each
  * call timed (latencies in us into lat), each block verified after its call.
  * Returns bytes/s over the time spent in the calls, or NAN when a call
- * failed; *bad counts blocks missing or wrong.
+ * failed; *bad counts blocks missing or wrong; r->cpu_ns: the process CPU
+ * time spent in the calls.
  */
 static double peer_load(struct run *r, struct bench_samples *lat, unsigned long *bad,
 			unsigned long *good)
@@ -439,16 +471,18 @@ static double peer_load(struct run *r, struct bench_samples *lat, unsigned long 
 	uint64_t busy = 0, bytes = 0;
 	int err = 0;
 
+	r->cpu_ns = 0;
 	if (!ops)
 		return NAN;
 	for (size_t i = 0; i < r->nblocks; i += r->batch) {
 		for (size_t j = 0; j < r->batch; j++)
 			ops[j] = (kvt_op){ .key = r->keys[i + j], .buf = r->dst + j * r->bs,
 					   .len = r->bs, .result = 1 };
-		uint64_t t0 = bench_now_ns();
+		uint64_t t0 = bench_now_ns(), c0 = process_cpu_ns();
 		int rc = kvt_get_batch(r->a, ops, r->batch);
 		uint64_t dt = bench_now_ns() - t0;
 
+		r->cpu_ns += process_cpu_ns() - c0;
 		busy += dt;
 		bench_samples_add(lat, (double)dt / 1e3);
 		if (rc && !err) {
@@ -470,7 +504,7 @@ static double peer_load(struct run *r, struct bench_samples *lat, unsigned long 
 	return err ? NAN : (double)bytes / ((double)(busy ? busy : 1) / 1e9);
 }
 
-/* Removes a's promoted copies (b keeps its own). */
+/* Removes a's promoted copies, if any (b keeps its own). */
 static void forget_on_a(struct run *r)
 {
 	for (size_t i = 0; i < r->nblocks; i++)
@@ -517,6 +551,8 @@ struct figures {
 	unsigned done, ldone;     /* counted repetitions of loads, of lookups */
 	struct bench_samples lat, llat;
 	unsigned long bad, good, shortc, notpeer;
+	uint64_t cpu_peer, cpu_loop;  /* CPU ns of the timed loads, loop passes */
+	uint64_t bytes_peer, bytes_loop;
 	struct bench_summary sf, sl, ss, sla, slr, sll;
 };
 
@@ -529,6 +565,7 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "transport", required_argument, NULL, OPT_TRANSPORT },
 		{ "hosts", required_argument, NULL, OPT_HOSTS },
+		{ "promote", no_argument, NULL, OPT_PROMOTE },
 		BENCH_COMMON_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -566,6 +603,9 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 							 optarg);
 			r->rdma = !strcmp(optarg, "rdma");
 			break;
+		case OPT_PROMOTE:
+			r->promote = 1;
+			break;
 		case OPT_HOSTS: {
 			struct in_addr ia;
 			const char *comma = strchr(optarg, ',');
@@ -600,7 +640,7 @@ static int peer_parse(int argc, char **argv, struct run *r, struct bench_common 
 	r->reps = co->reps;
 	if (r->rdma)
 		find_soft_device(r);
-	/* the library's default: each block of a batch has the whole of it */
+	/* the library's default peers.request_timeout_ms (not set: reported) */
 	r->request_ms = 2000;
 	return -1;
 }
@@ -651,9 +691,15 @@ static int peer_loads(struct run *r, struct figures *g)
 			       !bench_stop_signal(); rep++) {
 		struct bench_samples l = { 0 };
 		double h0 = stat_or_nan(r->a, "store.hits_peer");
+		uint64_t cl = 0, bl = 0, cp, all = (uint64_t)r->nblocks * r->bs;
 		double before = limit_loop(r);
+		cl += isnan(before) ? 0 : r->cpu_ns;
+		bl += isnan(before) ? 0 : all;
 		double x = peer_load(r, &l, &g->bad, &g->good);
+		cp = r->cpu_ns;
 		double after = limit_loop(r);
+		cl += isnan(after) ? 0 : r->cpu_ns;
+		bl += isnan(after) ? 0 : all;
 		double h1 = stat_or_nan(r->a, "store.hits_peer");
 		double inl = r->rdma ? member_stat(r->a, 1, "rdma_inline") : 0;
 
@@ -675,6 +721,10 @@ static int peer_loads(struct run *r, struct figures *g)
 			g->shr[rep - 1] = x / g->lim[rep - 1];
 			g->done = rep;
 			bench_samples_append(&g->lat, &l);
+			g->cpu_peer += cp;
+			g->bytes_peer += all;
+			g->cpu_loop += cl;
+			g->bytes_loop += bl;
 		}
 		bench_samples_free(&l);
 	}
@@ -707,6 +757,12 @@ static int peer_lookups(struct run *r, struct figures *g)
 		return BENCH_EXIT_FAIL;
 	}
 	return BENCH_EXIT_OK;
+}
+
+/* ms of CPU time per GiB, NAN when nothing was moved */
+static double cpu_ms_per_gib(uint64_t ns, uint64_t bytes)
+{
+	return bytes ? (double)ns / 1e6 / ((double)bytes / (double)(1ull << 30)) : NAN;
 }
 
 static void peer_print(const struct run *r, struct figures *g)
@@ -755,6 +811,13 @@ static void peer_print(const struct run *r, struct figures *g)
 	       "(%.0f-%.0f), %.2fM keys/s;\n  latency p50 %.1f us, p99 %.1f us\n",
 	       LOOKUP_KEYS, g->slr.median, g->slr.min, g->slr.max,
 	       g->slr.median * LOOKUP_KEYS / 1e6, g->sll.median, g->sll.p99);
+	if (!r->rdma && g->bytes_peer && g->bytes_loop)
+		printf("  CPU time of this process (all threads, user and system) per GiB moved:"
+		       " loads %.0f ms,\n  TCP loop %.0f ms (the loop's is %.0f%% of the loads')\n",
+		       cpu_ms_per_gib(g->cpu_peer, g->bytes_peer),
+		       cpu_ms_per_gib(g->cpu_loop, g->bytes_loop),
+		       100.0 * cpu_ms_per_gib(g->cpu_loop, g->bytes_loop) /
+			       cpu_ms_per_gib(g->cpu_peer, g->bytes_peer));
 	printf("  blocks loaded and verified: %lu, wrong or missing: %lu\n", g->good, g->bad);
 }
 
@@ -769,6 +832,7 @@ static void peer_config(json_t *doc, const struct run *r)
 	bench_json_config(doc, "reps", json_integer(r->reps));
 	bench_json_config(doc, "lookup_keys", json_integer(LOOKUP_KEYS));
 	bench_json_config(doc, "request_timeout_ms", json_integer(r->request_ms));
+	bench_json_config(doc, "promote", json_boolean(r->promote));
 	snprintf(addr[0], sizeof(addr[0]), "%s:%u", r->host[0], r->port_a);
 	snprintf(addr[1], sizeof(addr[1]), "%s:%u", r->host[1], r->port_b);
 	bench_json_config(doc, "transport", json_string(r->rdma ? "rdma" : "tcp"));
@@ -805,6 +869,12 @@ static int peer_json(const struct run *r, const struct figures *g, int rc, const
 	json_object_set_new(o, "blocks_per_call", json_integer((json_int_t)r->batch));
 	json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->sla));
 	json_object_set_new(o, "wrong_blocks", json_integer((json_int_t)g->bad));
+	if (!r->rdma) {
+		json_object_set_new(o, "cpu_ms_per_gib",
+				    bench_json_real(cpu_ms_per_gib(g->cpu_peer, g->bytes_peer)));
+		json_object_set_new(o, "limit_cpu_ms_per_gib",
+				    bench_json_real(cpu_ms_per_gib(g->cpu_loop, g->bytes_loop)));
+	}
 	bench_json_result(doc, o);
 	bench_json_result(doc, json_pack("{s:s, s:s, s:o, s:o, s:i, s:o, s:o, s:I}", "name",
 					 "peer_lookup", "unit", "calls/s", "value",
@@ -844,10 +914,13 @@ int bench_peer_main(int argc, char **argv)
 		printf("kvbench peer: libkvtier %s, %u CPUs; stores a (%s:%u) and b "
 		       "(%s:%u) in this process, transport %s,\n"
 		       "RAM tiers only; a loads %lu blocks of %s that b owns, %lu per "
-		       "kvt_get_batch; median of %u reps after a warm-up\n",
+		       "kvt_get_batch, into posix_memalign\nbuffers; a's configuration the "
+		       "default but for peers (promote %s); median of %u reps after a "
+		       "warm-up\n",
 		       kvt_version(), bench_ncpus(), r.host[0], r.port_a, r.host[1], r.port_b,
 		       r.rdma ? "rdma" : "tcp", r.nblocks,
-		       bench_fmt_size(r.bs, sz, sizeof(sz)), r.batch, r.reps);
+		       bench_fmt_size(r.bs, sz, sizeof(sz)), r.batch,
+		       r.promote ? "true, --promote" : "false", r.reps);
 		fflush(stdout);
 		bench_catch_stop();
 		rc = peer_loads(&r, &g);

@@ -635,12 +635,14 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 			r = get_ms("peers.log_interval_ms", v, &c->peer_log_ms);
 		} else if (!strcmp(k, "idle_timeout_ms")) {
 			r = get_ms("peers.idle_timeout_ms", v, &c->peer_idle_ms);
+		} else if (!strcmp(k, "promote")) {
+			r = get_bool("peers.promote", v, &c->peer_promote);
 		} else if (!strcmp(k, "max_conns_per_member")) {
 			long long i = 0;
 			r = get_int("peers.max_conns_per_member", v, 1, PEER_CONNS_MAX, &i);
 			c->peer_max_conns = (unsigned)i;
 		} else {
-			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms, idle_timeout_ms, max_conns_per_member, log_interval_ms)",
+			r = kvt_fail(-EINVAL, "peers.%.*s: unknown key (known: self, listen, members, transport, connect_timeout_ms, request_timeout_ms, down_ms, idle_timeout_ms, max_conns_per_member, log_interval_ms, promote)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -50,6 +50,8 @@ struct kvt_config {
 				     server closes a connection idle so long */
 	int peer_transport;       /* "peers.transport": PEER_TCP (default), PEER_RDMA, PEER_AUTO */
 	unsigned peer_max_conns;  /* "peers.max_conns_per_member", default 64 */
+	int peer_promote;         /* "peers.promote", default 0: copy blocks
+				     loaded from their owner into this RAM */
 	uint32_t peer_log_ms;     /* "peers.log_interval_ms", default 10000: at
 				     most one line a period about refused
 				     strangers */

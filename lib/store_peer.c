@@ -1,7 +1,9 @@
 /*
  * store_peer.c - the store's routing to peers: the owner of a key, puts
- * forwarded to owners, lookups and gets asked of them (results counted and
- * promoted into RAM like any lower tier's), and what this node serves its
+ * forwarded to owners, lookups and gets asked of them (results counted, and
+ * promoted into RAM like a lower tier's only with peers.promote: the owner
+ * keeps the block, and a copy here would cost the loader a second pass over
+ * every byte it receives), and what this node serves its
  * peers (struct peer_local): its own tiers, never forwarding. The peer
  * tier's protocol and transports are peer.c's.
  */
@@ -38,6 +40,15 @@ int store_peer_result(int rc)
 	}
 }
 
+/* A block loaded from its owner into this node's RAM, with peers.promote
+ * (and disk.promote) only. */
+static void peer_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
+			 uint64_t gen, const uint64_t *sum)
+{
+	if (s->cfg.peer_promote)
+		store_promote(s, key, buf, len, gen, sum);
+}
+
 /* The owner's copy of key into buf, verified (*sum), counted as a hit or
  * a miss; the peer tier's result. */
 static int read_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
@@ -65,7 +76,7 @@ int store_get_peer(kvt_store *s, int owner, kvt_key key, void *buf, size_t cap,
 	int rc = read_peer(s, owner, key, buf, cap, len, &sum);
 
 	if (rc == 0)
-		store_promote(s, key, buf, *len, gen, &sum);
+		peer_promote(s, key, buf, *len, gen, &sum);
 	return rc;
 }
 
@@ -258,7 +269,7 @@ static void peer_result_to(kvt_store *s, kvt_op *op, const kvt_op *p, uint64_t g
 		op->len = p->len;
 	if (rc == 0) {
 		ctr_add(&s->hits_peer, 1);
-		store_promote(s, op->key, op->buf, op->len, gen, sum);
+		peer_promote(s, op->key, op->buf, op->len, gen, sum);
 	} else {
 		store_count_get(s, rc, 0);
 	}

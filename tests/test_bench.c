@@ -780,6 +780,7 @@ static void peer_writes_json_results(void **state)
 	assert_int_equal(json_integer_value(json_object_get(r, "blocks")), 32);
 	assert_int_equal(json_integer_value(json_object_get(r, "batch")), 8);
 	assert_int_equal(json_array_size(json_object_get(r, "members")), 2);
+	assert_true(json_is_false(json_object_get(r, "promote")));
 	/* one limit: the bench's own TCP stream over the same bytes */
 	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 1);
 	r = json_array_get(json_object_get(doc, "limits"), 0);
@@ -799,6 +800,9 @@ static void peer_writes_json_results(void **state)
 	assert_int_equal(json_integer_value(json_object_get(r, "block_bytes")), 65536);
 	assert_int_equal(json_integer_value(json_object_get(r, "blocks_per_call")), 8);
 	assert_int_equal(json_integer_value(json_object_get(r, "wrong_blocks")), 0);
+	/* the CPU time per GiB of the loads and of the loop beside them */
+	assert_true(json_number_value(json_object_get(r, "cpu_ms_per_gib")) > 0);
+	assert_true(json_number_value(json_object_get(r, "limit_cpu_ms_per_gib")) > 0);
 	/* four timed batches of eight blocks */
 	json_t *lat = json_object_get(r, "batch_latency_us");
 	assert_int_equal(json_integer_value(json_object_get(lat, "n")), 4);
@@ -814,6 +818,15 @@ static void peer_writes_json_results(void **state)
 	assert_int_equal(json_integer_value(json_object_get(r, "short_calls")), 0);
 	assert_int_equal(json_integer_value(json_object_get(
 		json_object_get(r, "reps"), "n")), 1);
+	json_decref(doc);
+
+	/* --promote: a copies what it loads; every block still comes from b */
+	assert_int_equal(run_main(bench_peer_main, "peer", "--block-size", "64KiB",
+				  "--blocks", "16", "--batch", "8", "--reps", "1", "--promote",
+				  "--json", path, NULL), 0);
+	doc = load(path);
+	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
+	assert_true(json_is_true(json_object_get(json_object_get(doc, "config"), "promote")));
 	json_decref(doc);
 
 	/* bad options are refused before anything runs */

@@ -571,12 +571,14 @@ static void test_peers_parse_with_defaults(void **state)
 	assert_int_equal(c.peer_log_ms, 10000);
 	assert_int_equal(c.peer_idle_ms, 60000);
 	assert_int_equal(c.peer_max_conns, 64);
+	assert_int_equal(c.peer_promote, 0);
 	config_free(&c);
 	assert_int_equal(c.npeers, 0);
 	expect_ok("{\"peers\": {\"self\": \"a\", \"listen\": \"0.0.0.0:7001\", "
 		  "\"transport\": \"tcp\", \"connect_timeout_ms\": 100, "
 		  "\"request_timeout_ms\": 300, \"down_ms\": 50, \"log_interval_ms\": 70, "
-		  "\"idle_timeout_ms\": 900, \"max_conns_per_member\": 3, " MEMBERS "}}", &c);
+		  "\"idle_timeout_ms\": 900, \"max_conns_per_member\": 3, \"promote\": true, "
+		  MEMBERS "}}", &c);
 	assert_string_equal(c.peer_listen, "0.0.0.0:7001");
 	assert_int_equal(c.peer_connect_ms, 100);
 	assert_int_equal(c.peer_request_ms, 300);
@@ -584,6 +586,7 @@ static void test_peers_parse_with_defaults(void **state)
 	assert_int_equal(c.peer_log_ms, 70);
 	assert_int_equal(c.peer_idle_ms, 900);
 	assert_int_equal(c.peer_max_conns, 3);
+	assert_int_equal(c.peer_promote, 1);
 	config_free(&c);
 }
 
@@ -623,6 +626,8 @@ static void test_peers_reject_bad_values(void **state)
 		    -EINVAL, "peers.log_interval_ms");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"log_interval_ms\": 600001, " MEMBERS "}}",
 		    -EINVAL, "peers.log_interval_ms");
+	expect_fail("{\"peers\": {\"self\": \"a\", \"promote\": 1, " MEMBERS "}}", -EINVAL,
+		    "peers.promote");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"idle_timeout_ms\": 0, " MEMBERS "}}",
 		    -EINVAL, "peers.idle_timeout_ms");
 	expect_fail("{\"peers\": {\"self\": \"a\", \"idle_timeout_ms\": \"1s\", " MEMBERS "}}",

@@ -356,12 +356,16 @@ static int have_address(const char *ip)
 	return ok;
 }
 
-/* Opens a and b and waits until each reaches the other. */
-static void open_pair(struct fx *f)
+/* Peer hits copied into the loader's RAM (peers.promote). */
+#define PROMOTE ", \"promote\": true"
+
+/* Opens a and b (with more "peers" keys extra) and waits until each
+ * reaches the other. */
+static void open_pair_with(struct fx *f, const char *extra)
 {
 	kvt_key ka, kb;
-	f->a = node("a", f->pa, f->pb);
-	f->b = node("b", f->pa, f->pb);
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb, extra);
+	f->b = node_at("b", "127.0.0.1", f->pa, "127.0.0.1", f->pb, extra);
 	owned_keys(0, 1000000, &ka, 1);
 	owned_keys(1, 1000000, &kb, 1);
 	store_put_block(f->a, ka, 4096);
@@ -372,6 +376,11 @@ static void open_pair(struct fx *f)
 			fail_msg("a and b never reached each other: %s", kvt_last_error());
 		usleep(20000);
 	}
+}
+
+static void open_pair(struct fx *f)
+{
+	open_pair_with(f, "");
 }
 
 static size_t size_of(size_t i)
@@ -768,8 +777,9 @@ static void test_get_and_batch_from_owner(void **state)
 }
 
 /* Ops of one batch that share a buffer, loaded from the owner: each is
- * promoted into this node's RAM with its own bytes (they are asked one at a
- * time), not with whichever block landed in the buffer last. */
+ * promoted (peers.promote) into this node's RAM with its own bytes (they
+ * are asked one at a time), not with whichever block landed in the buffer
+ * last. */
 static void test_batch_ops_sharing_a_buffer_from_owner(void **state)
 {
 	struct fx *f = *state;
@@ -779,7 +789,7 @@ static void test_batch_ops_sharing_a_buffer_from_owner(void **state)
 	char *scratch = malloc(LEN);
 
 	assert_non_null(scratch);
-	open_pair(f);
+	open_pair_with(f, PROMOTE);
 	owned_keys(1, 30000, kb, N);
 	for (int i = 0; i < N; i++)
 		store_put_block(f->b, kb[i], LEN);
@@ -797,6 +807,50 @@ static void test_batch_ops_sharing_a_buffer_from_owner(void **state)
 		assert_int_equal(store_get_block(f->a, kb[i], LEN), 0);
 	assert_int_equal(store_stat(f->a, "store", "hits_peer"), peer_hits + N);
 	free(scratch);
+}
+
+/* A block loaded from its owner is returned, verified, and by default
+ * not copied into the loader's RAM: the next get asks the owner again.
+ * With peers.promote it is copied, and the next get is a RAM hit. */
+static void test_peer_hits_are_promoted_only_when_asked(void **state)
+{
+	struct fx *f = *state;
+	enum { LEN = 300000 };
+	kvt_key kb[2];
+
+	for (int promote = 0; promote < 2; promote++) {
+		open_pair_with(f, promote ? PROMOTE : "");
+		owned_keys(1, 46000, kb, 2);
+		store_put_block(f->b, kb[0], LEN);
+		store_put_block(f->b, kb[1], LEN);
+		long long objects = store_stat(f->a, "ram", "objects");
+		long long peer = store_stat(f->a, "store", "hits_peer");
+		long long ram = store_stat(f->a, "store", "hits_ram");
+		long long promotions = store_stat(f->a, "store", "promotions");
+		char *buf = malloc(LEN);
+		kvt_op ops[1] = { { kb[1], buf, LEN, 1 } };
+
+		assert_non_null(buf);
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(store_get_block(f->a, kb[0], LEN), 0);
+			ops[0] = (kvt_op){ kb[1], buf, LEN, 1 };
+			assert_int_equal(kvt_get_batch(f->a, ops, 1), 0);
+			assert_int_equal(ops[0].result, 0);
+			assert_int_equal(ops[0].len, LEN);
+			assert_true(check_block(kb[1], buf, LEN));
+		}
+		/* the first get of each from b; the second from b again, or
+		 * from a's RAM when promoted */
+		assert_int_equal(store_stat(f->a, "store", "hits_peer"), peer + (promote ? 2 : 4));
+		assert_int_equal(store_stat(f->a, "store", "hits_ram"), ram + (promote ? 2 : 0));
+		assert_int_equal(store_stat(f->a, "store", "promotions"),
+				 promotions + (promote ? 2 : 0));
+		assert_int_equal(store_stat(f->a, "ram", "objects"), objects + (promote ? 2 : 0));
+		free(buf);
+		kvt_close(f->a);
+		kvt_close(f->b);
+		f->a = f->b = NULL;
+	}
 }
 
 static void test_lookup_through_owner_and_stats(void **state)
@@ -1026,7 +1080,7 @@ static void test_peer_hit_is_promoted_only_as_verified(void **state)
 
 	assert_true(b0 && b1);
 	f->fake = fake_start(f->pb, FAKE_ERROR_SECOND);
-	f->a = node("a", f->pa, f->pb);
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb, PROMOTE);
 	owned_keys(1, 44000, kb, 3);
 	kvt_op ops[2] = { { kb[0], b0, FAKE_LEN, 1 }, { kb[1], b1, FAKE_LEN, 1 } };
 	struct scribble sc = { b0, FAKE_LEN, kb[2], 0 };
@@ -1817,6 +1871,7 @@ int main(void)
 		T(test_put_goes_to_owner),
 		T(test_get_and_batch_from_owner),
 		T(test_batch_ops_sharing_a_buffer_from_owner),
+		T(test_peer_hits_are_promoted_only_when_asked),
 		T(test_lookup_through_owner_and_stats),
 		T(test_restarted_peer_is_redialled),
 		T(test_dead_peer),
