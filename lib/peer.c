@@ -387,6 +387,48 @@ static int read_desc(struct peer_tier *p, unsigned m, const struct hdr *h,
 	return 0;
 }
 
+/*
+ * One inline answer of a GET (item header ih of frame h) for op o: its
+ * bytes read into o->buf and verified (their checksum into *sum when
+ * sum), or its status; counted as a hit or a miss. 0, or -EPROTO when the
+ * frame breaks the protocol, or the connection's error.
+ */
+static int read_inline(struct peer_tier *p, unsigned m, const struct hdr *h,
+		       const uint8_t *ih, kvt_op *o, uint64_t dl, uint64_t *sum)
+{
+	int st = (int32_t)get32(ih);
+	uint64_t len = get64(ih + 8), want = get64(ih + 16);
+
+	if (p->rdma)
+		ctr_add(&p->m[m].rdma_inline, 1);
+	if (st == 0) {
+		if (h->body_len != ITEM + len || len == 0 || len > o->len || !o->buf)
+			return -EPROTO;
+		int e = peer_xfer(p->m[m].fd, o->buf, len, 0, dl, -1);
+		if (e)
+			return e;
+		ctr_add(&p->bytes_in, len);
+		if (kvt_checksum(o->buf, len) != want) {
+			ctr_add(&p->checksum_failures, 1);
+			o->result = -EBADMSG;
+		} else {
+			o->len = len;
+			o->result = 0;
+			if (sum)
+				*sum = want;
+		}
+	} else if (h->body_len != ITEM || (st == -ENOBUFS && len <= o->len)) {
+		return -EPROTO;
+	} else if (st == -ENOBUFS) {
+		o->result = -ENOBUFS;
+		o->len = len;
+	} else {
+		o->result = st == -ENOENT || st == -EBADMSG ? st : -EIO;
+	}
+	ctr_add(o->result == 0 ? &p->hits : &p->misses, 1);
+	return 0;
+}
+
 int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 		   uint64_t *sums)
 {
@@ -448,41 +490,9 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 			}
 			if (e)
 				break;
-			if (p->rdma)
-				ctr_add(&p->m[m].rdma_inline, 1);
-			int st = (int32_t)get32(ih);
-			uint64_t len = get64(ih + 8), sum = get64(ih + 16);
-			if (st == 0) {
-				if (h.body_len != ITEM + len || len == 0 || len > o[i].len || !o[i].buf) {
-					e = -EPROTO;
-					break;
-				}
-				e = peer_xfer(p->m[m].fd, o[i].buf, len, 0, dl, -1);
-				if (e)
-					break;
-				ctr_add(&p->bytes_in, len);
-				if (kvt_checksum(o[i].buf, len) != sum) {
-					ctr_add(&p->checksum_failures, 1);
-					o[i].result = -EBADMSG;
-				} else {
-					o[i].len = len;
-					o[i].result = 0;
-					if (sums)
-						sums[done + i] = sum;
-				}
-			} else if (h.body_len != ITEM || (st == -ENOBUFS && len <= o[i].len)) {
-				e = -EPROTO;
+			e = read_inline(p, m, &h, ih, &o[i], dl, sums ? &sums[done + i] : NULL);
+			if (e)
 				break;
-			} else if (st == -ENOBUFS) {
-				o[i].result = -ENOBUFS;
-				o[i].len = len;
-			} else {
-				o[i].result = st == -ENOENT || st == -EBADMSG ? st : -EIO;
-			}
-			if (o[i].result == 0)
-				ctr_add(&p->hits, 1);
-			else
-				ctr_add(&p->misses, 1);
 		}
 		if (!e && nd) {
 			/* The owner holds each pin for hold_ms from after t0; the
