@@ -155,25 +155,10 @@ int ram_evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
 	return (int)n;
 }
 
-size_t ram_evict_to_low(struct ram_tier *r)
+/* Evicts in batches until used bytes reach floor (or nothing more can be
+ * picked). Returns the number evicted. */
+static size_t evict_to(struct ram_tier *r, uint64_t floor)
 {
-	size_t n = 0;
-	int again = 0;
-
-	while (atomic_load_explicit(&r->used, memory_order_relaxed) > r->low_bytes) {
-		int rc = ram_evict_batch(r, EVICT_BATCH, r->low_bytes);
-		if (rc == -EAGAIN && again++ < 4)
-			continue;
-		if (rc < 0)
-			break;
-		n += (size_t)rc;
-	}
-	return n;
-}
-
-size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
-{
-	uint64_t floor = bytes < r->high_bytes ? r->high_bytes - bytes : 0;
 	size_t n = 0;
 	int again = 0;
 
@@ -186,6 +171,16 @@ size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
 		n += (size_t)rc;
 	}
 	return n;
+}
+
+size_t ram_evict_to_low(struct ram_tier *r)
+{
+	return evict_to(r, r->low_bytes);
+}
+
+size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
+{
+	return evict_to(r, bytes < r->high_bytes ? r->high_bytes - bytes : 0);
 }
 
 uint64_t ram_high_bytes(struct ram_tier *r)

@@ -430,15 +430,7 @@ int main(int argc, char **argv)
 	if (argc == 4)
 		child(argv[1], atoi(argv[2]), atoi(argv[3]));
 
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7599) };
-	struct rlink_node *n;
-	inet_pton(AF_INET, "10.77.0.1", &a.sin_addr);
-	if (rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a, admit_none, NULL, &n)) {
-		printf("no RDMA device serves 10.77.0.1 (%s): run under tests/rdma/vm.sh "
-		       "(make check-rdma)\n", kvt_last_error());
-		return 77;
-	}
-	rlink_node_close(n);
+	test_need_rdma_vm(7599);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_stores_over_rdma),
 		cmocka_unit_test(test_requester_killed_holding_pins),

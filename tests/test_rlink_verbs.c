@@ -332,16 +332,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "--owner"))
 		owner_child(atoi(argv[2]), atoi(argv[3]));
 
-	struct sockaddr_in a = addr_of(1, 7470);
-	struct rlink_node *n;
-	int e = rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a, admit_members, NULL, &n);
-
-	if (e) {
-		printf("no RDMA device serves 10.77.0.1 (%s): run under tests/rdma/vm.sh "
-		       "(make check-rdma)\n", kvt_last_error());
-		return 77;
-	}
-	rlink_node_close(n);
+	test_need_rdma_vm(7470);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_blocks_read_and_written),
 		cmocka_unit_test(test_stranger_refused),

@@ -14,9 +14,12 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <liburing.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "common.h"
 #include "util.h"
+#include "rlink.h"
 
 /* The seed of a block: a function of its key and its length. */
 static uint64_t block_seed(kvt_key key, size_t len)
@@ -229,4 +232,25 @@ void test_skip_without_disk(void)
 	fflush(stdout);
 	fprintf(stderr, "skipped: %s\n", why);
 	exit(TEST_EXIT_SKIP);
+}
+
+static int admit_none(void *arg, const struct sockaddr *from)
+{
+	(void)arg;
+	(void)from;
+	return 0;
+}
+
+void test_need_rdma_vm(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct rlink_node *n;
+
+	inet_pton(AF_INET, "10.77.0.1", &a.sin_addr);
+	if (rlink_node_open(&rlink_verbs_ops, (struct sockaddr *)&a, admit_none, NULL, &n)) {
+		printf("no RDMA device serves 10.77.0.1 (%s): run under tests/rdma/vm.sh "
+		       "(make check-rdma)\n", kvt_last_error());
+		exit(77);
+	}
+	rlink_node_close(n);
 }

@@ -81,4 +81,9 @@ void test_skip_without_disk(void);
 		}                                                         \
 	} while (0)
 
+/* Returns only when an RDMA device serves 10.77.0.1 (the soft-RoCE VM of
+ * make check-rdma), probed by listening on port there; otherwise says so
+ * and exits 77 (skip). */
+void test_need_rdma_vm(int port);
+
 #endif
