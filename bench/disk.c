@@ -331,12 +331,29 @@ static double spill(struct run *r, struct disk_tier *d, unsigned rep, int batche
 	return (double)n * (double)r->o.bs / dt;
 }
 
+/* 0..n-1 in a random order (malloc'd), or NULL. */
+static size_t *shuffled(size_t n)
+{
+	size_t *order = malloc(n * sizeof(*order));
+
+	if (!order)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	for (size_t i = n; i > 1; i--) {
+		size_t j = (size_t)rand() % i, t = order[i - 1];
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+	return order;
+}
+
 /* Loads every block of rep in batches in a shuffled order; verifies. */
 static double load(struct run *r, struct disk_tier *d, unsigned rep,
 		   struct bench_samples *lat, int *bad)
 {
 	size_t n = r->nblocks, B = r->o.batch;
-	size_t *order = malloc(n * sizeof(*order));
+	size_t *order = shuffled(n);
 	kvt_op *ops = calloc(B, sizeof(*ops));
 	uint64_t busy = 0, bytes = 0;
 
@@ -344,13 +361,6 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 		free(order);
 		free(ops);
 		return NAN;
-	}
-	for (size_t i = 0; i < n; i++)
-		order[i] = i;
-	for (size_t i = n; i > 1; i--) {
-		size_t j = (size_t)rand() % i, t = order[i - 1];
-		order[i - 1] = order[j];
-		order[j] = t;
 	}
 	for (size_t i = 0; i < n; i += B) {
 		size_t m = n - i < B ? n - i : B;
@@ -482,7 +492,7 @@ static double store_load(struct run *r, kvt_store *s, unsigned rep,
 			 struct bench_samples *lat, int *bad)
 {
 	size_t n = r->nblocks, B = r->o.batch, found = 0;
-	size_t *order = malloc(n * sizeof(*order));
+	size_t *order = shuffled(n);
 	kvt_op *ops = calloc(B, sizeof(*ops));
 	uint64_t busy = 0, bytes = 0;
 
@@ -490,13 +500,6 @@ static double store_load(struct run *r, kvt_store *s, unsigned rep,
 		free(order);
 		free(ops);
 		return NAN;
-	}
-	for (size_t i = 0; i < n; i++)
-		order[i] = i;
-	for (size_t i = n; i > 1; i--) {
-		size_t j = (size_t)rand() % i, t = order[i - 1];
-		order[i - 1] = order[j];
-		order[j] = t;
 	}
 	for (size_t i = 0; i < n; i += B) {
 		size_t m = n - i < B ? n - i : B;
