@@ -65,6 +65,10 @@ struct kvt_config {
 	unsigned local_max_clients; /* "local.max_clients", default 64 */
 	unsigned local_max_held;  /* "local.max_held": leases, pins and reservations
 				     one client may hold, default 65536 */
+	long long local_directory; /* "local.directory": blocks the directory
+				     shared with attached processes names at
+				     most (0: none); -1 (default): one per
+				     64 KiB of ram.capacity */
 	/* attach: this store is a client of the node store at this socket */
 	char *attach;             /* "attach" */
 };

@@ -81,5 +81,10 @@ int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n);
 
 /* The client of an attached store, or NULL (store.c). */
 struct local_client *store_client(kvt_store *s);
+/* The memfd of the node store's directory of RAM blocks and its size, or
+ * -1 (store.c). */
+int store_directory(kvt_store *s, size_t *len);
+/* Counts hits attached processes served from the directory (store.c). */
+void store_note_ram_hits(kvt_store *s, const kvt_key *keys, size_t n);
 
 #endif

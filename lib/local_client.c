@@ -1,17 +1,30 @@
 /*
  * local_client.c - a store attached to the node store's Unix socket
- * (kvt_open with "attach"): every call is a request to the node store
- * (local_proto.h), on one connection shared by the process's threads; the
- * node store's arena is mapped here from the memfd it sent, so block bytes
- * move by one copy between the caller's buffer and the shared arena and the
- * slot calls hand out addresses in this mapping.
+ * (kvt_open with "attach"): every call but a get of a block in RAM is a
+ * request to the node store (local_proto.h), on one connection shared by
+ * the process's threads; the node store's arena is mapped here from the
+ * memfd it sent, so block bytes move by one copy between the caller's
+ * buffer and the shared arena and the slot calls hand out addresses in
+ * this mapping.
  *
- * A get pins the block (one round trip) and copies it out; its unpin needs
- * no reply and waits here until the process's next request, which carries
- * it in front of itself in the same send (at most LC_DEFER pins wait so;
- * the node store ends them before serving the request, and all at once
- * when the connection closes). A
- * put reserves arena space, copies the block in and commits it with its
+ * A get looks the key up first in the node store's directory of RAM blocks
+ * (ram_dir.h, mapped read-only from the second memfd of the HELLO answer):
+ * when it names the block, the bytes are copied straight from the arena and
+ * kept only if the directory entry did not change during the copy (the
+ * node store unpublishes a block before its extent can be freed or
+ * reused), so a RAM hit costs no round trip. Such a hit is told to the
+ * node store later: its key waits here (at most LC_HITS of them) for the
+ * process's next request, which carries it in front of itself, or goes
+ * alone, without a reply, once LC_HITS wait; the node store then counts
+ * the hit and refreshes the block's recency. A get the directory cannot
+ * answer (not in RAM, not published because its directory window was
+ * full, changing on every try, or the buffer pointer missing) pins the
+ * block (one round trip; a disk hit is loaded into the arena by the node
+ * store) and copies it out; its unpin needs no reply and waits here until
+ * the process's next request, which carries it in front of itself in the
+ * same send (at most LC_DEFER pins wait so; the node store ends them
+ * before serving the request, and all at once when the connection closes).
+ * A put reserves arena space, copies the block in and commits it with its
  * checksum, which the server checks before the block becomes visible; a put
  * that finds no room without spilling sends its bytes in the frame instead.
  * Every reply is bounds-checked: an offset or length outside the mapping is
@@ -19,6 +32,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,28 +45,35 @@
 #include "internal.h"
 #include "local.h"
 #include "local_proto.h"
+#include "ram_dir.h"
 
 /* The most pins of finished gets that wait for the next request to carry
  * their unpin; a get of more unpins them at once. */
 #define LC_DEFER 16
+/* The most keys of gets served from the directory that wait to be told to
+ * the node store (as one frame in front of the next request, or alone). */
+#define LC_HITS 64
 
 struct local_client {
 	char path[108];
 	int fd;
-	int broken;            /* the connection failed: every call fails */
+	_Atomic int broken;    /* the connection failed: every call fails */
 	pthread_mutex_t lock;  /* one request and its reply at a time */
 	char *base;
 	size_t arena_len;
 	uint64_t max_block;
+	struct dir_view dir;   /* the node store's directory (dir.head NULL: none) */
 	uint64_t defer[LC_DEFER]; /* pins of finished gets, not yet unpinned */
 	uint32_t ndefer;
+	uint32_t nhits;
+	struct lp_key hits[LC_HITS]; /* gets served from the directory, untold */
 };
 
 /* --- frames -------------------------------------------------------------------- */
 
 static int broken(struct local_client *c)
 {
-	c->broken = 1;
+	atomic_store_explicit(&c->broken, 1, memory_order_relaxed);
 	return kvt_fail(-ENOTCONN, "the node store at %s closed the connection or "
 			"broke the protocol", c->path);
 }
@@ -65,23 +86,24 @@ static int send_all(int fd, struct iovec *iov, int n)
 }
 
 /*
- * Reads at least need and at most cap bytes of a reply into p (with fd
- * non-NULL, also a descriptor passed along): the bytes read, or -1.
+ * Reads at least need and at most cap bytes of a reply into p (with fds
+ * non-NULL, also the descriptors passed along, at most 2, into fds[0] and
+ * fds[1], which start at -1): the bytes read, or -1.
  * (Spinning a few microseconds for the reply before sleeping made gets no
  * faster and lookups slower on a busy 2-CPU machine, so it sleeps at once.)
  */
-static ssize_t recv_some(int sock, void *p, size_t need, size_t cap, int *fd)
+static ssize_t recv_some(int sock, void *p, size_t need, size_t cap, int *fds)
 {
 	size_t got = 0;
 
 	while (got < need) {
 		union {
-			char buf[CMSG_SPACE(sizeof(int))];
+			char buf[CMSG_SPACE(2 * sizeof(int))];
 			struct cmsghdr align;
 		} u;
 		struct iovec iov = { (char *)p + got, cap - got };
 		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-		if (fd) {
+		if (fds) {
 			m.msg_control = u.buf;
 			m.msg_controllen = sizeof(u.buf);
 		}
@@ -90,14 +112,20 @@ static ssize_t recv_some(int sock, void *p, size_t need, size_t cap, int *fd)
 			continue;
 		if (r <= 0)
 			return -1;
-		if (fd) {
-			for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-				if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-				    cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-					if (*fd >= 0)
-						close(*fd);
-					memcpy(fd, CMSG_DATA(cm), sizeof(int));
-				}
+		for (struct cmsghdr *cm = fds ? CMSG_FIRSTHDR(&m) : NULL; cm;
+		     cm = CMSG_NXTHDR(&m, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+			    cm->cmsg_len < CMSG_LEN(sizeof(int)))
+				continue;
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				if (i < 2 && fds[i] < 0)
+					fds[i] = fd;
+				else
+					close(fd); /* more than a HELLO answer has */
+			}
 		}
 		got += (size_t)r;
 	}
@@ -113,39 +141,88 @@ static int recv_all(int sock, void *p, size_t len, int *fd)
 /* Bytes of a reply read at once: its header, status and a short body. */
 #define FIRST_READ 512
 
+/* The frames without a reply that wait for the next send: the unpins of
+ * finished gets, the keys of gets served from the directory. */
+struct waiting {
+	struct lp_hdr uh, hh;
+	uint32_t nd, nh;
+};
+
+/* Puts the waiting frames into iov (6 at most); returns how many. Lock held. */
+static int waiting_iov(struct local_client *c, struct waiting *w, struct iovec *iov)
+{
+	int k = 0;
+
+	w->nd = c->ndefer;
+	w->nh = c->nhits;
+	if (w->nd) {
+		w->uh = (struct lp_hdr){ LP_MAGIC, LP_VERSION, LP_UNPIN | LP_NOREPLY,
+					 4 + w->nd * 8 };
+		iov[k++] = (struct iovec){ &w->uh, sizeof(w->uh) };
+		iov[k++] = (struct iovec){ &w->nd, 4 };
+		iov[k++] = (struct iovec){ c->defer, (size_t)w->nd * 8 };
+	}
+	if (w->nh) {
+		w->hh = (struct lp_hdr){ LP_MAGIC, LP_VERSION, LP_HITS | LP_NOREPLY,
+					 (uint32_t)(4 + w->nh * sizeof(struct lp_key)) };
+		iov[k++] = (struct iovec){ &w->hh, sizeof(w->hh) };
+		iov[k++] = (struct iovec){ &w->nh, 4 };
+		iov[k++] = (struct iovec){ c->hits, (size_t)w->nh * sizeof(struct lp_key) };
+	}
+	return k;
+}
+
+/* Sends the waiting frames now, alone. Lock held. 0, or -ENOTCONN. */
+static int send_waiting(struct local_client *c)
+{
+	struct waiting w;
+	struct iovec iov[6];
+	int k = waiting_iov(c, &w, iov);
+
+	if (!k || atomic_load_explicit(&c->broken, memory_order_relaxed))
+		return 0;
+	if (send_all(c->fd, iov, k))
+		return broken(c);
+	c->ndefer = c->nhits = 0;
+	return 0;
+}
+
 /*
  * Sends a request of type with payload a then b, and (unless LP_NOREPLY)
  * reads its reply: returns its status (a negative one with the server's
  * text as kvt_last_error()), the body after the status copied to out (at
- * most cap bytes; *olen set). Lock held. fd: where a passed descriptor goes
- * (HELLO only). The unpins of finished gets that wait (c->defer) go first,
- * as a frame without a reply in the same send. Nothing follows a reply
- * until the next request, so its first read takes what is there at once.
+ * most cap bytes; *olen set). Lock held. fds: where passed descriptors go
+ * (HELLO only). The frames that wait (unpins of finished gets, hits served
+ * from the directory) go first, without a reply, in the same send. Nothing
+ * follows a reply until the next request, so its first read takes what is
+ * there at once.
  */
 static int rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
 		      const void *b, size_t blen, void *out, size_t cap, size_t *olen,
-		      int *fd)
+		      int *fds)
 {
 	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)type, (uint32_t)(alen + blen) };
-	uint32_t nd = c->ndefer;
-	struct lp_hdr uh = { LP_MAGIC, LP_VERSION, LP_UNPIN | LP_NOREPLY, 4 + nd * 8 };
-	struct iovec iov[6] = { { &uh, sizeof(uh) }, { &nd, 4 }, { c->defer, (size_t)nd * 8 },
-				{ &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+	struct waiting w;
+	struct iovec iov[9];
+	int k = waiting_iov(c, &w, iov);
 	unsigned char first[FIRST_READ];
 	int32_t status;
 
-	if (c->broken)
+	iov[k++] = (struct iovec){ &h, sizeof(h) };
+	iov[k++] = (struct iovec){ (void *)a, alen };
+	iov[k++] = (struct iovec){ (void *)b, blen };
+	if (atomic_load_explicit(&c->broken, memory_order_relaxed))
 		return kvt_fail(-ENOTCONN, "the node store at %s is no longer connected",
 				c->path);
 	/* A refused HELLO may find the server gone already; its refusal is
 	 * still there to read. */
-	if (send_all(c->fd, nd ? iov : iov + 3, nd ? 6 : 3) && type != LP_HELLO)
+	if (send_all(c->fd, iov, k) && type != LP_HELLO)
 		return broken(c);
-	c->ndefer = 0;
+	c->ndefer = c->nhits = 0;
 	if (type & LP_NOREPLY)
 		return 0;
 	size_t most = sizeof(h) + 4 + (cap < FIRST_READ - 12 ? cap : FIRST_READ - 12);
-	ssize_t got = recv_some(c->fd, first, sizeof(h) + 4, most, fd);
+	ssize_t got = recv_some(c->fd, first, sizeof(h) + 4, most, fds);
 	if (got < 0)
 		return broken(c);
 	memcpy(&h, first, sizeof(h));
@@ -194,7 +271,7 @@ int local_client_open(const char *path, struct local_client **out)
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct local_client *c = calloc(1, sizeof(*c));
 	struct lp_hello hl;
-	int mfd = -1, rc;
+	int fds[2] = { -1, -1 }, rc;
 	size_t got = 0;
 
 	if (!c)
@@ -216,7 +293,7 @@ int local_client_open(const char *path, struct local_client **out)
 	}
 	uint32_t v = LP_VERSION;
 	pthread_mutex_lock(&c->lock);
-	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, &mfd);
+	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
 	pthread_mutex_unlock(&c->lock);
 	if (rc < 0) {
 		if (rc == -ENOTCONN)
@@ -224,25 +301,35 @@ int local_client_open(const char *path, struct local_client **out)
 				      "store, or it closed the connection)", path);
 		goto fail;
 	}
-	if (got != sizeof(hl) || mfd < 0 || hl.version != LP_VERSION || !hl.arena_len ||
-	    hl.arena_len > SIZE_MAX / 2 || hl.max_keys != LP_KEYS_MAX) {
+	if (got != sizeof(hl) || fds[0] < 0 || hl.version != LP_VERSION || !hl.arena_len ||
+	    hl.arena_len > SIZE_MAX / 2 || hl.max_keys != LP_KEYS_MAX ||
+	    (hl.dir_len != 0) != (fds[1] >= 0) || hl.dir_len > SIZE_MAX / 2) {
 		rc = kvt_fail(-EPROTO, "attach: %s sent a malformed HELLO answer", path);
 		goto fail;
 	}
 	c->arena_len = (size_t)hl.arena_len;
 	c->max_block = hl.max_block;
-	c->base = arena_map_fd(mfd, c->arena_len);
+	c->base = arena_map_fd(fds[0], c->arena_len);
 	if (!c->base) {
 		rc = kvt_fail(-ENOMEM, "attach: cannot map the node store's arena (%zu "
 			      "bytes): %s", c->arena_len, strerror(errno));
 		goto fail;
 	}
-	close(mfd);
+	if (hl.dir_len && (rc = dir_view_map(fds[1], (size_t)hl.dir_len, &c->dir))) {
+		rc = kvt_fail(rc, "attach: %s sent a directory of RAM blocks this process "
+			      "cannot use (%zu bytes): %s", path, (size_t)hl.dir_len,
+			      kvt_strerror(rc));
+		goto fail;
+	}
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	*out = c;
 	return 0;
 fail:
-	if (mfd >= 0)
-		close(mfd);
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	local_client_close(c);
 	return rc;
 }
@@ -251,6 +338,14 @@ void local_client_close(struct local_client *c)
 {
 	if (!c)
 		return;
+	/* The hits served from the directory are still counted. */
+	if (c->fd >= 0) {
+		pthread_mutex_lock(&c->lock);
+		c->ndefer = 0; /* ended by the close anyway */
+		send_waiting(c);
+		pthread_mutex_unlock(&c->lock);
+	}
+	dir_view_unmap(&c->dir);
 	if (c->base)
 		munmap(c->base, c->arena_len);
 	if (c->fd >= 0)
@@ -526,26 +621,68 @@ static int first_failure(const kvt_op *ops, size_t n)
 	return 0;
 }
 
-/* Gets up to LP_KEYS_MAX ops: pins, copies out, unpins later. */
+/* The key of a get served from the directory, to be told to the node
+ * store; LC_HITS of them go at once. */
+static void note_hit(struct local_client *c, kvt_key k)
+{
+	pthread_mutex_lock(&c->lock);
+	c->hits[c->nhits++] = (struct lp_key){ k.lo, k.hi };
+	if (c->nhits == LC_HITS)
+		send_waiting(c); /* a failure makes the next call fail */
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A get from the directory (no round trip): 1 when it answered (op's
+ * result and len set), 0 when the node store must be asked. */
+static int dir_get(struct local_client *c, kvt_op *op)
+{
+	size_t len = 0;
+	char kb[34];
+
+	if (!c->dir.head || (!op->buf && op->len) ||
+	    atomic_load_explicit(&c->broken, memory_order_relaxed))
+		return 0;
+	int rc = dir_read(&c->dir, c->base, c->arena_len, op->key, op->buf, op->len, &len);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc == -ENOBUFS) {
+		kvt_set_error("block %s is %zu bytes; the buffer holds %zu",
+			      kvt_key_str(op->key, kb), len, op->len);
+	} else {
+		note_hit(c, op->key);
+	}
+	op->result = rc;
+	op->len = len;
+	return 1;
+}
+
+/* Gets up to LP_KEYS_MAX ops: from the directory where it can, else pins,
+ * copies out, unpins later. */
 static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 {
 	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
 	uint64_t rsmall[SMALL] = { 0 }, *refs = n <= SMALL ? rsmall : calloc(n, sizeof(*refs));
-	size_t k = 0;
+	size_t asmall[SMALL], *at = n <= SMALL ? asmall : calloc(n, sizeof(*at));
+	size_t k = 0, m = 0;
 	char kb[34];
-	int rc;
+	int rc = 0;
 
-	if (!sl || !refs) {
+	if (!sl || !refs || !at) {
 		rc = kvt_fail(-ENOMEM, "kvt_get: out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
-		sl[i] = (kvt_slot){ .key = ops[i].key };
-	rc = slots_rpc(c, LP_PIN, sl, n);
+		if (!dir_get(c, &ops[i])) {
+			at[m] = i;
+			sl[m++] = (kvt_slot){ .key = ops[i].key };
+		}
+	if (!m)
+		goto out;
+	rc = slots_rpc(c, LP_PIN, sl, m);
 	if (rc < 0)
 		goto out;
-	for (size_t i = 0; i < n; i++) {
-		kvt_op *op = &ops[i];
+	for (size_t i = 0; i < m; i++) {
+		kvt_op *op = &ops[at[i]];
 		if (sl[i].result == 0) {
 			refs[k++] = sl[i].ref;
 			if (!op->buf && op->len) {
@@ -575,6 +712,8 @@ out:
 		free(sl);
 	if (refs != rsmall)
 		free(refs);
+	if (at != asmall)
+		free(at);
 	return rc < 0 ? rc : 0;
 }
 

@@ -10,12 +10,19 @@
  * A request's type is one of LP_*; its reply (when the request does not
  * carry LP_NOREPLY) has type | LP_REPLY and starts with an i32 status: 0 or
  * a count, or a negative errno followed by the error's text (no NUL). The
- * first request is HELLO; the server answers it with the arena's memfd
- * (SCM_RIGHTS) or a refusal, and serves requests in order, however many
- * arrive in one read. Only an UNPIN may carry LP_NOREPLY: a client sends
- * the unpins of its gets so, in front of its next request and in the same
- * send, and the server ends them before it serves that request. A frame
- * whose header or payload breaks these rules ends the connection.
+ * first request is HELLO; the server answers it with the arena's memfd and,
+ * when it has one, the memfd of its directory of RAM blocks (ram_dir.h), in
+ * that order (SCM_RIGHTS), or a refusal, and serves requests in order,
+ * however many arrive in one read. Only an UNPIN or a HITS may carry
+ * LP_NOREPLY, and a HITS must: a client sends the unpins of its gets and
+ * the keys of the gets it served itself from the directory so, in front of
+ * its next request and in the same send (or alone once LC_HITS keys wait),
+ * and the server ends the pins and counts the hits before it serves that
+ * request. A frame whose header or payload breaks these rules ends the
+ * connection.
+ *
+ * Version 2 added the directory (lp_hello.dir_len, the second memfd) and
+ * HITS; a server of one version refuses a client of another at HELLO.
  */
 #ifndef KVT_LOCAL_PROTO_H
 #define KVT_LOCAL_PROTO_H
@@ -25,7 +32,7 @@
 #include <sys/socket.h>
 
 #define LP_MAGIC 0x4c4bu      /* "KL" */
-#define LP_VERSION 1u
+#define LP_VERSION 2u
 #define LP_REPLY 0x40u        /* reply bit of type */
 #define LP_NOREPLY 0x80u      /* request bit of type: send no reply */
 #define LP_KEYS_MAX 4096u     /* keys or slots in one request */
@@ -44,6 +51,8 @@ enum lp_type {
 	LP_COMMIT,      /* u32 n, lp_commit[n] -> u32 n, i32 result[n] */
 	LP_ABORT,       /* u32 n, u64 ref[n] -> u32 n, i32 result[n] */
 	LP_PUT,         /* key, u64 len, len bytes -> status */
+	LP_HITS,        /* u32 n, key[n]: gets served from the directory
+			   (LP_NOREPLY only) */
 	LP_TYPE_END
 };
 
@@ -66,6 +75,8 @@ struct lp_hello {
 	uint64_t max_block;
 	uint32_t pin_ms;
 	uint32_t max_keys;    /* LP_KEYS_MAX */
+	uint64_t dir_len;     /* bytes of the directory's memfd; 0: none
+				 (and no second memfd) */
 };
 
 /* One slot of a PIN or RESERVE reply. */

@@ -1,9 +1,10 @@
 /*
  * local_requests.c - serves one request frame of an attached client
  * (lookup, release, remove, stats, pin, unpin, reserve, commit, abort,
- * put) through the store's public calls, recording what each leaves held
- * in the client's books (local_held.c) and answering through
- * lsrv_send_reply (local_server.c). A reservation is published only once
+ * put) through the store's public calls, and counts the gets it served
+ * itself from the directory (hits), recording what each leaves held in the
+ * client's books (local_held.c) and answering through lsrv_send_reply
+ * (local_server.c). A reservation is published only once
  * the checksum of its bytes in the arena matches the one the client sent.
  * Checks every payload's length against its counts: a malformed one
  * returns -1 and the connection closes. Knows nothing of accepting,
@@ -356,13 +357,32 @@ static int do_put(struct conn *c, int type, const unsigned char *p, size_t len)
 	return rc ? lsrv_send_error(c->fd, type, rc) : lsrv_send_reply(c->fd, type, 0, NULL, 0, -1);
 }
 
+/* Gets the client served itself from the directory: counted as hits and
+ * refreshing the blocks' recency, as its pins would have. No reply. */
+static int do_hits(struct conn *c, const unsigned char *p, size_t len)
+{
+	kvt_key keys[64];
+	uint32_t n;
+
+	if (list_len(p, len, 0, sizeof(struct lp_key), &n))
+		return -1;
+	for (uint32_t i = 0; i < n; i += 64) {
+		uint32_t k = n - i < 64 ? n - i : 64;
+		get_keys(p + 4 + (size_t)i * sizeof(struct lp_key), keys, k);
+		store_note_ram_hits(c->srv->s, keys, k);
+	}
+	atomic_fetch_add_explicit(&c->srv->directory_hits, n, memory_order_relaxed);
+	return 0;
+}
+
 /* Serves one request; -1 ends the connection. */
 int lsrv_serve(struct conn *c, int type, const unsigned char *p, size_t len)
 {
 	int t = type & ~LP_NOREPLY;
 
-	if ((type & LP_NOREPLY) && t != LP_UNPIN)
-		return -1; /* only an unpin may go unanswered */
+	/* Only an unpin may go unanswered, and hits always do. */
+	if ((type & LP_NOREPLY) ? t != LP_UNPIN && t != LP_HITS : t == LP_HITS)
+		return -1;
 	switch (t) {
 	case LP_LOOKUP: return do_lookup(c, t, p, len);
 	case LP_RELEASE: return do_release(c, t, p, len);
@@ -374,6 +394,7 @@ int lsrv_serve(struct conn *c, int type, const unsigned char *p, size_t len)
 	case LP_COMMIT: return do_end(c, t, p, len, 1);
 	case LP_ABORT: return do_end(c, t, p, len, 0);
 	case LP_PUT: return do_put(c, t, p, len);
+	case LP_HITS: return do_hits(c, p, len);
 	}
 	return -1;
 }

@@ -78,32 +78,38 @@ static int conn_read(struct conn *c, void *p, size_t len)
 	return 0;
 }
 
-/* Sends a reply: header, the i32 status, then body; with fd (>= 0) passed
- * along. 0 or -1. */
-int lsrv_send_reply(int sock, int type, int32_t status, const void *body,
-		    size_t blen, int fd)
+/* Sends a reply: header, the i32 status, then body; with the nfds
+ * descriptors of fds passed along. 0 or -1. */
+static int send_reply_fds(int sock, int type, int32_t status, const void *body,
+			  size_t blen, const int *fds, int nfds)
 {
 	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)(type | LP_REPLY),
 			    (uint32_t)(sizeof(status) + blen) };
 	struct iovec iov[3] = { { &h, sizeof(h) }, { &status, sizeof(status) },
 				{ (void *)body, blen } };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = blen ? 3 : 2 };
 
-	if (fd >= 0) {
+	if (nfds > 0) {
 		memset(&u, 0, sizeof(u));
 		m.msg_control = u.buf;
-		m.msg_controllen = sizeof(u.buf);
+		m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
 	}
 	return lp_send_all(sock, &m);
+}
+
+int lsrv_send_reply(int sock, int type, int32_t status, const void *body,
+		    size_t blen, int fd)
+{
+	return send_reply_fds(sock, type, status, body, blen, &fd, fd >= 0);
 }
 
 /* A failure reply: the status and kvt_last_error()'s text. */
@@ -151,8 +157,11 @@ static int hello(struct conn *c)
 		.version = LP_VERSION, .lease_ms = c->srv->lease_ms,
 		.arena_len = c->srv->arena_len, .max_block = c->srv->max_block,
 		.pin_ms = c->srv->pin_ms, .max_keys = LP_KEYS_MAX,
+		.dir_len = c->srv->dir_fd >= 0 ? c->srv->dir_len : 0,
 	};
-	return lsrv_send_reply(c->fd, LP_HELLO, 0, &hl, sizeof(hl), c->srv->arena_fd);
+	int fds[2] = { c->srv->arena_fd, c->srv->dir_fd };
+	return send_reply_fds(c->fd, LP_HELLO, 0, &hl, sizeof(hl), fds,
+			      c->srv->dir_fd >= 0 ? 2 : 1);
 }
 
 static void *conn_main(void *arg)
@@ -180,6 +189,7 @@ static void *conn_main(void *arg)
 			r = -1;
 			break;
 		}
+		atomic_fetch_add_explicit(&srv->requests, 1, memory_order_relaxed);
 		r = lsrv_serve(c, type, c->buf, len) ? -2 : 0;
 		/* A large PUT's buffer is not kept for a client that idles. */
 		if (c->cap > (1u << 20)) {
@@ -400,6 +410,7 @@ int local_server_open(const struct local_opts *o, kvt_store *s, int arena_fd,
 	srv->base = base;
 	srv->arena_len = alen;
 	srv->arena_fd = arena_fd;
+	srv->dir_fd = store_directory(s, &srv->dir_len);
 	srv->max_block = o->max_block;
 	srv->lease_ms = o->lease_ms;
 	srv->lease_ns = (uint64_t)o->lease_ms * 1000000ull;
@@ -501,6 +512,8 @@ void local_server_stats(struct local_server *srv, const struct stat_visitor *v)
 	stat_int(v, "clients_accepted", (int64_t)ctr_get(&srv->accepted));
 	stat_int(v, "clients_refused", (int64_t)ctr_get(&srv->refused));
 	stat_int(v, "malformed_frames", (int64_t)ctr_get(&srv->malformed));
+	stat_int(v, "requests", (int64_t)ctr_get(&srv->requests));
+	stat_int(v, "directory_hits", (int64_t)ctr_get(&srv->directory_hits));
 	stat_int(v, "checksum_refusals", (int64_t)ctr_get(&srv->checksum_refusals));
 	stat_int(v, "leased_blocks", (int64_t)ctr_get(&srv->leased_blocks));
 	stat_int(v, "pinned_blocks", (int64_t)ctr_get(&srv->pinned_blocks));

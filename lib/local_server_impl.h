@@ -71,6 +71,8 @@ struct local_server {
 	char *base;
 	size_t arena_len;
 	int arena_fd;
+	int dir_fd;           /* the directory of RAM blocks (ram_dir.h), or -1 */
+	size_t dir_len;
 	uint64_t max_block, lease_ns;
 	uint32_t lease_ms, pin_ms;
 	unsigned max_clients, max_held, mode;
@@ -93,7 +95,7 @@ struct local_server {
 	pthread_mutex_t lease_lock;
 	struct kmap lease_map; /* key -> clients holding a lease of it */
 
-	_Atomic uint64_t accepted, refused, malformed;
+	_Atomic uint64_t accepted, refused, malformed, requests, directory_hits;
 	_Atomic uint64_t leased_blocks, pinned_blocks, pinned_bytes;
 	_Atomic uint64_t reserved_blocks, reserved_bytes, checksum_refusals;
 };

@@ -4,6 +4,17 @@
  */
 #include "opts.h"
 
+/* The directory's entries: local.directory, or one per 64 KiB of RAM. */
+static uint64_t dir_slots(const struct kvt_config *c)
+{
+	if (!c->local_socket)
+		return 0;
+	if (c->local_directory >= 0)
+		return (uint64_t)c->local_directory;
+	uint64_t n = c->ram_capacity >> 16;
+	return n < (1u << 26) ? n : (1u << 26);
+}
+
 struct ram_opts opts_ram(const struct kvt_config *c)
 {
 	return (struct ram_opts){
@@ -16,6 +27,7 @@ struct ram_opts opts_ram(const struct kvt_config *c)
 		.lease_cap = c->lease_cap,
 		.max_block = c->max_block,
 		.shared = c->local_socket != NULL,
+		.dir_slots = dir_slots(c),
 	};
 }
 

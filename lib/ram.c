@@ -76,6 +76,10 @@ int ram_open(const struct ram_opts *o, ram_spill_fn spill,
 	r->spill = spill;
 	r->unspill = unspill;
 	r->arg = arg;
+	if (o->shared && (rc = ram_dir_open(o->dir_slots, &r->dir))) {
+		arena_close(r->arena);
+		goto fail;
+	}
 	*out = r;
 	return 0;
 fail:
@@ -89,6 +93,8 @@ void ram_close(struct ram_tier *r)
 {
 	if (!r)
 		return;
+	/* Attached processes stop reading blocks before the arena goes. */
+	ram_dir_close(r->dir);
 	for (unsigned i = 0; i < NSHARDS; i++)
 		shard_destroy(&r->shards[i]);
 	arena_close(r->arena);
@@ -176,10 +182,36 @@ void ram_release_entry(struct ram_tier *r, struct shard *sh, uint32_t id)
 	struct ram_ent *e = shard_ent(sh, id);
 	uint64_t bytes = arena_extent_bytes(r->arena, e->off);
 
+	/* ram_unlink unpublished it already; this is the last point before
+	 * the extent can be reused, so it is checked here once more. */
+	if (e->dir) {
+		ram_dir_unpublish(r->dir, e->key);
+		e->dir = 0;
+	}
+
 	arena_free(r->arena, e->off);
 	atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&r->objects, 1, memory_order_relaxed);
 	shard_free_ent(sh, id);
+}
+
+/* Publishes a live entry in the directory when there is one (and room in
+ * its window). Shard locked. */
+static void publish(struct ram_tier *r, struct ram_ent *e)
+{
+	if (r->dir)
+		e->dir = (uint8_t)ram_dir_publish(r->dir, e->key, e->off, e->len);
+}
+
+void ram_unlink(struct ram_tier *r, struct shard *sh, uint32_t id)
+{
+	struct ram_ent *e = shard_ent(sh, id);
+
+	if (e->dir) {
+		ram_dir_unpublish(r->dir, e->key);
+		e->dir = 0;
+	}
+	shard_unlink(sh, id);
 }
 
 /* Refreshes recency of a live entry. Shard locked. */
@@ -276,6 +308,7 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 	e->stamp = next_tick(r);
 	ent_set_state(e, IENT_LRU);
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+	publish(r, e);
 	pthread_mutex_unlock(&sh->lock);
 	ctr_add(&r->objects, 1);
 	ctr_add(&r->puts, 1);
@@ -411,6 +444,7 @@ int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
 	sh->pinned++;
 	*ref = (uint64_t)(sh - r->shards) << 32 | id;
+	publish(r, e);
 	pthread_mutex_unlock(&sh->lock);
 	ctr_add(&r->objects, 1);
 	ctr_add(&r->puts, 1);
@@ -627,7 +661,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 	else if (e->state == IENT_HELD)
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
-	shard_unlink(sh, id);
+	ram_unlink(r, sh, id);
 	ent_set_state(e, IENT_DEAD);
 	if (e->pins == 0)
 		ram_release_entry(r, sh, id);
@@ -648,6 +682,25 @@ size_t ram_arena_size(struct ram_tier *r)
 int ram_arena_fd(struct ram_tier *r)
 {
 	return arena_fd(r->arena);
+}
+
+int ram_dir_memfd(struct ram_tier *r, size_t *len)
+{
+	*len = r->dir ? ram_dir_len(r->dir) : 0;
+	return r->dir ? ram_dir_fd(r->dir) : -1;
+}
+
+void ram_note_hits(struct ram_tier *r, const kvt_key *keys, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct shard *sh = shard_of(r, keys[i]);
+		pthread_mutex_lock(&sh->lock);
+		uint32_t id = shard_find(sh, keys[i]);
+		if (id != IDX_NONE)
+			touch(r, sh, id);
+		sh->hits++;
+		pthread_mutex_unlock(&sh->lock);
+	}
 }
 
 void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
@@ -704,4 +757,6 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	stat_int(v, "huge_page_bytes", as.huge_bytes);
 	stat_bool(v, "mlocked", as.mlocked);
 	stat_int(v, "numa_node", (int64_t)as.numa_node);
+	if (r->dir)
+		ram_dir_stats(r->dir, v);
 }

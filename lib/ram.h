@@ -45,6 +45,9 @@ struct ram_opts {
 	uint64_t max_block;       /* the largest block a put takes */
 	int shared;               /* a memfd arena other processes can map
 				     (ram_arena_fd): local.socket is set */
+	uint64_t dir_slots;       /* with shared: entries of the directory of
+				     blocks published to those processes
+				     (ram_dir.h); 0: none */
 };
 
 int ram_open(const struct ram_opts *o, ram_spill_fn spill,
@@ -162,6 +165,18 @@ void *ram_arena_base(struct ram_tier *r);
 size_t ram_arena_size(struct ram_tier *r);
 /* The memfd of a shared arena (local.socket set), or -1. */
 int ram_arena_fd(struct ram_tier *r);
+
+/* The memfd of the directory of published blocks (ram_dir.h) and its
+ * size, or -1 and 0 when there is none. */
+int ram_dir_memfd(struct ram_tier *r, size_t *len);
+
+/*
+ * Hits that attached processes served themselves from the directory: each
+ * counts as a hit and refreshes the block's recency when it is still
+ * stored (it may have been removed or evicted since it was read, which
+ * was then still correct).
+ */
+void ram_note_hits(struct ram_tier *r, const kvt_key *keys, size_t n);
 
 /* Reports the tier's counters through v (stats.h). */
 struct stat_visitor;

@@ -105,7 +105,7 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	}
 	ctr_add(&r->evictions, 1);
 	ctr_add(&r->evicted_bytes, e->len);
-	shard_unlink(sh, id);
+	ram_unlink(r, sh, id);
 	if (e->pins == 0)
 		ram_release_entry(r, sh, id);
 	else

@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "internal.h"
 #include "ram.h"
+#include "ram_dir.h"
 #include "ram_index.h"
 
 #define NSHARDS 64u
@@ -44,6 +45,7 @@ struct ram_tier {
 	_Atomic uint64_t gens[NGENS];
 	_Atomic uint64_t seen[NSEEN];
 	_Atomic uint64_t promotions_declined;
+	struct ram_dir *dir;        /* blocks published to attached processes */
 };
 
 static inline struct shard *shard_of(struct ram_tier *r, kvt_key key)
@@ -74,6 +76,11 @@ void ram_expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now);
 
 /* Frees an entry already out of the table and unpinned. Shard locked. */
 void ram_release_entry(struct ram_tier *r, struct shard *sh, uint32_t id);
+
+/* Takes a live entry out of the table: first out of the directory, so no
+ * attached process reads its extent once it may be freed. Every removal
+ * from the table goes through here. Shard locked. */
+void ram_unlink(struct ram_tier *r, struct shard *sh, uint32_t id);
 
 /*
  * Evicts up to max blocks (at least one, at most EVICT_BATCH), the least

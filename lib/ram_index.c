@@ -206,6 +206,7 @@ uint32_t shard_insert(struct shard *sh, kvt_key key)
 	ent_set_lease(e, 0);
 	e->len = 0;
 	e->pins = 0;
+	e->dir = 0;
 	ent_set_state(e, IENT_FREE);
 	e->prev = e->next = IDX_NONE;
 	table_place(sh, sh->table, id);
@@ -248,6 +249,7 @@ void shard_free_ent(struct shard *sh, uint32_t id)
 	e->off = e->stamp = e->held_until = 0;
 	e->len = 0;
 	e->pins = 0;
+	e->dir = 0;
 	e->prev = IDX_NONE;
 	e->next = sh->free_head;
 	sh->free_head = id;

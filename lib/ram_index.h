@@ -46,6 +46,7 @@ struct ram_ent {
 	uint32_t prev, next;   /* LRU or held list links (entry ids) */
 	uint16_t pins;         /* in-flight copies (and the evictor) */
 	uint8_t state;
+	uint8_t dir;           /* 1: published in the tier's directory (ram_dir.h) */
 };
 
 /* An open-addressing table: entry id + 1 per slot, 0 = empty. A grown

@@ -51,6 +51,17 @@ struct local_client *store_client(kvt_store *s)
 	return s->client;
 }
 
+int store_directory(kvt_store *s, size_t *len)
+{
+	*len = 0;
+	return s->ram ? ram_dir_memfd(s->ram, len) : -1;
+}
+
+void store_note_ram_hits(kvt_store *s, const kvt_key *keys, size_t n)
+{
+	ram_note_hits(s->ram, keys, n);
+}
+
 struct slot_table *store_slots(kvt_store *s)
 {
 	return s->slots;

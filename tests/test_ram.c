@@ -3,8 +3,10 @@
  * lease cap, the watermarks and the exact LRU order of eviction, a lease or
  * a remove that lands while a block is being spilled, ram_visit(), which
  * hands a pinned block to a callback in place (the peer server sends blocks
- * this way), and lookups that read and renew leases without the shard locks
- * while other threads put, remove, release and expire (run under TSan too).
+ * this way), lookups that read and renew leases without the shard locks
+ * while other threads put, remove, release and expire (run under TSan too),
+ * and the directory of blocks shared with attached processes, which names
+ * exactly the blocks in RAM through puts, removals, evictions and slots.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +22,7 @@
 #include "config.h"
 #include "internal.h"
 #include "ram.h"
+#include "ram_dir.h"
 #include "stats.h"
 #include "util.h"
 #include "opts.h"
@@ -134,19 +137,26 @@ static void put_blocks(struct ram_tier *r, uint64_t from, uint64_t to)
 	}
 }
 
-/* 1 when key i is stored with its bytes, 0 when it is not. */
-static int has_block(struct ram_tier *r, uint64_t i)
+/* A get of key i into buf: 1 when it read the block's bytes, 0 on a miss. */
+static int got_block(int rc, uint64_t i, const uint8_t *buf, size_t len)
 {
-	uint8_t buf[BLK];
-	size_t len = 0;
-	int rc = ram_get(r, test_key(i), buf, sizeof(buf), &len);
-
 	if (rc == -ENOENT)
 		return 0;
 	assert_int_equal(rc, 0);
 	assert_int_equal(len, BLK);
 	assert_int_equal(check_block(test_key(i), buf, len), 1);
 	return 1;
+}
+
+/* 1 when key i is stored with its bytes, 0 when it is not. */
+static int has_block(struct ram_tier *r, uint64_t i)
+{
+	uint8_t buf[BLK];
+	size_t len = 0;
+
+	int rc = ram_get(r, test_key(i), buf, sizeof(buf), &len);
+
+	return got_block(rc, i, buf, len);
 }
 
 static void lease(struct ram_tier *r, uint64_t i, int expect)
@@ -362,6 +372,124 @@ static int check_in_place(void *arg, const void *block, size_t len)
 	return 7; /* handed back as the call's result */
 }
 
+/* --- the directory shared with attached processes ------------------------ */
+
+/* 1 when the directory names block i and its bytes read back right through
+ * it, 0 when it does not name it. */
+static int in_dir(struct ram_tier *r, const struct dir_view *v, uint64_t i)
+{
+	uint8_t buf[BLK];
+	size_t len = 0;
+	int rc = dir_read(v, ram_arena_base(r), ram_arena_size(r), test_key(i), buf,
+			  sizeof(buf), &len);
+
+	return got_block(rc, i, buf, len);
+}
+
+static void directory_names_exactly_the_blocks_in_ram(void **state)
+{
+	struct kvt_config cfg;
+	struct spill_log l;
+	struct ram_tier *r;
+	struct dir_view v;
+	uint8_t buf[BLK];
+	size_t dlen = 0, len = 0;
+	uint64_t ref, off;
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 0.25,"
+				      " \"high_watermark\": 0.75, \"low_watermark\": 0.5,"
+				      " \"mlock\": false}, \"local\": {\"socket\": \"/nonexistent/s\","
+				      " \"directory\": 64}}", &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, log_spill, log_unspill, &l, &r), 0);
+	memset(&l, 0, sizeof(l));
+	l.r = r;
+	l.bytes_ok = 1;
+	l.lease_key = l.remove_key = l.fail_key = test_key(1000);
+	int fd = ram_dir_memfd(r, &dlen);
+	assert_true(fd >= 0);
+	assert_int_equal(dir_view_map(fd, dlen, &v), 0);
+	assert_int_equal(dir_view_map(fd, dlen - 64, &v), -EPROTO);
+	assert_int_equal(dir_view_map(fd, dlen, &v), 0);
+
+	put_blocks(r, 0, 12);
+	for (uint64_t i = 0; i < 12; i++)
+		assert_int_equal(in_dir(r, &v, i), 1);
+	assert_int_equal(ram_counter(r, "directory_blocks"), 12);
+	assert_int_equal(dir_read(&v, ram_arena_base(r), ram_arena_size(r), test_key(0), buf,
+				  100, &len), -ENOBUFS);
+	assert_int_equal(len, BLK);
+	/* Removed: gone at once, pinned or not. */
+	assert_int_equal(ram_remove(r, test_key(1)), 0);
+	assert_int_equal(in_dir(r, &v, 1), 0);
+	assert_int_equal(ram_pin(r, test_key(2), BLK, &ref, &off, &len), 0);
+	assert_int_equal(ram_remove(r, test_key(2)), 0);
+	assert_int_equal(in_dir(r, &v, 2), 0);
+	ram_unpin(r, ref);
+	/* Evicted (its spill done), removed while spilled, leased while
+	 * spilled: the directory follows what RAM holds. */
+	put_blocks(r, 12, 15);
+	l.remove_key = test_key(0);
+	l.lease_key = test_key(3);
+	assert_true(ram_evict_to_low(r) > 0);
+	assert_int_equal(l.remove_rc, 0);
+	assert_int_equal(l.lease_rc, 1);
+	assert_true(ram_counter(r, "evictions") > 0);
+	for (uint64_t i = 0; i < 15; i++)
+		assert_int_equal(in_dir(r, &v, i), has_block(r, i));
+	assert_int_equal(in_dir(r, &v, 0), 0);
+	assert_int_equal(in_dir(r, &v, 3), 1);
+	/* Slots: a committed one and a promoted one are published. */
+	int64_t o = ram_slot_alloc(r, BLK, 1);
+	assert_true(o >= 0);
+	fill_block(test_key(20), (char *)ram_arena_base(r) + o, BLK);
+	assert_int_equal(ram_slot_publish(r, test_key(20), (uint64_t)o, BLK), 0);
+	assert_int_equal(in_dir(r, &v, 20), 1);
+	uint64_t gen = ram_gen(r, test_key(21));
+	o = ram_slot_alloc(r, BLK, 1);
+	assert_true(o >= 0);
+	fill_block(test_key(21), (char *)ram_arena_base(r) + o, BLK);
+	assert_int_equal(ram_slot_promote(r, test_key(21), (uint64_t)o, BLK, gen, &ref), 0);
+	assert_int_equal(in_dir(r, &v, 21), 1);
+	ram_unpin(r, ref);
+	assert_int_equal(ram_counter(r, "directory_blocks"), ram_counter(r, "objects"));
+	/* Closed: nothing is read through it any more. */
+	ram_close(r);
+	assert_int_equal(dir_read(&v, (const char *)buf, sizeof(buf), test_key(20), buf,
+				  sizeof(buf), &len), -ENOENT);
+	dir_view_unmap(&v);
+	config_free(&cfg);
+}
+
+/* A table too small for every block: those left out are simply not named. */
+static void directory_full_leaves_blocks_out(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	struct dir_view v;
+	size_t dlen = 0;
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"mlock\": false},"
+				      " \"local\": {\"socket\": \"/nonexistent/s\","
+				      " \"directory\": 3}}", &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
+	int fd = ram_dir_memfd(r, &dlen);
+	assert_int_equal(dir_view_map(fd, dlen, &v), 0);
+	assert_int_equal(ram_counter(r, "directory_slots"), DIR_WINDOW);
+	put_blocks(r, 0, 12);
+	unsigned named = 0;
+	for (uint64_t i = 0; i < 12; i++)
+		named += (unsigned)in_dir(r, &v, i);
+	assert_int_equal(named, DIR_WINDOW);
+	assert_int_equal(ram_counter(r, "directory_full"), 12 - DIR_WINDOW);
+	for (uint64_t i = 0; i < 12; i++)
+		assert_int_equal(has_block(r, i), 1);
+	ram_close(r);
+	dir_view_unmap(&v);
+	config_free(&cfg);
+}
+
 /* --- lookups without the lock, racing every writer ----------------------- */
 
 #define RACE_STABLE 512u    /* keys stored throughout */
@@ -549,6 +677,8 @@ int main(void)
 		cmocka_unit_test(visit_hands_over_pinned_blocks),
 		cmocka_unit_test(stats_report_huge_page_bytes),
 		cmocka_unit_test(lookups_without_lock_race_every_writer),
+		cmocka_unit_test(directory_names_exactly_the_blocks_in_ram),
+		cmocka_unit_test(directory_full_leaves_blocks_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

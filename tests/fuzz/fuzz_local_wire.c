@@ -6,10 +6,12 @@
  * Once per process it opens a store serving local.socket in a fresh
  * directory, and attaches a second store to it (the witness). For each
  * input it connects, says HELLO and checks the answer (status 0, the
- * arena's memfd passed along), sends the input as it is (often many frames
- * in one read of the server's, as a client's deferred unpins arrive in
- * front of its next request) while reading what comes back, shuts its side down and reads until the server closes, which
- * it must do within LW_SILENCE_MS of its last byte. Every frame that comes
+ * memfds of the arena and of the directory of RAM blocks passed along),
+ * sends the input as it is (often many frames in one read of the server's,
+ * as a client's deferred unpins and directory hits arrive in front of its
+ * next request) while reading what comes back, shuts its side down and
+ * reads until the server closes, which it must do within LW_SILENCE_MS of
+ * its last byte. Every frame that comes
  * back must be a well-formed reply: the magic, the version, the reply bit,
  * a status, and for a failure at most LW_TEXT_MAX bytes of text.
  *
@@ -40,11 +42,11 @@
 
 /* The wire (lib/local_proto.h); host byte order. */
 #define LW_MAGIC 0x4c4bu
-#define LW_VERSION 1u
+#define LW_VERSION 2u
 #define LW_HELLO 1u
 #define LW_REPLY 0x40u
 #define LW_TEXT_MAX 1024u
-#define LW_HELLO_LEN 32u          /* struct lp_hello */
+#define LW_HELLO_LEN 40u          /* struct lp_hello */
 
 #define LW_SILENCE_MS 2000        /* the longest the server may say nothing */
 #define LW_OUT_MAX (64u << 20)    /* more answer than any input here can ask */
@@ -98,7 +100,7 @@ static int lw_connect(void)
 	uint8_t q[12], r[8 + 4 + LW_HELLO_LEN];
 	uint16_t magic = LW_MAGIC;
 	uint32_t len = 4, v = LW_VERSION;
-	union { char b[CMSG_SPACE(sizeof(int))]; struct cmsghdr x; } u;
+	union { char b[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr x; } u;
 	struct iovec iov = { r, sizeof(r) };
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
 			    .msg_controllen = sizeof(u.b) };
@@ -123,10 +125,14 @@ static int lw_connect(void)
 	LW_CHECK(magic == LW_MAGIC && r[2] == LW_VERSION && r[3] == (LW_HELLO | LW_REPLY) &&
 		 len == 4 + LW_HELLO_LEN && st == 0, "bad HELLO answer");
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-	LW_CHECK(cm && cm->cmsg_type == SCM_RIGHTS, "no memfd with the HELLO answer");
-	int mfd;
-	memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
-	close(mfd);
+	LW_CHECK(cm && cm->cmsg_type == SCM_RIGHTS &&
+		 cm->cmsg_len == CMSG_LEN(2 * sizeof(int)),
+		 "no memfds (arena, directory) with the HELLO answer");
+	for (int i = 0; i < 2; i++) {
+		int mfd;
+		memcpy(&mfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		close(mfd);
+	}
 	return fd;
 }
 
