@@ -11,7 +11,10 @@
  *   disk_restore for each --dir: disk tier -> GPU, beside a raw O_DIRECT
  *                io_uring read of the tier's own file at the same block size
  *                and queue depth, pinned H2D, and a host-bounce baseline
- *                (kvt_get_batch into pageable buffers, then the copy)
+ *                (kvt_get_batch into pageable buffers, then the copy); the
+ *                restore also with unpins from host callbacks and into the
+ *                cross-layer layout, the host side alone and beside pinned
+ *                copies, and the CPU seconds per GB, by thread
  *   cufile       when libcufile loads (dlopen; never linked): raw reads of
  *                the tier file straight into GPU memory, and whether
  *                nvidia-fs was present (without it cuFile runs in its
@@ -27,6 +30,7 @@
  * windows in flight; default 128). Exit status 0 when every restored element matched, 1
  * otherwise, 2 for a bad option, 77 without a GPU.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +68,94 @@ static double cpu_s(void)
 	getrusage(RUSAGE_SELF, &r);
 	return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
 	       (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+}
+
+/*
+ * CPU time by thread while something runs, from /proc/self/task: the main
+ * thread, the store's threads (the loaders: named as the program), the
+ * io_uring workers (iou-*), CUDA's threads (cuda*), anything else, and
+ * threads that ended meanwhile (the process's total less the rest).
+ */
+#define TSNAP_MAX 1024
+enum { TC_MAIN, TC_STORE, TC_IOU, TC_CUDA, TC_OTHER, TC_EXITED, TC_N };
+static const char *const tc_name[TC_N] = { "main_thread", "store_threads", "io_uring_workers",
+					   "cuda_threads", "other_threads", "ended_threads" };
+struct tsnap {
+	int n;
+	int tid[TSNAP_MAX];
+	unsigned char cls[TSNAP_MAX];
+	double s[TSNAP_MAX];
+	double total;
+};
+
+static void tsnap_take(struct tsnap *t)
+{
+	static char self[32];
+	double tick = (double)sysconf(_SC_CLK_TCK);
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	t->n = 0;
+	if (!self[0]) {
+		FILE *f = fopen("/proc/self/comm", "r");
+		if (f && fgets(self, sizeof(self), f))
+			self[strcspn(self, "\n")] = 0;
+		if (f)
+			fclose(f);
+	}
+	while (d && (e = readdir(d)) && t->n < TSNAP_MAX) {
+		char path[300], buf[1024];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = 0;
+		char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+		unsigned long ut = 0, st = 0;
+		if (!open || !close ||
+		    sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+			continue;
+		*close = 0;
+		const char *comm = open + 1;
+		int tid = atoi(e->d_name);
+		t->tid[t->n] = tid;
+		t->cls[t->n] = tid == getpid() ? TC_MAIN : !strncmp(comm, "iou-", 4) ? TC_IOU :
+			       !strncmp(comm, "cuda", 4) ? TC_CUDA : !strcmp(comm, self) ? TC_STORE : TC_OTHER;
+		t->s[t->n++] = (double)(ut + st) / tick;
+	}
+	if (d)
+		closedir(d);
+	t->total = cpu_s();
+}
+
+/* CPU seconds by class between two snapshots, added to acc[]. */
+static void tsnap_add(const struct tsnap *a, const struct tsnap *b, double *acc)
+{
+	double sum = 0;
+	for (int i = 0; i < b->n; i++) {
+		double d = b->s[i];
+		for (int k = 0; k < a->n; k++)
+			if (a->tid[k] == b->tid[i]) {
+				d -= a->s[k];
+				break;
+			}
+		acc[b->cls[i]] += d;
+		sum += d;
+	}
+	acc[TC_EXITED] += b->total - a->total - sum;
+}
+
+static json_t *tcpu_json(const double *acc, double gb, const char *what)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "what", json_string(what));
+	for (int c = 0; c < TC_N; c++)
+		json_object_set_new(o, tc_name[c], json_real(gb > 0 ? acc[c] / gb : 0));
+	return o;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -511,15 +603,42 @@ static double save_all(struct conn *c, const struct setup *u)
 	return dt;
 }
 
-/* Restores the data set into c's cache; every block must come back. */
-static double restore_all(struct conn *c, const struct setup *u)
+/* Where a timed restore's time went besides landing blocks: the CPU
+ * seconds of the process per GB, its lookup, the tail from the last block
+ * handed to the GPU to the end of the copies, and its groups. */
+struct rinfo {
+	struct fig cpu, lookup_ms, tail_ms, groups;
+};
+
+static void rinfo_json(json_t *o, const char *name, const struct rinfo *ri)
 {
-	double t0 = now_s();
+	char k[96];
+	snprintf(k, sizeof(k), "%s_cpu_s_per_GB", name);
+	json_object_set_new(o, k, fig_json_unit(&ri->cpu, "CPU seconds of the process per GB restored", "cpu_s_per_GB"));
+	snprintf(k, sizeof(k), "%s_lookup_ms", name);
+	json_object_set_new(o, k, fig_json_unit(&ri->lookup_ms, "the restore's kvt_lookup (with leases) of every key, inside its time", "ms"));
+	snprintf(k, sizeof(k), "%s_tail_ms", name);
+	json_object_set_new(o, k, fig_json_unit(&ri->tail_ms, "from the last group handed to the GPU to the end of its copies, scatter and unpin", "ms"));
+	snprintf(k, sizeof(k), "%s_groups", name);
+	json_object_set_new(o, k, fig_json_unit(&ri->groups, "groups (scatter launches and unpin callbacks) per restore", "count"));
+}
+
+/* Restores the data set into c's cache; every block must come back.
+ * Seconds; ri (if not NULL) gets where the time went. */
+static double restore_all(struct conn *c, const struct setup *u, struct rinfo *ri)
+{
+	double c0 = cpu_s(), t0 = now_s();
 	size_t got = conn_restore(c, u->tokens, u->ntok, u->ids);
 	conn_sync(c);
-	double dt = now_s() - t0;
+	double t1 = now_s(), dt = t1 - t0;
 	if (got != (size_t)u->nblocks)
 		note_error("restore: %zu of %d blocks", got, u->nblocks);
+	if (ri && ri->cpu.n < MAXREP) {
+		ri->cpu.v[ri->cpu.n++] = (cpu_s() - c0) / ((double)u->nblocks * (double)u->bb / 1e9);
+		ri->lookup_ms.v[ri->lookup_ms.n++] = c->lookup_s * 1e3;
+		ri->tail_ms.v[ri->tail_ms.n++] = (t1 - c->last_land_s) * 1e3;
+		ri->groups.v[ri->groups.n++] = (double)c->groups;
+	}
 	return dt;
 }
 
@@ -676,6 +795,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvbench-gpu: no CUDA device\n");
 		return 77;
 	}
+	/* Threads waiting for the GPU sleep instead of spinning, so a thread
+	 * running copies beside a measurement takes no CPU from it. */
+	CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
 	u.bb = kv_block_bytes(&u.sh);
 	u.nblocks = (int)(gib * (double)(1u << 30) / (double)u.bb);
 	if (u.nblocks < 8)
@@ -718,6 +840,9 @@ int main(int argc, char **argv)
 						     "dtype", "bf16"));
 	json_object_set_new(root, "reps", json_integer(u.reps));
 	json_object_set_new(root, "window", json_integer((json_int_t)u.window));
+	json_object_set_new(root, "connector", json_pack("{s:i,s:i,s:i,s:s}", "copy_streams", CONN_STREAMS,
+							 "group_blocks", CONN_GROUP, "staging_buffers", CONN_STAGES,
+							 "gpu_waits", "cudaDeviceScheduleBlockingSync"));
 
 	/* GPU caches of both layouts, and the limit buffers. */
 	struct kv_cache fa, cr, fa2;
@@ -756,24 +881,39 @@ int main(int argc, char **argv)
 
 		struct fig h2d = { 0, { 0 } }, d2h = { 0, { 0 } }, pg = { 0, { 0 } };
 		struct fig rst_fa = { 0, { 0 } }, rst_cr = { 0, { 0 } }, sv_fa = { 0, { 0 } }, sv_cr = { 0, { 0 } };
+		struct fig rst_fcb = { 0, { 0 } };
+		struct rinfo ri_fa, ri_cr, ri_fcb;
+		memset(&ri_fa, 0, sizeof(ri_fa));
+		memset(&ri_cr, 0, sizeof(ri_cr));
+		memset(&ri_fcb, 0, sizeof(ri_fcb));
 
 		/* correctness through RAM: flash -> store -> cross, and -> flash again */
 		save_all(&cfa, &u);
 		zero_cache(&cr);
-		restore_all(&ccr, &u);
+		restore_all(&ccr, &u, NULL);
 		zero_cache(&fa2);
-		restore_all(&cfa2, &u);
+		restore_all(&cfa2, &u, NULL);
 		bad = differ(&fa, &cr, u.ids, u.nblocks);
 		size_t b2 = differ(&fa, &fa2, u.ids, u.nblocks);
 		json_object_set_new(corr, "ram_flash_to_cross_elements_differing", json_integer((json_int_t)bad));
 		json_object_set_new(corr, "ram_flash_to_flash_elements_differing", json_integer((json_int_t)b2));
 		bad += b2;
+		zero_cache(&fa2);
+		cfa2.poll = 0;
+		restore_all(&cfa2, &u, NULL);
+		cfa2.poll = 1;
+		b2 = differ(&fa, &fa2, u.ids, u.nblocks);
+		json_object_set_new(corr, "ram_flash_to_flash_callbacks_elements_differing", json_integer((json_int_t)b2));
+		bad += b2;
 
 		for (int r = 0; r < u.reps; r++) {
 			add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
-			add(&rst_fa, (double)set, restore_all(&cfa2, &u));
+			add(&rst_fa, (double)set, restore_all(&cfa2, &u, &ri_fa));
+			cfa2.poll = 0;
+			add(&rst_fcb, (double)set, restore_all(&cfa2, &u, &ri_fcb));
+			cfa2.poll = 1;
 			add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
-			add(&rst_cr, (double)set, restore_all(&ccr, &u));
+			add(&rst_cr, (double)set, restore_all(&ccr, &u, &ri_cr));
 		}
 		add(&h2d, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
 		for (int r = 0; r < u.reps; r++) {
@@ -789,8 +929,13 @@ int main(int argc, char **argv)
 		json_t *rj = json_object(), *sj = json_object();
 		json_object_set_new(rj, "pinned_h2d", fig_json(&h2d, "cudaMemcpyAsync pinned -> GPU, one block per copy, 4 streams"));
 		json_object_set_new(rj, "pageable_h2d", fig_json(&pg, "cudaMemcpyAsync malloc'd memory -> GPU, one block per copy"));
-		json_object_set_new(rj, "restore_flash", fig_json(&rst_fa, "lookup+pin -> H2D -> scatter into the FlashAttention layout -> unpin"));
-		json_object_set_new(rj, "restore_cross", fig_json(&rst_cr, "lookup+pin -> H2D into the cross-layer layout -> unpin"));
+		json_object_set_new(rj, "restore_flash", fig_json(&rst_fa, "lookup+pin -> H2D -> scatter into the FlashAttention layout; each block unpinned once its copy is done"));
+		json_object_set_new(rj, "restore_cross", fig_json(&rst_cr, "lookup+pin -> H2D into the cross-layer layout; each block unpinned once its copy is done"));
+		rinfo_json(rj, "restore_flash", &ri_fa);
+		json_object_set_new(rj, "restore_flash_callbacks", fig_json(&rst_fcb, "restore_flash with the blocks unpinned by a host callback behind each group's scatter (kvconn with poll 0) instead of as each block's copy is done"));
+		json_object_set_new(rj, "restore_flash_callbacks_over_pinned_h2d", json_real(median(&rst_fcb) / median(&h2d)));
+		rinfo_json(rj, "restore_flash_callbacks", &ri_fcb);
+		rinfo_json(rj, "restore_cross", &ri_cr);
 		json_object_set_new(rj, "restore_flash_over_pinned_h2d", json_real(median(&rst_fa) / median(&h2d)));
 		json_object_set_new(rj, "restore_cross_over_pinned_h2d", json_real(median(&rst_cr) / median(&h2d)));
 		json_object_set_new(res, "ram_restore", rj);
@@ -837,19 +982,34 @@ int main(int argc, char **argv)
 		json_t *dj = json_object();
 		json_object_set_new(dj, "dir", json_string(dirs[d]));
 		zero_cache(&cr);
-		restore_all(&ccr, &u);
+		restore_all(&ccr, &u, NULL);
 		zero_cache(&fa2);
-		restore_all(&cfa2, &u);
+		restore_all(&cfa2, &u, NULL);
 		size_t d1 = differ(&fa, &cr, u.ids, u.nblocks), d2 = differ(&fa, &fa2, u.ids, u.nblocks);
 		bad += d1 + d2;
 		json_object_set_new(dj, "flash_to_cross_elements_differing", json_integer((json_int_t)d1));
 		json_object_set_new(dj, "flash_to_flash_elements_differing", json_integer((json_int_t)d2));
+		zero_cache(&fa2);
+		cfa2.poll = 0;
+		restore_all(&cfa2, &u, NULL);
+		cfa2.poll = 1;
+		d2 = differ(&fa, &fa2, u.ids, u.nblocks);
+		bad += d2;
+		json_object_set_new(dj, "flash_to_flash_callbacks_elements_differing", json_integer((json_int_t)d2));
 		struct stat stt;
 		stat(path, &stt);
 		size_t span = (size_t)stt.st_size < set ? (size_t)stt.st_size : set;
 		struct fig raw = { 0, { 0 } }, rst = { 0, { 0 } }, bnc = { 0, { 0 } }, lim = { 0, { 0 } };
 		struct fig pin = { 0, { 0 } }, rawc = { 0, { 0 } }, rawh = { 0, { 0 } }, h2dc = { 0, { 0 } };
-		struct fig pinc = { 0, { 0 } }, raw8 = { 0, { 0 } };
+		struct fig pinc = { 0, { 0 } }, raw8 = { 0, { 0 } }, rstc = { 0, { 0 } };
+		struct fig pinh = { 0, { 0 } }, h2dp = { 0, { 0 } }, pinhc = { 0, { 0 } };
+		struct fig rstcb = { 0, { 0 } };
+		struct rinfo ri, ric, ricb;
+		memset(&ri, 0, sizeof(ri));
+		memset(&ric, 0, sizeof(ric));
+		memset(&ricb, 0, sizeof(ricb));
+		double tc_rst[TC_N] = { 0 }, tc_rstcb[TC_N] = { 0 }, tc_pin[TC_N] = { 0 };
+		static struct tsnap ta, tb;
 		double rr = 0;
 		for (int r = 0; r <= u.reps; r++) {
 			double c0 = cpu_s();
@@ -864,11 +1024,34 @@ int main(int argc, char **argv)
 			if (r == u.reps)
 				break; /* limit, figure, ..., limit */
 			add(&lim, (double)lim_total, copy_time(pinned, dbuf, u.bb, lim_total, 1, lst));
-			add(&rst, (double)set, restore_all(&cfa2, &u));
+			tsnap_take(&ta);
+			add(&rst, (double)set, restore_all(&cfa2, &u, &ri));
+			tsnap_take(&tb);
+			tsnap_add(&ta, &tb, tc_rst);
+			cfa2.poll = 0;
+			tsnap_take(&ta);
+			add(&rstcb, (double)set, restore_all(&cfa2, &u, &ricb));
+			tsnap_take(&tb);
+			tsnap_add(&ta, &tb, tc_rstcb);
+			cfa2.poll = 1;
+			add(&rstc, (double)set, restore_all(&ccr, &u, &ric));
 			add(&bnc, (double)set, bounce_all(s, rk, &cfa2, &u));
 			double pc;
+			tsnap_take(&ta);
 			add(&pin, (double)set, pin_all(s, rk, &u, &pc));
+			tsnap_take(&tb);
+			tsnap_add(&ta, &tb, tc_pin);
 			pinc.v[pinc.n++] = pc / ((double)set / 1e9);
+			/* the host side again, while pinned H2D copies run beside it */
+			struct h2d_load hp = { pinned, dbuf, u.bb, lim_total, 0, 0, 0 };
+			pthread_t pth;
+			pthread_create(&pth, NULL, h2d_loop, &hp);
+			add(&pinh, (double)set, pin_all(s, rk, &u, &pc));
+			pinhc.v[pinhc.n++] = pc / ((double)set / 1e9);
+			hp.stop = 1;
+			pthread_join(pth, NULL);
+			if (hp.secs > 0)
+				h2dp.v[h2dp.n++] = hp.bytes / hp.secs / 1e9;
 			/* the raw read again, while pinned H2D copies run beside it */
 			struct h2d_load hl = { pinned, dbuf, u.bb, lim_total, 0, 0, 0 };
 			pthread_t hth;
@@ -890,9 +1073,27 @@ int main(int argc, char **argv)
 		json_object_set_new(dj, "limit_GBps", json_real(limit));
 		json_object_set_new(dj, "limit_is", json_string("min(the faster raw_read shape, pinned_h2d), medians"));
 		json_object_set_new(dj, "pinned_h2d", fig_json(&lim, "cudaMemcpyAsync pinned -> GPU, one block per copy"));
-		json_object_set_new(dj, "restore_flash", fig_json(&rst, "lookup+pin (disk loads into fresh slots) -> H2D -> scatter -> unpin"));
+		json_object_set_new(dj, "restore_flash", fig_json(&rst, "lookup+pin (disk loads into fresh slots) -> H2D of each block as it lands -> scatter per group; each block unpinned once its copy is done"));
 		json_object_set_new(dj, "host_bounce_flash", fig_json(&bnc, "kvt_get_batch into malloc'd buffers -> cudaMemcpy -> scatter"));
 		json_object_set_new(dj, "restore_over_limit", json_real(limit > 0 ? median(&rst) / limit : 0));
+		rinfo_json(dj, "restore_flash", &ri);
+		json_object_set_new(dj, "restore_flash_callbacks", fig_json(&rstcb, "restore_flash with the blocks unpinned by a host callback behind each group's scatter (kvconn with poll 0) instead of as each block's copy is done"));
+		json_object_set_new(dj, "restore_callbacks_over_limit", json_real(limit > 0 ? median(&rstcb) / limit : 0));
+		rinfo_json(dj, "restore_flash_callbacks", &ricb);
+		{
+			double gb = (double)set / 1e9 * u.reps;
+			json_t *tc = json_object();
+			json_object_set_new(tc, "restore_flash", tcpu_json(tc_rst, gb, "CPU seconds per GB by thread, over every repetition"));
+			json_object_set_new(tc, "restore_flash_callbacks", tcpu_json(tc_rstcb, gb, "the same for restore_flash_callbacks"));
+			json_object_set_new(tc, "pin_only", tcpu_json(tc_pin, gb, "the same for pin_only"));
+			json_object_set_new(dj, "cpu_by_thread", tc);
+		}
+		json_object_set_new(dj, "restore_cross", fig_json(&rstc, "the same into the cross-layer layout: no staging, no scatter"));
+		json_object_set_new(dj, "restore_cross_over_limit", json_real(limit > 0 ? median(&rstc) / limit : 0));
+		rinfo_json(dj, "restore_cross", &ric);
+		json_object_set_new(dj, "pin_only_beside_h2d", fig_json(&pinh, "pin_only again while pinned H2D copies (4 streams, one block each) run beside it: the host side under a restore's own copy traffic"));
+		json_object_set_new(dj, "pin_only_beside_h2d_cpu_s_per_GB", fig_json_unit(&pinhc, "CPU seconds of the process per GB of pin_only_beside_h2d (the copies' own thread included)", "cpu_s_per_GB"));
+		json_object_set_new(dj, "h2d_beside_pin_only", fig_json(&h2dp, "the pinned H2D copies during pin_only_beside_h2d"));
 		json_object_set_new(dj, "raw_read_cpu_s_per_GB", fig_json_unit(&rawc, "CPU seconds of the process (io_uring workers included) per GB of raw_read", "cpu_s_per_GB"));
 		json_object_set_new(dj, "pin_only", fig_json(&pin, "host side of the restore alone: lookup-free kvt_get_pin windows of 128 (two in flight), each block unpinned as it is reaped, no GPU copy"));
 		json_object_set_new(dj, "pin_only_cpu_s_per_GB", fig_json_unit(&pinc, "CPU seconds of the process per GB of pin_only", "cpu_s_per_GB"));

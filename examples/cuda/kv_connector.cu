@@ -6,12 +6,16 @@
  * saved block by block into the store (reserve -> gather -> copy -> commit),
  * then restored into a cross-layer-layout cache at other block ids (pin ->
  * copy as each block is ready -> unpin), and the other way round with a
- * second prompt; each restored element must equal the saved one. With
+ * second prompt; each restored element must equal the saved one, and once
+ * the restore's streams are synchronized no slot may be left pinned. With
  * --disk DIR the store has a disk tier and the saved blocks are pushed out
- * of RAM before the restore, so they come back through the disk.
+ * of RAM before the restore, so they come back through the disk. --unpin
+ * picks how the restore unpins: "poll" (the default: each block once its
+ * copy is done, found by the restoring thread) or "callback" (a host
+ * callback behind each group's scatter).
  *
- *   kv_connector [--disk DIR] [--layers N] [--blocks N] [--block-size N]
- *                [--heads N] [--head-size N]
+ *   kv_connector [--disk DIR] [--unpin poll|callback] [--layers N]
+ *                [--blocks N] [--block-size N] [--heads N] [--head-size N]
  * Exit status 0 when every element matched, 1 otherwise, 77 without a GPU.
  */
 #include <stdint.h>
@@ -168,7 +172,7 @@ static long long stat_of(kvt_store *s, const char *tier, const char *name)
 /* One direction: save from `from` (blocks a), restore into `to` (blocks b). */
 static int round_trip(kvt_store *s, kvt_key root, struct kv_cache *from,
 		      struct kv_cache *to, int nblocks, uint32_t seed, const char *disk,
-		      size_t ram_bytes)
+		      size_t ram_bytes, int poll)
 {
 	int bs = from->shape.block_size;
 	size_t ntok = (size_t)nblocks * bs;
@@ -191,17 +195,20 @@ static int round_trip(kvt_store *s, kvt_key root, struct kv_cache *from,
 	long long loads0 = stat_of(s, "\"slots\"", "loads");
 
 	conn_open(&cr, s, root, to);
+	cr.poll = poll;
 	size_t got = conn_restore(&cr, tokens, ntok, b);
 	conn_sync(&cr);
+	long long held = stat_of(s, "\"slots\"", "held"); /* pins left: none */
 	conn_close(&cr);
 	long long loads = stat_of(s, "\"slots\"", "loads") - loads0;
 
 	size_t bad = compare(from, a, to, b, got);
 	printf("%s -> %s: %zu blocks saved (%zu already stored, %zu not), %zu restored "
-	       "(%lld from disk), %zu elements differ\n",
+	       "(%lld from disk, unpinned by %s, %lld slots left held), %zu elements differ\n",
 	       from->kind == KV_FLASH ? "flash" : "cross", to->kind == KV_FLASH ? "flash" : "cross",
-	       cs.saved, cs.skipped_stored, cs.unsaved, got, loads, bad);
-	int ok = bad == 0 && got == (size_t)nblocks && (!disk || loads == nblocks);
+	       cs.saved, cs.skipped_stored, cs.unsaved, got, loads, poll ? "poll" : "callback",
+	       held, bad);
+	int ok = bad == 0 && got == (size_t)nblocks && (!disk || loads == nblocks) && held == 0;
 	free(tokens);
 	free(a);
 	free(b);
@@ -212,11 +219,15 @@ int main(int argc, char **argv)
 {
 	struct kv_shape sh = { 8, 256, 16, 8, 128, 2 };
 	const char *disk = NULL;
-	int nblocks = 64;
+	int nblocks = 64, poll = 1;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--disk"))
 			disk = argv[i + 1];
+		else if (!strcmp(argv[i], "--unpin") && !strcmp(argv[i + 1], "poll"))
+			poll = 1;
+		else if (!strcmp(argv[i], "--unpin") && !strcmp(argv[i + 1], "callback"))
+			poll = 0;
 		else if (!strcmp(argv[i], "--layers"))
 			sh.layers = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--blocks"))
@@ -228,8 +239,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--head-size"))
 			sh.head_size = atoi(argv[i + 1]);
 		else {
-			fprintf(stderr, "usage: %s [--disk DIR] [--layers N] [--blocks N] "
-				"[--block-size N] [--heads N] [--head-size N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--disk DIR] [--unpin poll|callback] [--layers N] "
+				"[--blocks N] [--block-size N] [--heads N] [--head-size N]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -267,8 +278,8 @@ int main(int argc, char **argv)
 	cache_fill(&flash, 0x1234u);
 	cache_fill(&cross, 0xabcdu);
 
-	int ok = round_trip(s, root, &flash, &cross, nblocks, 11, disk, ram);
-	ok &= round_trip(s, root, &cross, &flash, nblocks, 12345, disk, ram);
+	int ok = round_trip(s, root, &flash, &cross, nblocks, 11, disk, ram, poll);
+	ok &= round_trip(s, root, &cross, &flash, nblocks, 12345, disk, ram, poll);
 
 	kv_cache_free(&flash);
 	kv_cache_free(&cross);
