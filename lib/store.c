@@ -430,16 +430,18 @@ fail: {
 static void store_teardown(kvt_store *s)
 {
 	/* The attached processes first (their threads call the store), then
-	 * the workers (their batches ask peers), then the peer server (its
-	 * connection threads serve from the tiers), then the tiers. */
+	 * the workers (their batches ask peers), then the slot loaders (they
+	 * load from owners and copy committed blocks to them), then the peer
+	 * server (its connection threads serve from the tiers), then the
+	 * tiers. */
 	local_server_close(s->local);
 	s->local = NULL;
 	batch_workers_stop(s);
 	local_client_close(s->client);
 	s->client = NULL;
+	slot_close(s->slots);
 	peer_close(s->peer);
 	s->peer = NULL;
-	slot_close(s->slots); /* its loaders read from the tiers */
 	if (s->evictor_started) {
 		pthread_mutex_lock(&s->elock);
 		s->estop = 1;
