@@ -12,7 +12,11 @@
  * speak the frames of the local protocol themselves: a malformed frame, a
  * commit whose checksum does not match the arena's bytes, a client stuck
  * mid-frame beside a working one, local.max_clients; and a process of
- * another user refused by the socket's mode and by local.uids. The example
+ * another user refused by the socket's mode and by local.uids. Gets of RAM
+ * blocks through the node store's directory: without a request, counted
+ * as hits later, falling back when the directory is full, never wrong
+ * while writers remove, replace and evict, and after the node store is
+ * killed. The example
  * examples/node_local (a scheduler and two workers) runs against the same
  * kvtierd. Every wait is bounded.
  */
@@ -366,34 +370,46 @@ static void check_all_readable(kvt_store *s)
 			fail_msg("block %llu unreadable or wrong", (unsigned long long)i);
 }
 
-static void test_kvtierd_three_processes(void **state)
+/* Starts kvtierd with the configuration cfg (written to dir); its stdout
+ * in *out. */
+static pid_t start_kvtierd(const char *dir, const char *cfg, char *bin, size_t cap,
+			   int *out)
 {
-	(void)state;
-	char bin[PATH_MAX + 32], sock[256], cfgp[256], cfg[512];
-	char *dir = make_temp_dir("local");
-	kvtierd_path(bin, sizeof(bin));
+	char cfgp[256];
+	int p[2];
+
+	kvtierd_path(bin, cap);
 	if (access(bin, X_OK))
 		fail_msg("kvtierd not found at %s: build it with make", bin);
-	snprintf(sock, sizeof(sock), "%s/kv.sock", dir);
 	snprintf(cfgp, sizeof(cfgp), "%s/kvtierd.json", dir);
-	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false, "
-		 "\"pin_ms\": 600000, \"lease_ms\": 600000}, \"local\": {\"socket\": \"%s\", "
-		 "\"mode\": 384}}", sock);
 	FILE *f = fopen(cfgp, "w");
 	assert_non_null(f);
 	fputs(cfg, f);
 	fclose(f);
-
-	int out[2];
-	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	pid_t d = fork();
 	assert_true(d >= 0);
 	if (d == 0) {
-		dup2(out[1], 1);
+		dup2(p[1], 1);
 		execl(bin, bin, "--config", cfgp, (char *)NULL);
 		_exit(127);
 	}
-	close(out[1]);
+	close(p[1]);
+	*out = p[0];
+	return d;
+}
+
+static void test_kvtierd_three_processes(void **state)
+{
+	(void)state;
+	char bin[PATH_MAX + 32], sock[256], cfg[512];
+	char *dir = make_temp_dir("local");
+	int out[1];
+	snprintf(sock, sizeof(sock), "%s/kv.sock", dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false, "
+		 "\"pin_ms\": 600000, \"lease_ms\": 600000}, \"local\": {\"socket\": \"%s\", "
+		 "\"mode\": 384}}", sock);
+	pid_t d = start_kvtierd(dir, cfg, bin, sizeof(bin), &out[0]);
 	kvt_store *s = attach_within(sock, START_MS);
 	char line[256] = "";
 	ssize_t n = read(out[0], line, sizeof(line) - 1);
@@ -1355,6 +1371,51 @@ static void test_directory_reads_never_wrong_bytes(void **state)
 	kvt_close(node);
 }
 
+/* When the node store is killed, an attached process still serves gets of
+ * RAM blocks from its own mappings of the arena and the directory (the
+ * bytes are still the blocks') until it next talks to the node store: at
+ * the latest when 64 such hits wait to be told. From then on every call
+ * fails with -ENOTCONN. */
+static void test_directory_after_the_node_store_is_killed(void **state)
+{
+	(void)state;
+	char bin[PATH_MAX + 32], sock[256], cfg[512], buf[8192];
+	char *dir = make_temp_dir("local");
+	size_t found = 0, len = 0;
+	unsigned served = 0;
+	int out = -1, rc = 0;
+
+	snprintf(sock, sizeof(sock), "%s/kv.sock", dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false}, "
+		 "\"local\": {\"socket\": \"%s\"}}", sock);
+	pid_t d = start_kvtierd(dir, cfg, bin, sizeof(bin), &out);
+	kvt_store *a = attach_within(sock, START_MS);
+	for (uint64_t i = 0; i < 4; i++)
+		store_put_block(a, test_key(6000 + i), sizeof(buf));
+	kvt_key k0 = test_key(6000);
+	assert_int_equal(kvt_lookup(a, &k0, 1, 0, &found), 0); /* no hit waits */
+	assert_int_equal(kill(d, SIGKILL), 0);
+	assert_int_equal(wait_child(d, START_MS), 128 + SIGKILL);
+	for (unsigned n = 0; n < 200; n++) {
+		kvt_key k = test_key(6000 + n % 4);
+		memset(buf, 0, sizeof(buf));
+		rc = kvt_get(a, k, buf, sizeof(buf), &len);
+		if (rc)
+			break;
+		assert_int_equal(len, sizeof(buf));
+		assert_true(check_block(k, buf, len));
+		served++;
+	}
+	assert_int_equal(rc, -ENOTCONN);
+	assert_int_equal(served, 64);
+	assert_int_equal(kvt_get(a, k0, buf, sizeof(buf), &len), -ENOTCONN);
+	assert_int_equal(kvt_lookup(a, &k0, 1, 0, &found), -ENOTCONN);
+	kvt_close(a);
+	close(out);
+	rm_rf(dir);
+	free(dir);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1432,6 +1493,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_directory_gets_need_no_request),
 		cmocka_unit_test(test_directory_full_falls_back),
 		cmocka_unit_test(test_directory_reads_never_wrong_bytes),
+		cmocka_unit_test(test_directory_after_the_node_store_is_killed),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
