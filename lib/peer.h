@@ -116,27 +116,29 @@ struct peer_local {
 	/* as kvt_get, local tiers only */
 	int (*get)(void *arg, kvt_key key, void *buf, size_t cap, size_t *len);
 	/* a block of at most cap bytes held in RAM, handed to fn(fnarg, bytes,
-	 * len) in place, pinned until fn returns (sent without a copy); returns
-	 * fn's result, -ENOENT (not in RAM: use get) or -ENOBUFS with *len set.
-	 * May be NULL. */
+	 * len, sum) in place, pinned until fn returns (sent without a copy),
+	 * sum the checksum kept with the block (its bytes are not read for
+	 * it); returns fn's result, -ENOENT (not in RAM: use get) or -ENOBUFS
+	 * with *len set. May be NULL. */
 	int (*visit)(void *arg, kvt_key key, size_t cap,
-		     int (*fn)(void *fnarg, const void *block, size_t len),
+		     int (*fn)(void *fnarg, const void *block, size_t len, uint64_t sum),
 		     void *fnarg, size_t *len);
 	/* as kvt_put_batch, local tiers only; sets each op's result */
 	void (*put)(void *arg, kvt_op *ops, size_t n);
 	void (*release)(void *arg, const kvt_key *keys, size_t n);
 	/* The RDMA transport's (all NULL: blocks always travel inline).
 	 * pin: the RAM block of key (at most cap bytes), pinned in the arena
-	 * until unpin(ref): 0 with *block and *len, -ENOENT (not in RAM),
-	 * -ENOBUFS with *len. reserve: len bytes of arena for a block that
-	 * is not visible yet: 0 with *at and *handle, or -errno. publish
-	 * makes it key's block (0, or -errno with the space freed); unreserve
-	 * frees it unpublished. */
+	 * until unpin(ref): 0 with *block, *len and *sum (the checksum kept
+	 * with it, as visit's), -ENOENT (not in RAM), -ENOBUFS with *len.
+	 * reserve: len bytes of arena for a block that is not visible yet: 0
+	 * with *at and *handle, or -errno. publish makes it key's block, its
+	 * bytes verified against sum (0, or -errno with the space freed);
+	 * unreserve frees it unpublished. */
 	int (*pin)(void *arg, kvt_key key, size_t cap, uint64_t *ref, void **block,
-		   size_t *len);
+		   size_t *len, uint64_t *sum);
 	void (*unpin)(void *arg, uint64_t ref);
 	int (*reserve)(void *arg, size_t len, void **at, uint64_t *handle);
-	int (*publish)(void *arg, kvt_key key, uint64_t handle, size_t len);
+	int (*publish)(void *arg, kvt_key key, uint64_t handle, size_t len, uint64_t sum);
 	void (*unreserve)(void *arg, uint64_t handle);
 };
 

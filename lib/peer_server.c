@@ -126,8 +126,10 @@ static int grow(struct conn *c, size_t n)
 	return 0;
 }
 
-/* A GET_R frame: header, item header, and the block when status is 0. */
-static int send_get_r(struct conn *c, int st, const void *block, uint64_t len)
+/* A GET_R frame: header, item header, and the block when status is 0,
+ * whose checksum is sum. */
+static int send_get_r(struct conn *c, int st, const void *block, uint64_t len,
+		      uint64_t sum)
 {
 	uint8_t ih[HDR + ITEM];
 	uint64_t dl = req_deadline(c->p);
@@ -137,7 +139,7 @@ static int send_get_r(struct conn *c, int st, const void *block, uint64_t len)
 	put32(ih + HDR, (uint32_t)st);
 	put32(ih + HDR + 4, 0);
 	put64(ih + HDR + 8, st == 0 || st == -ENOBUFS ? len : 0);
-	put64(ih + HDR + 16, st == 0 ? kvt_checksum(block, len) : 0);
+	put64(ih + HDR + 16, st == 0 ? sum : 0);
 	put64(ih + HDR + 24, 0);
 	e = peer_xfer(c->fd, ih, HDR + ITEM, 1, dl, -1);
 	if (!e && st == 0) {
@@ -152,12 +154,13 @@ struct visit_ctx {
 	int e;                    /* the connection's fate */
 };
 
-/* ram_visit's callback: sends the block straight from the arena. */
-static int send_in_place(void *arg, const void *block, size_t len)
+/* ram_visit's callback: sends the block straight from the arena, with the
+ * checksum kept beside it (the loader verifies the bytes against it). */
+static int send_in_place(void *arg, const void *block, size_t len, uint64_t sum)
 {
 	struct visit_ctx *v = arg;
 
-	v->e = send_get_r(v->c, 0, block, len);
+	v->e = send_get_r(v->c, 0, block, len, sum);
 	return 0;
 }
 
@@ -263,7 +266,7 @@ static int serve_get(struct conn *c, const struct hdr *h)
 		}
 		if (st && st != -ENOENT && st != -ENOBUFS && st != -EBADMSG)
 			st = -EIO;
-		e = send_get_r(c, st, c->buf, len);
+		e = send_get_r(c, st, c->buf, len, st == 0 ? kvt_checksum(c->buf, len) : 0);
 	}
 	free(items);
 	return e;

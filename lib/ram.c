@@ -269,15 +269,28 @@ static void free_extent(struct ram_tier *r, uint64_t off)
 	atomic_fetch_sub_explicit(&r->used, bytes, memory_order_relaxed);
 }
 
+/* Keeps sum as the checksum of entry id's block unless one is kept (the
+ * one kept was verified, or computed from the same bytes). Shard locked. */
+static void keep_sum(struct shard *sh, uint32_t id, const uint64_t *sum)
+{
+	struct ram_ent *e = shard_ent(sh, id);
+
+	if (sum && !e->has_sum) {
+		*shard_sum(sh, id) = *sum;
+		e->has_sum = 1;
+	}
+}
+
 /*
- * Publishes the extent at off, holding len bytes of key, as a block.
- * Returns 0; 1 when the key is stored already (same bytes: the extent is
- * freed and the stored block's recency refreshed); -ENOMEM when the index
- * cannot grow (the extent is freed). With gen (a promotion), -ESTALE and
- * the extent freed when a removal changed key's generation since *gen.
+ * Publishes the extent at off, holding len bytes of key, as a block, its
+ * checksum *sum when given. Returns 0; 1 when the key is stored already
+ * (same bytes: the extent is freed and the stored block's recency
+ * refreshed); -ENOMEM when the index cannot grow (the extent is freed).
+ * With gen (a promotion), -ESTALE and the extent freed when a removal
+ * changed key's generation since *gen.
  */
 static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
-			 const uint64_t *gen)
+			 const uint64_t *gen, const uint64_t *sum)
 {
 	struct shard *sh = shard_of(r, key);
 
@@ -306,6 +319,7 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 	e->off = off;
 	e->len = (uint32_t)len;
 	e->stamp = next_tick(r);
+	keep_sum(sh, id, sum);
 	ent_set_state(e, IENT_LRU);
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
 	publish(r, e);
@@ -378,7 +392,7 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 		return -EBADMSG;
 	}
 	/* Another thread may have stored the same key meanwhile: same bytes. */
-	return insert_extent(r, key, (uint64_t)off, len, gen);
+	return insert_extent(r, key, (uint64_t)off, len, gen, sum);
 }
 
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
@@ -407,13 +421,14 @@ void ram_slot_free(struct ram_tier *r, uint64_t off)
 	free_extent(r, off);
 }
 
-int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len)
+int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
+		     const uint64_t *sum)
 {
-	return insert_extent(r, key, off, len, NULL);
+	return insert_extent(r, key, off, len, NULL, sum);
 }
 
 int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
-		     uint64_t gen, uint64_t *ref)
+		     uint64_t gen, const uint64_t *sum, uint64_t *ref)
 {
 	struct shard *sh = shard_of(r, key);
 
@@ -439,6 +454,7 @@ int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 	e->off = off;
 	e->len = (uint32_t)len;
 	e->stamp = next_tick(r);
+	keep_sum(sh, id, sum);
 	ent_set_state(e, IENT_LRU);
 	e->pins = 1;
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
@@ -451,8 +467,10 @@ int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 	return 0;
 }
 
-int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
-	    uint64_t *off, size_t *len)
+/* ram_pin; with sum, *sum = the block's kept checksum, or *sum unset
+ * and *has = 0 when none is kept yet. */
+static int pin_entry(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+		     uint64_t *off, size_t *len, uint64_t *sum, int *has)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -478,6 +496,8 @@ int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	}
 	e->pins++;
 	touch(r, sh, id);
+	if (sum && (*has = e->has_sum))
+		*sum = *shard_sum(sh, id);
 	*off = e->off;
 	*ref = (uint64_t)(sh - r->shards) << 32 | id;
 	sh->pinned++;
@@ -486,12 +506,21 @@ int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	return 0;
 }
 
-void ram_unpin(struct ram_tier *r, uint64_t ref)
+int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+	    uint64_t *off, size_t *len)
+{
+	return pin_entry(r, key, cap, ref, off, len, NULL, NULL);
+}
+
+/* Ends the pin ref, first keeping *sum (NULL: none) as its block's
+ * checksum when none is kept yet. */
+static void unpin_keep(struct ram_tier *r, uint64_t ref, const uint64_t *sum)
 {
 	struct shard *sh = &r->shards[ref >> 32];
 	uint32_t id = (uint32_t)ref;
 
 	pthread_mutex_lock(&sh->lock);
+	keep_sum(sh, id, sum);
 	sh->pinned--;
 	struct ram_ent *e = shard_ent(sh, id);
 	if (--e->pins == 0 && e->state == IENT_DEAD)
@@ -499,28 +528,60 @@ void ram_unpin(struct ram_tier *r, uint64_t ref)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
-	      void *arg, size_t *len)
+void ram_unpin(struct ram_tier *r, uint64_t ref)
 {
-	uint64_t ref, off;
-	int rc = ram_pin(r, key, cap, &ref, &off, len);
+	unpin_keep(r, ref, NULL);
+}
 
-	if (rc)
-		return rc;
-	rc = fn(arg, r->base + off, *len);
-	ram_unpin(r, ref);
+int ram_pin_sum(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+		uint64_t *off, size_t *len, uint64_t *sum)
+{
+	int has = 0, rc = pin_entry(r, key, cap, ref, off, len, sum, &has);
+
+	if (rc == 0 && !has) {
+		/* The first ask: computed from the pinned bytes, kept. */
+		struct shard *sh = &r->shards[*ref >> 32];
+		*sum = kvt_checksum(r->base + *off, *len);
+		pthread_mutex_lock(&sh->lock);
+		keep_sum(sh, (uint32_t)*ref, sum);
+		pthread_mutex_unlock(&sh->lock);
+	}
 	return rc;
 }
 
-static int copy_out(void *buf, const void *block, size_t len)
+/* ram_visit; without want_sum, fn's sum is 0 (no checksum computed). */
+static int visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
+		 void *arg, size_t *len, int want_sum)
 {
+	uint64_t ref, off, sum = 0;
+	int has = 0;
+	int rc = pin_entry(r, key, cap, &ref, &off, len, want_sum ? &sum : NULL, &has);
+
+	if (rc)
+		return rc;
+	if (want_sum && !has)
+		sum = kvt_checksum(r->base + off, *len); /* the first ask: kept */
+	rc = fn(arg, r->base + off, *len, sum);
+	unpin_keep(r, ref, want_sum && !has ? &sum : NULL);
+	return rc;
+}
+
+int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
+	      void *arg, size_t *len)
+{
+	return visit(r, key, cap, fn, arg, len, 1);
+}
+
+static int copy_out(void *buf, const void *block, size_t len, uint64_t sum)
+{
+	(void)sum;
 	memcpy(buf, block, len);
 	return 0;
 }
 
 int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len)
 {
-	return ram_visit(r, key, cap, copy_out, buf, len);
+	return visit(r, key, cap, copy_out, buf, len, 0);
 }
 
 /* Leases a live entry until deadline. Shard locked. 1, or -ENOSPC at the cap. */

@@ -69,7 +69,7 @@ int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
  * reads in flight. sum (NULL: none) is the payload checksum the disk or
  * the peer client verified; the copy made into the arena must match it,
  * else -EBADMSG and nothing is stored (data may be a caller's buffer that
- * changed since). A promotion is an admission decision: while the block
+ * changed since), and it is kept as the block's checksum. A promotion is an admission decision: while the block
  * fits below the high watermark it is stored; otherwise only on the key's
  * second try (-EAGAIN and nothing stored or evicted on the first).
  * Otherwise as ram_put.
@@ -86,13 +86,25 @@ uint64_t ram_gen(struct ram_tier *r, kvt_key key);
 int ram_get(struct ram_tier *r, kvt_key key, void *buf, size_t cap, size_t *len);
 
 /*
- * Hands a block of at most cap bytes to fn(arg, its bytes in the arena, len)
- * instead of copying it: pinned (never evicted, moved or freed) until fn
- * returns, however long that takes; fn must not call back into this tier for
- * the same key. Refreshes its recency. Returns fn's result, -ENOENT, or
- * -ENOBUFS with *len = size needed (fn not called).
+ * Each block's checksum (kvt_checksum of its bytes) is kept with its entry,
+ * so that whoever sends a block on (the peer server) need not read it twice:
+ * a block that became visible with a verified checksum (a promotion, a
+ * publish given one) keeps that one; any other has its checksum computed
+ * from its bytes in the arena the first time one is asked for (the bytes of
+ * a visible block never change) and kept from then on. A block's checksum
+ * is thus never one of other bytes than the block was made of: bytes that
+ * changed in the arena since (a fault, a stray write) fail the receiver's
+ * verification instead of being sent as good.
  */
-typedef int (*ram_visit_fn)(void *arg, const void *block, size_t len);
+
+/*
+ * Hands a block of at most cap bytes to fn(arg, its bytes in the arena, len,
+ * its checksum) instead of copying it: pinned (never evicted, moved or
+ * freed) until fn returns, however long that takes; fn must not call back
+ * into this tier for the same key. Refreshes its recency. Returns fn's
+ * result, -ENOENT, or -ENOBUFS with *len = size needed (fn not called).
+ */
+typedef int (*ram_visit_fn)(void *arg, const void *block, size_t len, uint64_t sum);
 int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
 	      void *arg, size_t *len);
 
@@ -103,15 +115,18 @@ int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
  * but, unless may_spill, only when that writes nothing to disk; -ENOSPC when
  * it does not fit. ram_slot_free gives it back. ram_slot_publish makes the
  * extent the block of key: 0, or 1 when key was stored already (the extent
- * is freed), or -ENOMEM (the extent is freed).
+ * is freed), or -ENOMEM (the extent is freed); sum (NULL: none) is the
+ * checksum its bytes were verified against, kept as the block's.
  */
 int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill);
 void ram_slot_free(struct ram_tier *r, uint64_t off);
-int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len);
+int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
+		     const uint64_t *sum);
 
 /*
  * A promotion without a copy: the extent off (from ram_slot_alloc) holds
- * len bytes of key read and verified from a lower tier. When admitted as
+ * len bytes of key read and verified from a lower tier (against *sum, which
+ * is kept as the block's checksum; NULL: none known). When admitted as
  * ram_promote admits a copy, and no ram_remove changed key's generation
  * since gen (ram_gen before the read began), it becomes key's block,
  * pinned once as ram_pin would (*ref; ram_unpin ends it), and returns 0.
@@ -119,7 +134,7 @@ int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len);
  * -EAGAIN (not admitted), -ESTALE (removed meanwhile), -ENOMEM (index full).
  */
 int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
-		     uint64_t gen, uint64_t *ref);
+		     uint64_t gen, const uint64_t *sum, uint64_t *ref);
 
 /*
  * Pins the block of key (at most cap bytes) as ram_visit does, but until
@@ -130,6 +145,10 @@ int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 int ram_pin(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 	    uint64_t *off, size_t *len);
 void ram_unpin(struct ram_tier *r, uint64_t ref);
+
+/* ram_pin, and on success *sum = the block's checksum (see above). */
+int ram_pin_sum(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
+		uint64_t *off, size_t *len, uint64_t *sum);
 
 /*
  * Presence of one key, for lookups. With lease, also leases it until

@@ -61,8 +61,10 @@ void shard_destroy(struct shard *sh)
 		o = t->retired;
 		free(t);
 	}
-	for (unsigned k = 0; k < NSEGS; k++)
+	for (unsigned k = 0; k < NSEGS; k++) {
 		free(sh->seg[k]);
+		free(sh->sums[k]);
+	}
 	pthread_mutex_destroy(&sh->lock);
 	memset(sh, 0, sizeof(*sh));
 }
@@ -175,9 +177,13 @@ static uint32_t pool_take(struct shard *sh)
 		/* Line-aligned, one entry per cache line: lookups on two threads
 		 * renew the leases of neighbouring entries without sharing one. */
 		struct ram_ent *e = NULL;
-		if (posix_memalign((void **)&e, 64, (size_t)n * sizeof(*e)))
+		uint64_t *sums = calloc(n, sizeof(*sums));
+		if (!sums || posix_memalign((void **)&e, 64, (size_t)n * sizeof(*e))) {
+			free(sums);
 			return IDX_NONE;
+		}
 		memset(e, 0, (size_t)n * sizeof(*e));
+		sh->sums[k] = sums;
 		/* Thread the new entries onto the free list, lowest id first. */
 		for (uint32_t i = n; i-- > 0;) {
 			e[i].next = sh->free_head;
@@ -207,6 +213,7 @@ uint32_t shard_insert(struct shard *sh, kvt_key key)
 	e->len = 0;
 	e->pins = 0;
 	e->dir = 0;
+	e->has_sum = 0;
 	ent_set_state(e, IENT_FREE);
 	e->prev = e->next = IDX_NONE;
 	table_place(sh, sh->table, id);
@@ -250,6 +257,7 @@ void shard_free_ent(struct shard *sh, uint32_t id)
 	e->len = 0;
 	e->pins = 0;
 	e->dir = 0;
+	e->has_sum = 0;
 	e->prev = IDX_NONE;
 	e->next = sh->free_head;
 	sh->free_head = id;
@@ -257,7 +265,7 @@ void shard_free_ent(struct shard *sh, uint32_t id)
 
 uint64_t shard_mem_bytes(const struct shard *sh)
 {
-	uint64_t b = (uint64_t)sh->nents * sizeof(struct ram_ent);
+	uint64_t b = (uint64_t)sh->nents * (sizeof(struct ram_ent) + sizeof(uint64_t));
 	for (const struct ram_table *t = sh->table; t; t = t->retired)
 		b += sizeof(*t) + (uint64_t)(t->mask + 1) * sizeof(uint32_t);
 	return b;

@@ -30,6 +30,10 @@ enum ram_ent_state {
 };
 
 /*
+ * The entry fills one cache line, which lookups without the lock read;
+ * the block's checksum, needed only by whoever copies the block out
+ * under a pin, lives apart in a parallel array (shard_sum).
+ *
  * key, state and lease_until are read without the shard lock by
  * shard_find_unlocked() and the RAM tier's lookups, so they are written
  * with atomic stores (ent_set_key, ent_set_state), and lease_until, which
@@ -46,7 +50,9 @@ struct ram_ent {
 	uint32_t prev, next;   /* LRU or held list links (entry ids) */
 	uint16_t pins;         /* in-flight copies (and the evictor) */
 	uint8_t state;
-	uint8_t dir;           /* 1: published in the tier's directory (ram_dir.h) */
+	/* Flags of their own bits, both written under the shard lock only. */
+	uint8_t dir : 1;       /* 1: published in the tier's directory (ram_dir.h) */
+	uint8_t has_sum : 1;   /* the block's checksum is kept (shard_sum) */
 };
 
 /* An open-addressing table: entry id + 1 per slot, 0 = empty. A grown
@@ -69,6 +75,9 @@ struct shard {
 	 * that readers on different shards share no written cache line;
 	 * stats add them up. */
 	uint64_t hits, misses, pinned;
+	/* The checksum (kvt_checksum) of each entry's block where has_sum
+	 * says it is kept: segment k parallel to seg[k]. Shard locked. */
+	uint64_t *sums[NSEGS];
 	/* Read-mostly, on a cache line of their own, so that lookups on
 	 * several threads keep it shared: odd while shard_unlink moves slots
 	 * or a table is replaced, incremented again when done. */
@@ -83,6 +92,15 @@ static inline struct ram_ent *shard_ent(const struct shard *sh, uint32_t id)
 	uint32_t b = id + SEG_FIRST;
 	unsigned k = 31u - (unsigned)__builtin_clz(b) - 5u; /* log2(SEG_FIRST) = 5 */
 	return &sh->seg[k][b - (SEG_FIRST << k)];
+}
+
+/* The kept checksum of entry id's block (valid where has_sum is set).
+ * Shard locked. */
+static inline uint64_t *shard_sum(const struct shard *sh, uint32_t id)
+{
+	uint32_t b = id + SEG_FIRST;
+	unsigned k = 31u - (unsigned)__builtin_clz(b) - 5u;
+	return &sh->sums[k][b - (SEG_FIRST << k)];
 }
 
 static inline void ent_set_state(struct ram_ent *e, uint8_t st)

@@ -38,15 +38,16 @@ int slot_open(const struct slot_opts *o, struct ram_tier *ram,
 /*
  * How the slots reach keys that another member of the node's cluster owns:
  * owner(arg, key) is that member, or -1 when this node owns key (or has no
- * peers); read(arg, owner, key, buf, cap, &len) reads the owner's copy into
- * buf (cap bytes), verified and counted like a get's peer hit or miss, and
- * returns 0 (len set) or a get's -errno (a member that cannot answer:
+ * peers); read(arg, owner, key, buf, cap, &len, &sum) reads the owner's copy
+ * into buf (cap bytes), verified against sum and counted like a get's peer
+ * hit or miss, and returns 0 (len and sum set) or a get's -errno (a member that cannot answer:
  * -ENOENT); put(arg, key, data, len) stores a block at the member that
  * owns it as kvt_put does (counted as a peer put or failure).
  */
 struct slot_peers {
 	int (*owner)(void *arg, kvt_key key);
-	int (*read)(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len);
+	int (*read)(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len,
+		    uint64_t *sum);
 	void (*put)(void *arg, kvt_key key, const void *data, size_t len);
 	void *arg;
 };

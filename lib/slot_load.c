@@ -64,17 +64,17 @@ static int64_t load_extent(struct slot_table *t, size_t len)
 }
 
 /*
- * A verified load whose key the RAM tier admits (disk.promote) becomes its
- * RAM block in place, pinned by the slot (PIN_RAM), without a copy: later
- * lookups and gets hit RAM. Otherwise it stays private (PIN_OWN). Table
- * locked.
+ * A verified load (its checksum sum) whose key the RAM tier admits
+ * (disk.promote) becomes its RAM block in place, pinned by the slot
+ * (PIN_RAM), without a copy: later lookups and gets hit RAM. Otherwise it
+ * stays private (PIN_OWN). Table locked.
  */
-static void promote(struct slot_table *t, struct slot_rec *r)
+static void promote(struct slot_table *t, struct slot_rec *r, uint64_t sum)
 {
 	uint64_t ref;
 
 	if (t->promote &&
-	    ram_slot_promote(t->ram, r->key, r->off, r->len, r->ram_gen, &ref) == 0) {
+	    ram_slot_promote(t->ram, r->key, r->off, r->len, r->ram_gen, &sum, &ref) == 0) {
 		r->state = R_PIN_RAM;
 		r->ram_ref = ref;
 		ctr_add(&t->loads_promoted, 1);
@@ -85,13 +85,14 @@ static void promote(struct slot_table *t, struct slot_rec *r)
  * Reads key's block from the member that owns it into the extent at *off
  * (*len = ram.max_block bytes); once it is there, moves it into an extent
  * of its own size when that is smaller (the large one is given back).
- * Returns 0 with *off and *len set, or the read's -errno.
+ * Returns 0 with *off, *len and *sum (the checksum it was verified
+ * against) set, or the read's -errno.
  */
 static int peer_load(struct slot_table *t, kvt_key key, int owner, uint64_t *off,
-		     size_t *len)
+		     size_t *len, uint64_t *sum)
 {
 	size_t got = 0;
-	int rc = t->peers.read(t->peers.arg, owner, key, t->base + *off, *len, &got);
+	int rc = t->peers.read(t->peers.arg, owner, key, t->base + *off, *len, &got, sum);
 
 	if (rc)
 		return rc;
@@ -112,7 +113,7 @@ static int peer_load(struct slot_table *t, kvt_key key, int owner, uint64_t *off
 static void run_job(struct slot_table *t, struct slot_job *j)
 {
 	kvt_op ops[LOAD_GROUP];
-	uint64_t off[LOAD_GROUP];
+	uint64_t off[LOAD_GROUP], sum[LOAD_GROUP], dsum[LOAD_GROUP];
 	size_t len[LOAD_GROUP];
 	int res[LOAD_GROUP], io[LOAD_GROUP] = { 0 }, has[LOAD_GROUP] = { 0 };
 	uint32_t nio = 0;
@@ -131,7 +132,7 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		off[k] = o < 0 ? 0 : (uint64_t)o;
 		has[k] = o >= 0;
 		if (o >= 0 && owner >= 0) {
-			res[k] = peer_load(t, key, owner, &off[k], &len[k]);
+			res[k] = peer_load(t, key, owner, &off[k], &len[k], &sum[k]);
 		} else if (o >= 0) {
 			/* The extent's whole 4 KiB units: a payload whose length is
 			 * not a multiple of them still lands in place, not staged. */
@@ -141,9 +142,11 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		}
 	}
 	if (nio)
-		disk_get_batch(t->disk, ops, nio);
-	for (uint32_t m = 0; m < nio; m++)
+		disk_get_batch_sums(t->disk, ops, nio, dsum);
+	for (uint32_t m = 0; m < nio; m++) {
 		res[io[m]] = ops[m].result;
+		sum[io[m]] = dsum[m];
+	}
 
 	/* Into the table before the caller hears of them, so that an unpin
 	 * right after the reap finds them pinned; failed or released loads
@@ -163,7 +166,7 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);
 		if (res[k] == 0) {
 			r->state = R_PIN_OWN;
-			promote(t, r);
+			promote(t, r, sum[k]);
 		} else {
 			slot_rec_free(t, j->rec[k]);
 		}

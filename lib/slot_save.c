@@ -149,7 +149,7 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 			done++;
 			continue;
 		}
-		rc = ram_slot_publish(t->ram, slots[i].key, off, len);
+		rc = ram_slot_publish(t->ram, slots[i].key, off, len, NULL);
 		slots[i].result = rc < 0 ? rc : 0;
 		if (rc >= 0) {
 			ctr_add(&t->commits, 1);

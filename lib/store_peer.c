@@ -88,11 +88,10 @@ static int slot_owner(void *arg, kvt_key key)
 	return store_owner(arg, key);
 }
 
-static int slot_read(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len)
+static int slot_read(void *arg, int owner, kvt_key key, void *buf, size_t cap, size_t *len,
+		     uint64_t *sum)
 {
-	uint64_t sum;
-
-	return store_peer_result(read_peer(arg, owner, key, buf, cap, len, &sum));
+	return store_peer_result(read_peer(arg, owner, key, buf, cap, len, sum));
 }
 
 static void slot_put(void *arg, kvt_key key, const void *data, size_t len)
@@ -186,7 +185,7 @@ static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
 }
 
 static int serve_visit(void *arg, kvt_key key, size_t cap,
-		int (*fn)(void *fnarg, const void *block, size_t len),
+		int (*fn)(void *fnarg, const void *block, size_t len, uint64_t sum),
 		void *fnarg, size_t *len)
 {
 	kvt_store *s = arg;
@@ -311,11 +310,11 @@ void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 /* The RDMA transport's: blocks pinned in place for members to READ, and
  * arena reserved for blocks members offer, published once verified. */
 static int serve_pin(void *arg, kvt_key key, size_t cap, uint64_t *ref, void **block,
-		     size_t *len)
+		     size_t *len, uint64_t *sum)
 {
 	kvt_store *s = arg;
 	uint64_t off;
-	int rc = ram_pin(s->ram, key, cap, ref, &off, len);
+	int rc = ram_pin_sum(s->ram, key, cap, ref, &off, len, sum);
 
 	if (rc == 0)
 		*block = (uint8_t *)ram_arena_base(s->ram) + off;
@@ -341,10 +340,11 @@ static int serve_reserve(void *arg, size_t len, void **at, uint64_t *handle)
 	return 0;
 }
 
-static int serve_publish(void *arg, kvt_key key, uint64_t handle, size_t len)
+static int serve_publish(void *arg, kvt_key key, uint64_t handle, size_t len,
+			 uint64_t sum)
 {
 	kvt_store *s = arg;
-	int rc = ram_slot_publish(s->ram, key, handle, len);
+	int rc = ram_slot_publish(s->ram, key, handle, len, &sum);
 
 	if (rc >= 0 && ram_above_high(s->ram))
 		store_kick_evictor(s);

@@ -853,6 +853,133 @@ static void test_peer_hits_are_promoted_only_when_asked(void **state)
 	}
 }
 
+/*
+ * Waits until s's RAM tier holds n pins: the sends of its server, which
+ * pin each block they send, are over. Reading the count takes the locks
+ * that those pins end under, so what the test writes into a block after
+ * this comes after the sends read it (for the thread sanitizer too, which
+ * does not see the order that the socket gives).
+ */
+static void wait_ram_pins(kvt_store *s, long long n)
+{
+	long long end = now_ms() + 5000;
+
+	while (store_stat(s, "ram", "pinned") != n) {
+		if (now_ms() > end)
+			fail_msg("the server's pins never ended");
+		usleep(1000);
+	}
+}
+
+/*
+ * An owner sends each block with the checksum kept beside it in RAM, not
+ * one computed from its bytes as it sends them. Blocks made every way a
+ * RAM block can be made (a put on the owner, a put forwarded to it by a
+ * member, a committed slot, a disk hit copied into RAM, a disk hit loaded
+ * into a slot and kept in place) all arrive verified; a block whose bytes
+ * change in the owner's RAM after it was made arrives as a miss, counted as
+ * a checksum failure, never with the changed bytes.
+ */
+static void test_owner_sends_the_kept_checksum(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 5, LEN = 200000 };
+	char cfg[1280], *dir;
+	kvt_key kb[N];
+	kvt_slot sl;
+	kvt_pin_batch *bt = NULL;
+	kvt_op ops[N];
+
+	TEST_NEED_DISK();
+	dir = make_temp_dir("peer-sums");
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"64MiB\", \"max_block\": \"2MiB\", \"mlock\": false},"
+		 " \"disk\": {\"path\": \"%s/b.dat\", \"capacity\": \"64MiB\","
+		 " \"region_size\": \"4MiB\", \"write_policy\": \"write_through\"},"
+		 " \"peers\": {\"self\": \"b\", \"listen\": \"127.0.0.1:%d\", \"members\":"
+		 " [{\"name\": \"a\", \"addr\": \"127.0.0.1:%d\"},"
+		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}], \"transport\": \"tcp\","
+		 " \"connect_timeout_ms\": 5000, \"request_timeout_ms\": 5000}}",
+		 dir, f->pb, f->pa, f->pb);
+	owned_keys(1, 52000, kb, N);
+	/* kb[3] and kb[4] only on b's disk: written through, b reopened */
+	assert_int_equal(kvt_open(cfg, &f->b), 0);
+	store_put_block(f->b, kb[3], LEN);
+	store_put_block(f->b, kb[4], LEN);
+	kvt_close(f->b);
+	assert_int_equal(kvt_open(cfg, &f->b), 0);
+	assert_int_equal(store_stat(f->b, "ram", "objects"), 0);
+	/* a disk hit copied into RAM; one loaded into a slot, kept in place */
+	assert_int_equal(store_get_block(f->b, kb[3], LEN), 0);
+	assert_int_equal(store_stat(f->b, "store", "promotions"), 1);
+	sl = (kvt_slot){ .key = kb[4] };
+	assert_int_equal(kvt_get_pin(f->b, &sl, 1, 0, &bt), 1);
+	size_t idx;
+	assert_int_equal(kvt_pin_reap(bt, &idx, 1, 10000), 1); /* loaded from disk */
+	assert_int_equal(sl.result, 0);
+	kvt_pin_free(bt);
+	assert_int_equal(store_stat(f->b, "slots", "loads_promoted"), 1);
+	assert_int_equal(kvt_unpin(f->b, &sl, 1), 1);
+	/* a put on b; a committed slot on b */
+	store_put_block(f->b, kb[0], LEN);
+	sl = (kvt_slot){ .key = kb[2], .len = LEN };
+	assert_int_equal(kvt_put_reserve(f->b, &sl, 1, 0), 1);
+	fill_block(kb[2], sl.addr, LEN);
+	assert_int_equal(kvt_put_commit(f->b, &sl, 1), 1);
+	/* a put on a, forwarded to b; a reopened without it */
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb, SLOW_CONNECT);
+	store_put_block(f->a, kb[1], LEN);
+	long long end = now_ms() + 5000;
+	while (store_stat(f->b, "ram", "objects") < N) {
+		if (now_ms() > end)
+			fail_msg("the put forwarded by a never reached b");
+		usleep(10000);
+	}
+	kvt_close(f->a);
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb, SLOW_CONNECT);
+
+	for (int i = 0; i < N; i++) {
+		ops[i] = (kvt_op){ .key = kb[i], .len = LEN, .result = 1 };
+		assert_non_null(ops[i].buf = malloc(LEN));
+	}
+	assert_int_equal(kvt_get_batch(f->a, ops, N), 0);
+	for (int i = 0; i < N; i++) {
+		if (ops[i].result)
+			fail_msg("block %d: %s", i, kvt_strerror(ops[i].result));
+		assert_int_equal(ops[i].len, LEN);
+		assert_true(check_block(kb[i], ops[i].buf, LEN));
+	}
+	assert_int_equal(store_stat(f->a, "store", "hits_peer"), N);
+	assert_int_equal(store_stat(f->a, "peer", "checksum_failures"), 0);
+
+	/* each block's bytes changed in b's RAM (through a pin of it there):
+	 * a miss at a, the damage caught; repaired, a hit again */
+	for (int i = 0; i < N; i++) {
+		sl = (kvt_slot){ .key = kb[i] };
+		assert_int_equal(kvt_get_pin(f->b, &sl, 1, 0, &bt), 1);
+		assert_int_equal(sl.result, 0); /* in RAM: pinned at once */
+		kvt_pin_free(bt);
+		wait_ram_pins(f->b, 1);
+		((uint8_t *)sl.addr)[LEN / 3] ^= 0x40;
+		size_t len = 0;
+		int rc = kvt_get(f->a, kb[i], ops[i].buf, LEN, &len);
+		if (rc >= 0)
+			fail_msg("block %d, changed in the owner's RAM, was returned", i);
+		assert_int_equal(store_stat(f->a, "peer", "checksum_failures"), i + 1);
+		wait_ram_pins(f->b, 1);
+		((uint8_t *)sl.addr)[LEN / 3] ^= 0x40;
+		assert_int_equal(kvt_unpin(f->b, &sl, 1), 1);
+		assert_int_equal(kvt_get(f->a, kb[i], ops[i].buf, LEN, &len), 0);
+		assert_true(check_block(kb[i], ops[i].buf, LEN));
+	}
+	for (int i = 0; i < N; i++)
+		free(ops[i].buf);
+	kvt_close(f->b);
+	f->b = NULL;
+	rm_rf(dir);
+	free(dir);
+}
+
 static void test_lookup_through_owner_and_stats(void **state)
 {
 	struct fx *f = *state;
@@ -1872,6 +1999,7 @@ int main(void)
 		T(test_get_and_batch_from_owner),
 		T(test_batch_ops_sharing_a_buffer_from_owner),
 		T(test_peer_hits_are_promoted_only_when_asked),
+		T(test_owner_sends_the_kept_checksum),
 		T(test_lookup_through_owner_and_stats),
 		T(test_restarted_peer_is_redialled),
 		T(test_dead_peer),

@@ -5,7 +5,9 @@
  * injects what a soft-RoCE VM cannot produce on demand. Checks gets by
  * descriptor (READs of pinned RAM blocks, every byte verified, pins
  * released by UNPIN; straight into registered caller memory), puts by offer (the owner READs, verifies, publishes),
- * the inline fallback (a block not in RAM, a member without RDMA), and each
+ * descriptors that carry the checksum kept with the block (bytes damaged in
+ * the owner's RAM are a miss), the inline fallback (a block not in RAM, a
+ * member without RDMA), and each
  * failure as a miss or a counted failure in bounded time with the link
  * redialled: a completion error, a queue pair in error, a disconnect in the
  * middle of a transfer, completions that never come (the deadline), an
@@ -259,6 +261,60 @@ static void test_put_offer_is_pulled_and_verified(void **state)
 	assert_int_equal(tstat(f->t[1], 0, "rdma_bytes_read"), 8ll * BLK);
 	assert_int_equal(tstat(f->t[1], -2, "pulled_bytes"), 8ll * BLK);
 	assert_int_equal(tstat(f->t[0], -1, "bytes_out"), 0); /* nothing inline */
+}
+
+/* Flips a byte of key's block in b's RAM (a fault or a stray write, after
+ * the block was made). */
+static void damage(struct fx *f, kvt_key key)
+{
+	struct ram_tier *r = f->s[1]->ram;
+	uint64_t ref, off;
+	size_t len;
+
+	assert_int_equal(ram_pin(r, key, BLK, &ref, &off, &len), 0);
+	((uint8_t *)ram_arena_base(r))[off + len / 2] ^= 0x10;
+	ram_unpin(r, ref);
+}
+
+/*
+ * A descriptor carries the checksum kept with the block in the owner's
+ * RAM, not one computed from its bytes as it is lent: bytes that changed
+ * there since the block was made (a put; an offer pulled and published)
+ * fail the reader's verification, a miss counted as a checksum failure,
+ * and the other blocks of the batch load.
+ */
+static void test_descriptor_carries_the_kept_checksum(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[NB];
+	int res[1];
+
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	all_loaded(f, 0, NB, ops);
+	wait_unpinned(f);
+	damage(f, f->keys[3]);
+	assert_int_equal(get_n(f, 0, NB, ops), 0);
+	assert_int_equal(ops[3].result, -EBADMSG);
+	assert_int_equal(tstat(f->t[0], -1, "checksum_failures"), 1);
+	for (unsigned i = 0; i < NB; i++)
+		if (i != 3)
+			assert_true(ops[i].result == 0 && check_block(f->keys[i], f->buf[i], BLK));
+	wait_unpinned(f);
+
+	/* an offer pulled by b: published with the checksum it was verified
+	 * against, damaged before anyone asks */
+	kvt_op put = { .key = test_key(7000), .buf = f->buf[0], .len = BLK };
+	fill_block(put.key, f->buf[0], BLK);
+	assert_int_equal(peer_put_batch(f->t[0], 1, &put, 1, res), 0);
+	assert_int_equal(res[0], 0);
+	damage(f, put.key);
+	memset(f->buf[0], 0, BLK);
+	ops[0] = (kvt_op){ .key = put.key, .buf = f->buf[0], .len = BLK };
+	assert_int_equal(peer_get_batch(f->t[0], 1, ops, 1, NULL), 0);
+	assert_int_equal(ops[0].result, -EBADMSG);
+	assert_int_equal(tstat(f->t[0], -1, "checksum_failures"), 2);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_inline"), 0);
+	wait_unpinned(f);
 }
 
 /* One injected failure during a get: every block of the batch a miss, the
@@ -529,6 +585,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_get_reads_pinned_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_get_into_registered_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_put_offer_is_pulled_and_verified, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_descriptor_carries_the_kept_checksum, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_completion_error_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qp_error_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_mid_transfer_is_a_miss, setup, teardown),

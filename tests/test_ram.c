@@ -3,10 +3,12 @@
  * lease cap, the watermarks and the exact LRU order of eviction, a lease or
  * a remove that lands while a block is being spilled, ram_visit(), which
  * hands a pinned block to a callback in place (the peer server sends blocks
- * this way), lookups that read and renew leases without the shard locks
- * while other threads put, remove, release and expire (run under TSan too),
- * and the directory of blocks shared with attached processes, which names
- * exactly the blocks in RAM through puts, removals, evictions and slots.
+ * this way) with the checksum kept beside it, the checksum each way of
+ * making a block keeps, lookups that read and renew leases without the
+ * shard locks while other threads put, remove, release and expire (run
+ * under TSan too), and the directory of blocks shared with attached
+ * processes, which names exactly the blocks in RAM through puts, removals,
+ * evictions and slots.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -358,17 +360,20 @@ struct visit {
 	int calls;
 	int ok;
 	int remove_inside;
+	uint64_t sum;         /* the checksum handed over */
 };
 
-static int check_in_place(void *arg, const void *block, size_t len)
+static int check_in_place(void *arg, const void *block, size_t len, uint64_t sum)
 {
 	struct visit *v = arg;
 
 	v->calls++;
+	v->sum = sum;
 	if (v->remove_inside)
 		/* removed while pinned: the bytes must stay until we return */
 		assert_int_equal(ram_remove(v->r, v->key), 0);
-	v->ok = len == v->want && check_block(v->key, block, len) == 1;
+	v->ok = len == v->want && check_block(v->key, block, len) == 1 &&
+		sum == kvt_checksum(block, len);
 	return 7; /* handed back as the call's result */
 }
 
@@ -443,13 +448,13 @@ static void directory_names_exactly_the_blocks_in_ram(void **state)
 	int64_t o = ram_slot_alloc(r, BLK, 1);
 	assert_true(o >= 0);
 	fill_block(test_key(20), (char *)ram_arena_base(r) + o, BLK);
-	assert_int_equal(ram_slot_publish(r, test_key(20), (uint64_t)o, BLK), 0);
+	assert_int_equal(ram_slot_publish(r, test_key(20), (uint64_t)o, BLK, NULL), 0);
 	assert_int_equal(in_dir(r, &v, 20), 1);
 	uint64_t gen = ram_gen(r, test_key(21));
 	o = ram_slot_alloc(r, BLK, 1);
 	assert_true(o >= 0);
 	fill_block(test_key(21), (char *)ram_arena_base(r) + o, BLK);
-	assert_int_equal(ram_slot_promote(r, test_key(21), (uint64_t)o, BLK, gen, &ref), 0);
+	assert_int_equal(ram_slot_promote(r, test_key(21), (uint64_t)o, BLK, gen, NULL, &ref), 0);
 	assert_int_equal(in_dir(r, &v, 21), 1);
 	ram_unpin(r, ref);
 	assert_int_equal(ram_counter(r, "directory_blocks"), ram_counter(r, "objects"));
@@ -666,6 +671,126 @@ static void visit_hands_over_pinned_blocks(void **state)
 	config_free(&cfg);
 }
 
+/* --- the checksum kept with each block ------------------------------------ */
+
+/* The checksum kept with key's block (ram_pin_sum), and where it lies. */
+static uint64_t kept_sum(struct ram_tier *r, kvt_key key, uint8_t **at, size_t *len)
+{
+	uint64_t ref, off, sum = 0;
+
+	assert_int_equal(ram_pin_sum(r, key, SIZE_MAX, &ref, &off, len, &sum), 0);
+	*at = (uint8_t *)ram_arena_base(r) + off;
+	ram_unpin(r, ref);
+	return sum;
+}
+
+/*
+ * A block's bytes changed in the arena after it became visible (a fault,
+ * a stray write): the checksum handed out stays the one of the bytes it
+ * was made of, through ram_pin_sum and ram_visit alike, so a receiver that
+ * verifies finds the damage. Returns that checksum.
+ */
+static uint64_t sum_survives_damage(struct ram_tier *r, kvt_key key, size_t want)
+{
+	uint8_t *at;
+	size_t len = 0;
+	uint64_t first = kept_sum(r, key, &at, &len);
+
+	assert_int_equal(len, want);
+	assert_true(check_block(key, at, len));
+	assert_true(first == kvt_checksum(at, len));
+	at[len / 2] ^= 0x5a;
+	assert_true(kept_sum(r, key, &at, &len) == first);
+	struct visit v = { .r = r, .key = key, .want = want };
+	assert_int_equal(ram_visit(r, key, want, check_in_place, &v, &len), 7);
+	assert_false(v.ok); /* the damaged bytes do not match it */
+	assert_true(v.sum == first);
+	at[len / 2] ^= 0x5a;
+	assert_int_equal(ram_visit(r, key, want, check_in_place, &v, &len), 7);
+	assert_true(v.ok);
+	return first;
+}
+
+/*
+ * Every way a block enters the RAM tier keeps the checksum of its bytes:
+ * a put (computed from the arena at the first ask, then kept), a promotion
+ * (the sum it was verified against, kept at once: damage before the first
+ * ask does not change it), a published slot with and without a sum, and a
+ * slot promoted in place. An entry reused for another key never hands out
+ * the checksum of the block it held before.
+ */
+static void every_block_keeps_its_checksum(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	enum { LEN = 100000 };
+	uint8_t buf[LEN], *at;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"4MiB\"}}", &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
+
+	/* put: nothing kept until asked; a plain get does not compute it */
+	fill_block(test_key(1), buf, LEN);
+	assert_int_equal(ram_put(r, test_key(1), buf, LEN), 0);
+	assert_int_equal(ram_get(r, test_key(1), buf, LEN, &len), 0);
+	uint64_t want = kvt_checksum(buf, LEN);
+	assert_true(sum_survives_damage(r, test_key(1), LEN) == want);
+
+	/* promotions, from a buffer and in place, and a publish with a
+	 * sum: kept as given, before anyone asks */
+	uint64_t ref, gen;
+	for (uint64_t k = 2; k <= 4; k++) {
+		kvt_key key = test_key(k);
+		fill_block(key, buf, LEN);
+		uint64_t sum = kvt_checksum(buf, LEN);
+		gen = ram_gen(r, key);
+		if (k == 2) {
+			assert_int_equal(ram_promote(r, key, buf, LEN, gen, &sum), 0);
+		} else {
+			int64_t off = ram_slot_alloc(r, LEN, 1);
+			assert_true(off >= 0);
+			memcpy((uint8_t *)ram_arena_base(r) + off, buf, LEN);
+			if (k == 3)
+				assert_int_equal(ram_slot_publish(r, key, (uint64_t)off, LEN,
+								  &sum), 0);
+			else
+				assert_int_equal(ram_slot_promote(r, key, (uint64_t)off, LEN,
+								  gen, &sum, &ref), 0);
+		}
+		uint64_t off2, ref2;
+		assert_int_equal(ram_pin(r, key, LEN, &ref2, &off2, &len), 0);
+		at = (uint8_t *)ram_arena_base(r) + off2;
+		at[7] ^= 1; /* damaged before the first ask */
+		assert_true(kept_sum(r, key, &at, &len) == sum);
+		at[7] ^= 1;
+		ram_unpin(r, ref2);
+		assert_true(sum_survives_damage(r, key, LEN) == sum);
+		if (k == 4)
+			ram_unpin(r, ref);
+	}
+
+	/* a publish without a sum: computed at the first ask */
+	int64_t off = ram_slot_alloc(r, LEN, 1);
+	assert_true(off >= 0);
+	fill_block(test_key(5), (uint8_t *)ram_arena_base(r) + off, LEN);
+	assert_int_equal(ram_slot_publish(r, test_key(5), (uint64_t)off, LEN, NULL), 0);
+	fill_block(test_key(5), buf, LEN);
+	assert_true(sum_survives_damage(r, test_key(5), LEN) == kvt_checksum(buf, LEN));
+
+	/* entries freed and taken again by other keys, kept sums and all */
+	for (uint64_t k = 1; k <= 5; k++)
+		assert_int_equal(ram_remove(r, test_key(k)), 0);
+	for (uint64_t k = 11; k <= 15; k++) {
+		fill_block(test_key(k), buf, LEN);
+		assert_int_equal(ram_put(r, test_key(k), buf, LEN), 0);
+		assert_true(kept_sum(r, test_key(k), &at, &len) == kvt_checksum(buf, LEN));
+	}
+	ram_close(r);
+	config_free(&cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -675,6 +800,7 @@ int main(void)
 		cmocka_unit_test(lease_taken_during_spill_keeps_block),
 		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),
 		cmocka_unit_test(visit_hands_over_pinned_blocks),
+		cmocka_unit_test(every_block_keeps_its_checksum),
 		cmocka_unit_test(stats_report_huge_page_bytes),
 		cmocka_unit_test(lookups_without_lock_race_every_writer),
 		cmocka_unit_test(directory_names_exactly_the_blocks_in_ram),
