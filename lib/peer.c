@@ -404,7 +404,7 @@ static int read_inline(struct peer_tier *p, unsigned m, const struct hdr *h,
 	if (st == 0) {
 		if (h->body_len != ITEM + len || len == 0 || len > o->len || !o->buf)
 			return -EPROTO;
-		int e = peer_xfer(p->m[m].fd, o->buf, len, 0, dl, -1);
+		int e = peer_recv_bulk(p->m[m].fd, o->buf, len, dl);
 		if (e)
 			return e;
 		ctr_add(&p->bytes_in, len);

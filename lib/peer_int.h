@@ -222,6 +222,14 @@ int peer_ms_left(uint64_t deadline);
  * once wake is readable): 0, -ETIMEDOUT, -ECONNRESET (peer closed),
  * -ECANCELED (closing) or -errno. */
 int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake);
+/* Sends n bytes as peer_xfer does (no wake), telling the kernel that more
+ * follow at once (MSG_MORE): a frame's header and its block leave in the
+ * same segments, not the header in one of its own. */
+int peer_send_more(int fd, const void *buf, size_t n, uint64_t deadline);
+/* Receives n bytes (a block) as peer_xfer does (no wake), waking only once
+ * a large piece of them waits in the socket (SO_RCVLOWAT, put back to 1
+ * after) rather than for every segment. */
+int peer_recv_bulk(int fd, void *buf, size_t n, uint64_t deadline);
 /* TCP_NODELAY, keepalive, non-blocking. */
 void peer_sock_opts(int fd);
 

@@ -115,17 +115,26 @@ int peer_ms_left(uint64_t deadline)
 	return ms > 1000000 ? 1000000 : (int)ms;
 }
 
+/* A bulk receive wakes only once this many bytes (or all that is left)
+ * wait in the socket (SO_RCVLOWAT), not for every segment. */
+#define BULK_LOWAT (256u << 10)
+
 /*
  * Moves n bytes on a non-blocking fd before deadline (0: no deadline, but
- * give up once wake is readable). Returns 0, -ETIMEDOUT, -ECONNRESET (peer
+ * give up once wake is readable). more: a send that more bytes follow at
+ * once (MSG_MORE: no segment of its own). lowat (NULL: none): a receive
+ * that wakes for large pieces only; *lowat is the socket's SO_RCVLOWAT,
+ * which this sets as it goes. Returns 0, -ETIMEDOUT, -ECONNRESET (peer
  * closed), -ECANCELED (closing) or -errno.
  */
-int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake)
+static int xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake,
+		int more, int *lowat)
 {
 	char *c = buf;
 
 	while (n) {
-		ssize_t r = out ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
+		ssize_t r = out ? send(fd, c, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0))
+				: recv(fd, c, n, 0);
 		if (r > 0) {
 			c += r;
 			n -= (size_t)r;
@@ -137,6 +146,12 @@ int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == EPIPE ? -ECONNRESET : -errno;
+		if (lowat) {
+			int lw = n < BULK_LOWAT ? (int)n : (int)BULK_LOWAT;
+			if (lw != *lowat &&
+			    !setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lw, sizeof(lw)))
+				*lowat = lw;
+		}
 		struct pollfd pf[2] = { { .fd = fd, .events = out ? POLLOUT : POLLIN },
 					{ .fd = wake, .events = POLLIN } };
 		int t = deadline ? peer_ms_left(deadline) : -1;
@@ -151,6 +166,28 @@ int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake)
 			return -ECANCELED;
 	}
 	return 0;
+}
+
+int peer_xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wake)
+{
+	return xfer(fd, buf, n, out, deadline, wake, 0, NULL);
+}
+
+int peer_send_more(int fd, const void *buf, size_t n, uint64_t deadline)
+{
+	return xfer(fd, (void *)buf, n, 1, deadline, -1, 1, NULL);
+}
+
+int peer_recv_bulk(int fd, void *buf, size_t n, uint64_t deadline)
+{
+	int lowat = 1;
+	int e = xfer(fd, buf, n, 0, deadline, -1, 0, &lowat);
+
+	if (lowat != 1) {
+		lowat = 1;
+		setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+	}
+	return e;
 }
 
 void peer_sock_opts(int fd)

@@ -141,7 +141,8 @@ static int send_get_r(struct conn *c, int st, const void *block, uint64_t len,
 	put64(ih + HDR + 8, st == 0 || st == -ENOBUFS ? len : 0);
 	put64(ih + HDR + 16, st == 0 ? sum : 0);
 	put64(ih + HDR + 24, 0);
-	e = peer_xfer(c->fd, ih, HDR + ITEM, 1, dl, -1);
+	e = st == 0 ? peer_send_more(c->fd, ih, HDR + ITEM, dl)
+		    : peer_xfer(c->fd, ih, HDR + ITEM, 1, dl, -1);
 	if (!e && st == 0) {
 		e = peer_xfer(c->fd, (void *)block, len, 1, dl, -1);
 		ctr_add(&c->p->served_bytes, len);

@@ -393,9 +393,10 @@ static size_t size_of(size_t i)
 /* FAKE_DROP_SECOND answers the first request of each connection and closes
  * the connection on the second without answering it, as a server that
  * closes an idle connection just as a request arrives. FAKE_ERROR_SECOND
- * answers the first item of a GET and refuses the rest with an ERROR. */
+ * answers the first item of a GET and refuses the rest with an ERROR.
+ * FAKE_DRIP sends each block in 8 pieces 10 ms apart. */
 enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED,
-		 FAKE_DROP_SECOND, FAKE_ERROR_SECOND };
+		 FAKE_DROP_SECOND, FAKE_ERROR_SECOND, FAKE_DRIP };
 
 #define FAKE_CONNS 8
 
@@ -449,8 +450,13 @@ static int fake_get(struct fake *f, int fd, uint32_t count, const uint8_t *body)
 			send_all(fd, data, 100 * KiB);
 			goto out; /* and close */
 		}
-		if (send_all(fd, data, FAKE_LEN))
-			goto out;
+		for (size_t off = 0, piece = FAKE_LEN / 8; off < FAKE_LEN; off += piece) {
+			if (send_all(fd, data + off, f->mode == FAKE_DRIP ? piece : FAKE_LEN))
+				goto out;
+			if (f->mode != FAKE_DRIP)
+				break;
+			usleep(10000);
+		}
 	}
 	rc = 0;
 out:
@@ -1119,6 +1125,9 @@ static void test_silent_peer(void **state)
 }
 
 /* a's get of a key b owns, answered by a fake b in mode; kvt_get's result. */
+/* How long the get of the last get_from_fake took (ms). */
+static long long fake_get_ms;
+
 static int get_from_fake(struct fx *f, enum fake_mode mode)
 {
 	void *buf = malloc(FAKE_LEN);
@@ -1131,7 +1140,7 @@ static int get_from_fake(struct fx *f, enum fake_mode mode)
 	owned_keys(0, 42000, &ka, 1);
 	long long t = now_ms();
 	int rc = kvt_get(f->a, kb, buf, FAKE_LEN, &len);
-	if ((t = now_ms() - t) > CONNECT_MS + REQUEST_MS + 1000)
+	if ((t = fake_get_ms = now_ms() - t) > CONNECT_MS + REQUEST_MS + 1000)
 		fail_msg("get from the fake took %lld ms", t);
 	if (rc == 0) {
 		assert_int_equal(len, FAKE_LEN);
@@ -1155,6 +1164,44 @@ static void test_fake_peer_answers(void **state)
 static void test_peer_dies_mid_transfer(void **state)
 {
 	assert_true(get_from_fake(*state, FAKE_SHORT) < 0);
+	/* the close is seen when it comes, not at the request's deadline
+	 * (a block is received waking only for large pieces of it) */
+	if (fake_get_ms >= REQUEST_MS)
+		fail_msg("a member that closed mid-block took %lld ms to notice", fake_get_ms);
+}
+
+/*
+ * Blocks that arrive in pieces smaller than what a block's receive waits
+ * for (SO_RCVLOWAT) with pauses between them load whole; after them a
+ * small answer on the same connection (a lookup's) is read at once, not at
+ * the deadline: the receive's low mark is put back after each block.
+ */
+static void test_blocks_arriving_in_pieces(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[3];
+	kvt_op ops[3];
+	size_t found = 0;
+
+	f->fake = fake_start(f->pb, FAKE_DRIP);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 43000, kb, 3);
+	for (int i = 0; i < 3; i++) {
+		ops[i] = (kvt_op){ .key = kb[i], .len = FAKE_LEN, .result = 1 };
+		assert_non_null(ops[i].buf = malloc(FAKE_LEN));
+	}
+	assert_int_equal(kvt_get_batch(f->a, ops, 3), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_true(check_block(kb[i], ops[i].buf, FAKE_LEN));
+		free(ops[i].buf);
+	}
+	long long t = now_ms();
+	assert_int_equal(kvt_lookup(f->a, kb, 3, 0, &found), 0);
+	assert_int_equal(found, 3);
+	if ((t = now_ms() - t) >= REQUEST_MS)
+		fail_msg("a lookup after the blocks took %lld ms", t);
+	assert_int_equal(atomic_load(&f->fake->conns), 1);
 }
 
 /* An answer that breaks the protocol is a miss: never a success that leaves
@@ -2006,6 +2053,7 @@ int main(void)
 		T(test_silent_peer),
 		T(test_fake_peer_answers),
 		T(test_peer_dies_mid_transfer),
+		T(test_blocks_arriving_in_pieces),
 		T(test_peer_sends_bad_checksum),
 		T(test_peer_hit_is_promoted_only_as_verified),
 		T(test_peer_sends_malformed_answer),
