@@ -487,8 +487,11 @@ void wl_fleet_defaults(struct wl_fleet *f)
 	f->shared_tokens = 864;
 	f->role_text = 1;
 	f->step_median = 896;
-	f->role_median = 12288;
+	f->role_median = 2048;
 	f->fail_median = 2048;
+	f->tool_calls = 4;
+	f->tool_median = 2048;
+	f->tool_answer_median = 96;
 	f->answer_median = 600;
 	f->think_p50 = 5.16;
 	f->think_p90 = 23.44;
@@ -519,6 +522,9 @@ static int fleet_check(const struct wl_fleet *f)
 	    f->max_context < 4ull * (f->shared_tokens + 256) || !(f->step_median >= 1) ||
 	    !(f->role_median >= 1) ||
 	    !(f->fail_median >= 1) || !(f->answer_median >= 1) ||
+	    f->tool_calls == 0 || f->tool_calls > WL_FLEET_MAX_TOOL ||
+	    !(f->tool_median >= 1) ||
+	    !(f->tool_answer_median >= 1) ||
 	    !(f->think_p50 > 0) || !(f->think_p90 > f->think_p50) || !(f->think_cap > 0) ||
 	    !(f->pause_s >= 0))
 		return -EINVAL;
@@ -617,14 +623,16 @@ static int fleet_session(const struct wl_fleet *f, uint32_t s, uint64_t common_s
 }
 
 /* Generates session s's calls into out when each role has a text of its
- * own (role_text). */
+ * own (role_text); a step is tool_calls calls, each after the first
+ * resending the one before, its answer and the tool's output, and arriving
+ * when it is done (the tool's own time is not modelled). */
 static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t common_seed,
 			       const struct wl_think *think, struct wl_rng *r, struct wl *out)
 {
 	uint64_t sseed = f->seed * 0x100000001b3ull + s + 1;
 	uint64_t len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS], stream[WL_FLEET_MAX_CALLS];
-	uint64_t fail;
-	uint32_t k, round, turn = 0;
+	uint64_t fail, tool;
+	uint32_t k, j, round, turn = 0;
 	struct wl_call c;
 
 	for (k = 0; k < f->round_calls; k++) {
@@ -637,25 +645,37 @@ static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t co
 		for (k = 0; k < f->round_calls; k++) {
 			if (round) /* its previous prompt, its answer, the failing tests */
 				len[k] += ans[k] + fail;
-			ans[k] = lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
-			if (len[k] + ans[k] > f->max_context)
-				return 0; /* the session ends: its next call would not fit */
-			memset(&c, 0, sizeof(c));
-			c.session = s;
-			c.turn = turn;
-			c.prompt_tokens = len[k];
-			c.output_tokens = ans[k];
-			c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
-			c.think_s = turn == 0 ? 0 : k == 0 ? f->pause_s : wl_think_sample(think, r);
-			c.arrival_s = -1;
-			c.first = out->nsegs;
-			c.n = 2;
-			if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
-			    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
-							     len[k] - f->shared_tokens }) ||
-			    wl_add_call(out, &c))
-				return -ENOMEM;
-			turn++;
+			for (j = 0; j < f->tool_calls; j++) {
+				if (j) { /* the call before, its tool call, the tool's output */
+					tool = lognormal_tokens(r, f->tool_median, 0.8, 16,
+								f->max_context);
+					len[k] += ans[k] + tool;
+				}
+				ans[k] = j + 1 < f->tool_calls
+						 ? lognormal_tokens(r, f->tool_answer_median, 0.8, 16, 4096)
+						 : lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
+				if (len[k] + ans[k] > f->max_context)
+					return 0; /* the session ends: its next call would not fit */
+				memset(&c, 0, sizeof(c));
+				c.session = s;
+				c.turn = turn;
+				c.prompt_tokens = len[k];
+				c.output_tokens = ans[k];
+				c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
+				c.think_s = turn == 0 ? 0
+					    : j ? 0
+					    : k == 0 ? f->pause_s
+						     : wl_think_sample(think, r);
+				c.arrival_s = -1;
+				c.first = out->nsegs;
+				c.n = 2;
+				if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
+				    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
+								     len[k] - f->shared_tokens }) ||
+				    wl_add_call(out, &c))
+					return -ENOMEM;
+				turn++;
+			}
 		}
 	}
 	return 0;

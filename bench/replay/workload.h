@@ -171,6 +171,7 @@ int wl_generate(const struct wl_gen *g, struct wl *out);
  * framework that always resends the full earlier text must.
  */
 #define WL_FLEET_MAX_CALLS 15
+#define WL_FLEET_MAX_TOOL 64
 struct wl_fleet {
 	uint64_t seed;
 	uint32_t sessions;        /* 256 */
@@ -198,8 +199,17 @@ struct wl_fleet {
 	uint32_t shared_tokens;   /* 864: the leading task text */
 	double step_median;       /* a step's own new material: 896 */
 	double role_median;       /* role_text: a role's own material in
-				   * round 1: 12,288 */
+				   * round 1: 2,048 (12,288 with one call a
+				   * step) */
 	double fail_median;       /* failing-test text of a later round: 2,048 */
+	uint32_t tool_calls;      /* role_text: model calls a step makes, an
+				   * agent loop: each call after the first
+				   * resends the one before, its answer (a tool
+				   * call) and the tool's output: 4 (1: one
+				   * call a step). At most WL_FLEET_MAX_TOOL;
+				   * the session text has no loop */
+	double tool_median;       /* a tool's output: 2,048 */
+	double tool_answer_median;/* a tool call's answer: 96 */
 	double answer_median;     /* 600 */
 	double think_p50, think_p90, think_cap; /* gaps inside a round */
 	double pause_s;           /* 300: between rounds (the study's pause) */
