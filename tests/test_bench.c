@@ -1104,6 +1104,18 @@ static void cli_json_stdout_is_json_alone_for_every_command(void **state)
 	free(dir);
 }
 
+/* The replay's engine and fleet options refuse what they cannot mean. */
+static void cli_bad_replay_options_exit_2(void **state)
+{
+	(void)state;
+	expect_usage_error((const char *const[]){ "replay", "--gpu-hold", "maybe", NULL },
+			   "replay", "bad --gpu-hold 'maybe'");
+	expect_usage_error((const char *const[]){ "replay", "--pause", "-1", NULL },
+			   "replay", "bad --pause '-1'");
+	expect_usage_error((const char *const[]){ "sweep", "--pause", "soon", NULL },
+			   "sweep", "bad --pause 'soon'");
+}
+
 /* --json, --csv and --out are checked before any work: a missing directory,
  * a directory where a file belongs, /proc: exit 2 at once. */
 static void cli_bad_output_paths_exit_2_before_any_work(void **state)
@@ -1434,6 +1446,7 @@ int main(void)
 		cmocka_unit_test(demo_verifies_everything_and_writes_json),
 		cmocka_unit_test(cli_json_stdout_is_json_alone_for_every_command),
 		cmocka_unit_test(cli_bad_output_paths_exit_2_before_any_work),
+		cmocka_unit_test(cli_bad_replay_options_exit_2),
 		cmocka_unit_test(cli_sizes_use_the_library_grammar),
 		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
 		cmocka_unit_test(cli_unusable_dir_is_an_error),

@@ -9,7 +9,8 @@
  * outstanding intervals) and the saving computed from it, by hand; calls
  * routed by their role to an endpoint of their own; the fleet's steps on
  * the other server served by the RAM tier; a run asked to stop; a call
- * that runs beside the one before it.
+ * that runs beside the one before it; the KV of running calls taking its
+ * place in the GPU pool; the age of reuse against the lease.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -586,6 +587,111 @@ static void a_call_beside_the_one_before_arrives_with_it(void **state)
 	replay_result_free(&r[1]);
 }
 
+/* Three timed calls (A, B, C below): A and C share stream 1, B is stream 2. */
+static void three_timed_calls(struct wl *w)
+{
+	static const struct {
+		uint64_t seed, len, out;
+		double at;
+	} calls[] = { { 1, 512, 1, 0 }, { 2, 480, 100, 1 }, { 1, 576, 1, 5 } };
+	struct wl_call c;
+	size_t i;
+
+	wl_init(w, WL_TOKENS);
+	w->timed = 1;
+	for (i = 0; i < 3; i++) {
+		memset(&c, 0, sizeof(c));
+		c.session = WL_NO_SESSION;
+		c.prompt_tokens = calls[i].len;
+		c.output_tokens = calls[i].out;
+		c.arrival_s = calls[i].at;
+		c.first = w->nsegs;
+		c.n = 1;
+		assert_int_equal(wl_add_seg(w, (struct wl_seg){ calls[i].seed, 0, calls[i].len }), 0);
+		assert_int_equal(wl_add_call(w, &c), 0);
+	}
+}
+
+static void opts_for_three_calls(struct replay_opts *o)
+{
+	opts_for_tests(o);
+	o->sched = SCHED_ARRIVAL;
+	o->policy = POL_GPU_ONLY;
+	o->gpu_tokens = 1024;
+	o->prefill_rate = 1000;
+	o->decode_rate = 10;
+	o->decode_growth = 0;
+}
+
+/*
+ * A running call's KV takes its place in the GPU pool (gpu_hold), 1,024
+ * tokens here, 1,000 tokens/s prefill, 10 tokens/s decode, one endpoint:
+ *   A (stream 1, 512 tokens, 1 out) at 0: done at 0.612; its 32 blocks
+ *     are kept, its head most recent.
+ *   B (stream 2, 480 tokens, 100 out) at 1: from its prefill to its last
+ *     token (11.48) it holds 480 + 100 tokens; 512 + 580 > 1,024 evicts
+ *     A's last 5 blocks (80 tokens).
+ *   C (stream 1, 576 tokens) at 5, while B decodes: finds 27 blocks (432
+ *     tokens) of A. Without the hold the pool keeps A and B (992 tokens)
+ *     and C finds all 512; with decode apart, B leaves the pool at the
+ *     end of its prefill, having held 480 tokens, and C finds 512 too.
+ */
+static void running_calls_hold_their_kv_in_the_gpu_pool(void **state)
+{
+	static const struct {
+		int hold, disagg;
+		uint64_t want;
+	} cases[] = { { 1, 0, 432 }, { 0, 0, 512 }, { 1, 1, 512 } };
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+	size_t k;
+
+	(void)state;
+	three_timed_calls(&w);
+	for (k = 0; k < 3; k++) {
+		opts_for_three_calls(&o);
+		o.gpu_hold = cases[k].hold;
+		o.disaggregated = cases[k].disagg;
+		run(&o, &w, &r);
+		assert_int_equal(r.calls, 3);
+		assert_int_equal(r.tok[T_GPU], cases[k].want);
+		assert_int_equal(r.tok[T_MISS], 512 + 480 + 576 - cases[k].want);
+		replay_result_free(&r);
+	}
+	wl_free(&w);
+}
+
+/*
+ * The age of reuse, on the calls above: C looks its prompt up at 5 s (its
+ * arrival: B's prefill ended at 1.48), and its first 32 blocks were last
+ * touched by A's lookup at 0, so 32 of the 98 block touches are reuse 5 s
+ * old: within a 5 s lease, past a 4 s one.
+ */
+static void reuse_is_aged_past_the_lease(void **state)
+{
+	struct replay_opts o;
+	struct replay_result r;
+	struct wl w;
+
+	(void)state;
+	three_timed_calls(&w);
+	opts_for_three_calls(&o);
+	o.lease_ms = 5000;
+	run(&o, &w, &r);
+	assert_int_equal(r.total_blk, 32 + 30 + 36);
+	assert_int_equal(r.bound_blk, 32);
+	assert_int_equal(r.aged_blk, 0);
+	assert_float_equal(r.reuse_max_s, 5.0, 1e-9);
+	assert_float_equal(r.reuse_p99_s, 5.0, 1e-9);
+	replay_result_free(&r);
+	o.lease_ms = 4000;
+	run(&o, &w, &r);
+	assert_int_equal(r.aged_blk, 32);
+	replay_result_free(&r);
+	wl_free(&w);
+}
+
 static void bad_engine_options_are_refused(void **state)
 {
 	struct replay_opts o;
@@ -624,6 +730,8 @@ int main(void)
 		cmocka_unit_test(fleet_steps_on_the_other_server_hit_the_ram_tier),
 		cmocka_unit_test(a_stopped_run_keeps_what_it_replayed),
 		cmocka_unit_test(a_call_beside_the_one_before_arrives_with_it),
+		cmocka_unit_test(running_calls_hold_their_kv_in_the_gpu_pool),
+		cmocka_unit_test(reuse_is_aged_past_the_lease),
 		cmocka_unit_test(bad_engine_options_are_refused),
 	};
 

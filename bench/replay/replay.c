@@ -62,6 +62,7 @@ void replay_opts_defaults(struct replay_opts *o)
 	o->prefill_rate = 14850;
 	o->decode_rate = 60;
 	o->decode_growth = 0.25;
+	o->gpu_hold = 1;
 	o->sched = SCHED_ACTIVE;
 	o->active = 16;
 	o->stagger_s = 30;
@@ -95,10 +96,19 @@ struct lnode {
 	kvt_key key;
 	uint64_t tokens;
 	uint32_t prev, next;
+	uint32_t pins; /* running calls using it: off the list, never evicted */
+	double t;      /* the bound's entries: when a prompt last touched it */
 };
 
+/*
+ * The list holds the evictable entries, most recent first; pinned ones
+ * (the KV of running calls) stay findable but off the list. used counts
+ * every entry's tokens, held the tokens running calls hold outside any
+ * entry (blocks still being computed, their answers); entries are evicted
+ * while used + held exceeds cap.
+ */
 struct lru {
-	uint64_t cap, used;
+	uint64_t cap, used, held;
 	uint32_t *slot; /* node index + 1; 0 empty */
 	size_t mask;
 	struct lnode *node;
@@ -229,21 +239,20 @@ static void lru_evict_tail(struct lru *l)
 	l->count--;
 }
 
-/* Inserts or refreshes key as most recent; evicts least recent past cap. */
-static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
+/* Evicts least recent entries while used + held exceeds cap. */
+static void lru_trim(struct lru *l)
 {
-	uint32_t n = lru_find(l, k);
+	while (l->used + l->held > l->cap && l->tail != NIL)
+		lru_evict_tail(l);
+}
+
+/* A new entry for key k (not present) of tokens, off the list; *out its
+ * index. */
+static int lru_add(struct lru *l, kvt_key k, uint64_t tokens, uint32_t *out)
+{
+	uint32_t n;
 	size_t i;
 
-	if (n != NIL) {
-		lru_unlink(l, n);
-		lru_push_head(l, n);
-		return 0;
-	}
-	if (tokens > l->cap)
-		return 0;
-	while (l->used + tokens > l->cap && l->tail != NIL)
-		lru_evict_tail(l);
 	if ((l->count + 1) * 2 > l->mask + 1 && lru_grow_table(l))
 		return -ENOMEM;
 	if (l->freel != NIL) {
@@ -262,14 +271,72 @@ static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
 	}
 	l->node[n].key = k;
 	l->node[n].tokens = tokens;
-	lru_push_head(l, n);
+	l->node[n].pins = 0;
+	l->node[n].prev = l->node[n].next = NIL;
 	i = lru_home(l, k);
 	while (l->slot[i])
 		i = (i + 1) & l->mask;
 	l->slot[i] = n + 1;
 	l->used += tokens;
 	l->count++;
+	*out = n;
 	return 0;
+}
+
+/* Inserts or refreshes key as most recent; evicts least recent past cap.
+ * A pinned entry stays pinned. */
+static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
+{
+	uint32_t n = lru_find(l, k);
+
+	if (n != NIL) {
+		if (l->node[n].pins == 0) {
+			lru_unlink(l, n);
+			lru_push_head(l, n);
+		}
+		return 0;
+	}
+	if (tokens > l->cap)
+		return 0;
+	while (l->used + l->held + tokens > l->cap && l->tail != NIL)
+		lru_evict_tail(l);
+	if (lru_add(l, k, tokens, &n))
+		return -ENOMEM;
+	lru_push_head(l, n);
+	return 0;
+}
+
+/* Pins entry n (taking it off the list at its first pin). */
+static void lru_pin(struct lru *l, uint32_t n)
+{
+	if (l->node[n].pins++ == 0)
+		lru_unlink(l, n);
+}
+
+/* Pins key k, adding it when absent (a running call's KV always has its
+ * place: a full pool evicts what it can and holds the rest over cap);
+ * *out its index. */
+static int lru_pin_key(struct lru *l, kvt_key k, uint64_t tokens, uint32_t *out)
+{
+	uint32_t n = lru_find(l, k);
+
+	if (n != NIL) {
+		lru_pin(l, n);
+	} else {
+		if (lru_add(l, k, tokens, &n))
+			return -ENOMEM;
+		l->node[n].pins = 1; /* never on the list */
+	}
+	lru_trim(l);
+	*out = n;
+	return 0;
+}
+
+/* Drops a pin of entry n; at the last one the entry becomes most recent. */
+static void lru_unpin(struct lru *l, uint32_t n)
+{
+	if (--l->node[n].pins == 0)
+		lru_push_head(l, n);
 }
 
 /* --- events -------------------------------------------------------------------------- */
@@ -382,6 +449,11 @@ struct run {
 	double *ttft;
 	uint32_t *ep_of, *put_from;
 	size_t nttft;
+	/* gpu_hold: the GPU entries each running call pins, and the tokens it
+	 * holds outside them */
+	uint32_t **pins;
+	uint32_t *npins;
+	uint64_t *held;
 	/* per session */
 	int32_t *pref;
 	uint32_t *next_turn; /* calls of the session done */
@@ -398,6 +470,7 @@ struct run {
 	unsigned char *buf;
 	size_t bufcap;
 	struct bench_samples load_us;
+	struct bench_samples reuse_s; /* the age of every reuse (bound_account) */
 	struct lru bound;
 	/* schedule */
 	struct heap h;
@@ -598,19 +671,100 @@ static size_t gpu_hits(struct run *r, struct endpoint *e, size_t ng, uint64_t *g
 	return h;
 }
 
-/* The trace's bound: leading blocks an unbounded cache would hold. */
-static int bound_account(struct run *r, size_t ng)
+/*
+ * gpu_hold: call ci, about to prefill on e, pins the h GPU blocks it hit
+ * and holds the rest of its prompt and (unless decode runs apart) its
+ * answer, evicting earlier prefixes to make room, as a serving engine
+ * allocates a request's KV from the pool its prefix cache lives in.
+ */
+static int gpu_take(struct run *r, uint32_t ci, struct endpoint *e, size_t ng, size_t h,
+		    uint64_t gpu_tok)
 {
-	struct replay_result *res = r->res;
+	const struct wl_call *c = &r->w->calls[ci];
 	size_t i;
 
-	for (i = 0; i < ng && lru_find(&r->bound, r->keys[i]) != NIL; i++) {
+	if (!r->gpu_on || !r->o->gpu_hold)
+		return 0;
+	r->pins[ci] = malloc((ng + 1) * sizeof(**r->pins));
+	if (!r->pins[ci])
+		return rfail(r, -ENOMEM, "out of memory");
+	for (i = 0; i < h; i++) {
+		r->pins[ci][i] = lru_find(&e->gpu, r->keys[i]);
+		lru_pin(&e->gpu, r->pins[ci][i]);
+	}
+	r->npins[ci] = (uint32_t)h;
+	r->held[ci] = c->prompt_tokens - gpu_tok + (r->o->disaggregated ? 0 : c->output_tokens);
+	e->gpu.held += r->held[ci];
+	lru_trim(&e->gpu);
+	return 0;
+}
+
+/* gpu_hold: at the end of call ci's prefill its computed blocks (keys
+ * h0..ng) join the pool pinned, in place of what it held for them. */
+static int gpu_fill(struct run *r, uint32_t ci, struct endpoint *e, size_t ng)
+{
+	size_t i;
+	uint64_t t;
+
+	for (i = r->npins[ci]; i < ng; i++) {
+		t = r->ktok[i] < r->held[ci] ? r->ktok[i] : r->held[ci];
+		r->held[ci] -= t;
+		e->gpu.held -= t;
+		if (lru_pin_key(&e->gpu, r->keys[i], r->ktok[i], &r->pins[ci][i]))
+			return rfail(r, -ENOMEM, "out of memory");
+	}
+	r->npins[ci] = (uint32_t)ng;
+	return 0;
+}
+
+/* gpu_hold: call ci ends on e: its blocks become evictable, its prefix most
+ * recent (released tail first), what it held is freed, and a pool that
+ * running calls filled past its size is evicted back to it. */
+static void gpu_release(struct run *r, uint32_t ci, struct endpoint *e)
+{
+	uint32_t i;
+
+	if (!r->pins[ci])
+		return;
+	for (i = r->npins[ci]; i-- > 0;)
+		lru_unpin(&e->gpu, r->pins[ci][i]);
+	e->gpu.held -= r->held[ci];
+	lru_trim(&e->gpu); /* a pool its running calls overfilled */
+	r->held[ci] = 0;
+	free(r->pins[ci]);
+	r->pins[ci] = NULL;
+	r->npins[ci] = 0;
+}
+
+/* The trace's bound: leading blocks an unbounded cache would hold. Also
+ * the age of every reuse, the time since a prompt last touched the block
+ * (prompts touch their blocks when they are looked up, at t): counted as
+ * aged past the lease. */
+static int bound_account(struct run *r, size_t ng, double t)
+{
+	struct replay_result *res = r->res;
+	double lease_s = (double)r->o->lease_ms / 1000.0, age;
+	uint32_t n;
+	size_t i;
+
+	/* keys chain their prefix, and the bound never forgets: the blocks it
+	 * holds are the leading ones */
+	for (i = 0; i < ng && (n = lru_find(&r->bound, r->keys[i])) != NIL; i++) {
 		res->bound_blk++;
 		res->bound_tok += r->ktok[i];
-	}
-	for (i = ng; i-- > 0;)
-		if (lru_insert(&r->bound, r->keys[i], r->ktok[i]))
+		age = t - r->bound.node[n].t;
+		if (age > lease_s)
+			res->aged_blk++;
+		if (bench_samples_add(&r->reuse_s, age))
 			return rfail(r, -ENOMEM, "out of memory");
+		r->bound.node[n].t = t;
+	}
+	for (; i < ng; i++) {
+		if (lru_add(&r->bound, r->keys[i], r->ktok[i], &n))
+			return rfail(r, -ENOMEM, "out of memory");
+		lru_push_head(&r->bound, n);
+		r->bound.node[n].t = t;
+	}
 	res->total_blk += ng;
 	return 0;
 }
@@ -799,7 +953,9 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	e->busy = 1;
 	sv.ng = call_keys(r, c, &sv.ns);
 	sv.h = gpu_hits(r, e, sv.ng, &gpu_tok);
-	rc = bound_account(r, sv.ng);
+	rc = bound_account(r, sv.ng, t);
+	if (!rc)
+		rc = gpu_take(r, ci, e, sv.ng, sv.h, gpu_tok);
 	if (rc)
 		return rc;
 	if (r->store_on) {
@@ -972,10 +1128,16 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 
 	pace(r, t);
 	ng = call_keys(r, c, &ns);
-	if (r->gpu_on)
+	if (r->pins[ci]) {
+		if (gpu_fill(r, ci, e, ng))
+			return -ENOMEM;
+		if (r->o->disaggregated) /* its KV leaves for a decode replica */
+			gpu_release(r, ci, e);
+	} else if (r->gpu_on) {
 		for (i = ng; i-- > 0;) /* tail first: the prefix stays most recent */
 			if (lru_insert(&e->gpu, r->keys[i], r->ktok[i]))
 				return rfail(r, -ENOMEM, "out of memory");
+	}
 	if (r->store_on && r->put_from[ci] < ns) {
 		from = r->put_from[ci];
 		n = ns - from;
@@ -1167,6 +1329,7 @@ static int done(struct run *r, uint32_t ci, double t)
 	double at;
 
 	ep->outstanding--;
+	gpu_release(r, ci, ep);
 	r->done_t[ci] = t;
 	r->completions++;
 	r->last_t = t;
@@ -1314,6 +1477,12 @@ static void run_free(struct run *r)
 	free(r->ttft);
 	free(r->ep_of);
 	free(r->put_from);
+	if (r->pins)
+		for (i = 0; i < r->w->ncalls; i++)
+			free(r->pins[i]);
+	free(r->pins);
+	free(r->npins);
+	free(r->held);
 	free(r->pref);
 	free(r->next_turn);
 	free(r->issued);
@@ -1329,6 +1498,7 @@ static void run_free(struct run *r)
 	free(r->wstamp);
 	free(r->h.v);
 	bench_samples_free(&r->load_us);
+	bench_samples_free(&r->reuse_s);
 	lru_free(&r->bound);
 }
 
@@ -1471,6 +1641,9 @@ static int run_alloc(struct run *r)
 	r->ttft = calloc(n, sizeof(*r->ttft));
 	r->ep_of = calloc(n, sizeof(*r->ep_of));
 	r->put_from = calloc(n, sizeof(*r->put_from));
+	r->pins = calloc(n, sizeof(*r->pins));
+	r->npins = calloc(n, sizeof(*r->npins));
+	r->held = calloc(n, sizeof(*r->held));
 	r->pref = malloc((w->nsessions + 1) * sizeof(*r->pref));
 	r->next_turn = calloc(w->nsessions + 1, sizeof(*r->next_turn));
 	r->issued = calloc(w->nsessions + 1, sizeof(*r->issued));
@@ -1485,7 +1658,7 @@ static int run_alloc(struct run *r)
 	r->ops = malloc((r->maxg + 1) * sizeof(*r->ops));
 	r->ep = calloc(o->endpoints, sizeof(*r->ep));
 	if (!r->arrive || !r->done_t || !r->compute_s || !r->ttft || !r->ep_of || !r->put_from ||
-	    !r->pref || !r->next_turn || !r->issued || !r->wq || !r->wstamp || !r->tokens ||
+	    !r->pins || !r->npins || !r->held || !r->pref || !r->next_turn || !r->issued || !r->wq || !r->wstamp || !r->tokens ||
 	    !r->keys || !r->skeys || !r->ktok || !r->stok || !r->trip || !r->ops || !r->ep ||
 	    lru_init(&r->bound, UINT64_MAX))
 		return rfail(r, -ENOMEM, "out of memory");
@@ -1649,6 +1822,11 @@ static int run_figures(struct run *r)
 	res->ttft_p50 = bench_percentile_sorted(r->ttft, r->nttft, 50);
 	res->ttft_p90 = bench_percentile_sorted(r->ttft, r->nttft, 90);
 	res->ttft_p99 = bench_percentile_sorted(r->ttft, r->nttft, 99);
+	if (r->reuse_s.n) {
+		bench_sort(r->reuse_s.v, r->reuse_s.n);
+		res->reuse_p99_s = bench_percentile_sorted(r->reuse_s.v, r->reuse_s.n, 99);
+		res->reuse_max_s = r->reuse_s.v[r->reuse_s.n - 1];
+	}
 	if (r->load_us.n) {
 		bench_sort(r->load_us.v, r->load_us.n);
 		res->load_p50_us = bench_percentile_sorted(r->load_us.v, r->load_us.n, 50);

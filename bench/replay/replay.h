@@ -59,6 +59,10 @@ struct replay_opts {
 	int disaggregated;         /* decode on GPUs of its own (prefill x decode
 				    * replicas): every call at decode_rate, never
 				    * waiting for a prefill */
+	int gpu_hold;              /* a call's KV takes its place in the GPU pool
+				    * from its prefill to its last token (with
+				    * disaggregated, to the end of its prefill):
+				    * only the rest keeps earlier prefixes (1) */
 	/* schedule */
 	enum replay_sched sched;
 	uint32_t active;           /* SCHED_ACTIVE: sessions at once */
@@ -134,6 +138,10 @@ struct replay_result {
 	uint64_t sticky_stay, sticky_spill, relaxed;
 	/* the trace's bound: an unbounded cache in this order */
 	uint64_t bound_blk, bound_tok, total_blk;
+	/* reuse by age: the time since a prompt last touched the block, at
+	 * each lookup of a block touched before (simulated seconds) */
+	uint64_t aged_blk;                       /* touches aged past the lease */
+	double reuse_p99_s, reuse_max_s;
 	/* the run */
 	double wall_s, lag_max_s, lag_mean_s;
 	double sim_s;

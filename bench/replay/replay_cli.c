@@ -74,6 +74,15 @@ static const char usage_replay[] =
 	"                          fleet presets 864)\n"	"  --fleet-text T          fleet sessions: role (each role continues a text of\n"
 	"                          its own) or session (each step's prompt is the\n"
 	"                          session's text so far plus its own material) (role)\n"
+	"  --pause SEC             fleet sessions: the pause between rounds, the test\n"
+	"                          gate (300; 0: the study's runs without pause)\n"
+	"  --tool-calls N          fleet role text: model calls a step makes, each\n"
+	"                          after the first resending the one before, its\n"
+	"                          tool call and the tool's output (4)\n"
+	"  --tool-tokens N         median tool output, tokens (2048)\n"
+	"  --tool-answer N         median tool-call answer, tokens (96)\n"
+	"  --role-tokens N         fleet role text: median material of a role's first\n"
+	"                          call (2048)\n"
 	"schedule:\n"
 	"  --schedule S            active | distance | arrival (traces with times)\n"
 	"  --active N, --width N   sessions active at once (16)\n"
@@ -98,6 +107,8 @@ static const char usage_replay[] =
 	"  --disaggregated         decode on replicas of its own: every call at\n"
 	"                          --decode-rate, never waiting for a prefill (exp1,\n"
 	"                          exp2, mooncake: prefill and decode served apart)\n"
+	"  --gpu-hold on|off       a running call's KV takes its place in the GPU\n"
+	"                          pool, whose rest alone keeps prefixes (on)\n"
 	"bytes:\n"
 	"  --model NAME            qwen3-coder-30b-a3b (96 KiB/token), llama-3.1-8b\n"
 	"                          (128 KiB), llama-3.1-70b (320 KiB)\n"
@@ -139,7 +150,9 @@ enum {
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
-	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG, O_FLEET_TEXT
+	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG, O_FLEET_TEXT,
+	O_GPU_HOLD, O_PAUSE, O_TOOL_CALLS, O_TOOL_TOKENS, O_TOOL_ANSWER,
+	O_ROLE_TOKENS
 };
 
 static const struct option longopts[] = {
@@ -151,6 +164,11 @@ static const struct option longopts[] = {
 	{ "sessions", required_argument, NULL, O_SESSIONS },
 	{ "shared-tokens", required_argument, NULL, O_SHARED },
 	{ "fleet-text", required_argument, NULL, O_FLEET_TEXT },
+	{ "pause", required_argument, NULL, O_PAUSE },
+	{ "tool-calls", required_argument, NULL, O_TOOL_CALLS },
+	{ "tool-tokens", required_argument, NULL, O_TOOL_TOKENS },
+	{ "tool-answer", required_argument, NULL, O_TOOL_ANSWER },
+	{ "role-tokens", required_argument, NULL, O_ROLE_TOKENS },
 	{ "schedule", required_argument, NULL, O_SCHEDULE },
 	{ "active", required_argument, NULL, O_ACTIVE },
 	{ "width", required_argument, NULL, O_ACTIVE },
@@ -167,6 +185,7 @@ static const struct option longopts[] = {
 	{ "decode-rate", required_argument, NULL, O_DECODE },
 	{ "decode-growth", required_argument, NULL, O_GROWTH },
 	{ "disaggregated", no_argument, NULL, O_DISAGG },
+	{ "gpu-hold", required_argument, NULL, O_GPU_HOLD },
 	{ "model", required_argument, NULL, O_MODEL },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KVBPT },
 	{ "scale", required_argument, NULL, O_SCALE },
@@ -426,6 +445,27 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 			BAD("fleet-text");
 		c->fleet.role_text = !strcmp(arg, "role");
 		return 0;
+	case O_PAUSE:
+		if (parse_count(arg, 1e6, &c->fleet.pause_s))
+			BAD("pause");
+		return 0;
+	case O_TOOL_CALLS:
+		if (parse_u64(arg, 1, WL_FLEET_MAX_TOOL, &u))
+			BAD("tool-calls");
+		c->fleet.tool_calls = (uint32_t)u;
+		return 0;
+	case O_TOOL_TOKENS:
+		if (parse_pos(arg, &c->fleet.tool_median))
+			BAD("tool-tokens");
+		return 0;
+	case O_TOOL_ANSWER:
+		if (parse_pos(arg, &c->fleet.tool_answer_median))
+			BAD("tool-answer");
+		return 0;
+	case O_ROLE_TOKENS:
+		if (parse_pos(arg, &c->fleet.role_median))
+			BAD("role-tokens");
+		return 0;
 	case O_SCHEDULE:
 		*schedule_set = 1;
 		if (!strcmp(arg, "active"))
@@ -511,6 +551,14 @@ static int opt_engine(struct cli *c, int ch, const char *arg)
 		return 0;
 	case O_DISAGG:
 		c->o.disaggregated = 1;
+		return 0;
+	case O_GPU_HOLD:
+		if (!strcmp(arg, "on"))
+			c->o.gpu_hold = 1;
+		else if (!strcmp(arg, "off"))
+			c->o.gpu_hold = 0;
+		else
+			BAD("gpu-hold");
 		return 0;
 	case O_MODEL:
 		if (set_model(&c->o, arg))
@@ -747,9 +795,9 @@ static void describe(FILE *f, const struct cli *c, const struct wl *w)
 			ru.prompt_mean, ru.keys_per_call, (unsigned long long)ru.max_prompt,
 			ru.answer_mean, 100 * ru.same_session, 100 * ru.cross_session, 100 * ru.fresh);
 		if (c->fleet_wl)
-			fprintf(f, "; %s text, %u rounds of %u calls, %.0f s pause, context %llu (%llu over)",
+			fprintf(f, "; %s text, %u rounds of %u steps of %u call(s), %.0f s pause, context %llu (%llu over)",
 				c->fleet.role_text ? "role" : "session",
-				c->fleet.rounds, c->fleet.round_calls, c->fleet.pause_s,
+				c->fleet.rounds, c->fleet.round_calls, c->fleet.tool_calls, c->fleet.pause_s,
 				(unsigned long long)c->fleet.max_context,
 				(unsigned long long)ru.over_context);
 		fputc('\n', f);
@@ -802,6 +850,9 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 			json_object_set_new(wj, "rounds", json_integer(c->fleet.rounds));
 			json_object_set_new(wj, "round_calls", json_integer(c->fleet.round_calls));
 			json_object_set_new(wj, "pause_s", json_real(c->fleet.pause_s));
+			json_object_set_new(wj, "tool_calls", json_integer(c->fleet.tool_calls));
+			json_object_set_new(wj, "tool_tokens", json_real(c->fleet.tool_median));
+			json_object_set_new(wj, "tool_answer", json_real(c->fleet.tool_answer_median));
 		}
 		json_object_set_new(o, "workload", wj);
 	}
@@ -821,6 +872,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 	json_object_set_new(o, "decode_rate", json_real(c->o.decode_rate));
 	json_object_set_new(o, "decode_growth", json_real(c->o.decode_growth));
 	json_object_set_new(o, "disaggregated", json_boolean(c->o.disaggregated));
+	json_object_set_new(o, "gpu_hold", json_boolean(c->o.gpu_hold));
 	json_object_set_new(o, "model", json_string(c->o.model));
 	json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)c->o.kv_bytes_per_token));
 	json_object_set_new(o, "scale", json_integer(c->o.scale));

@@ -28,7 +28,7 @@ enum {
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
 	F_BOUND_BLK, F_BOUND_TOK, F_GPU_OF_BOUND, F_RAM_OF_BOUND, F_DISK_OF_BOUND,
-	F_ALL_OF_BOUND,
+	F_ALL_OF_BOUND, F_AGED, F_REUSE_P99, F_REUSE_MAX,
 	F_WALL_S, F_LAG_MAX, F_LAG_MEAN,
 	F_N
 };
@@ -96,6 +96,9 @@ static const struct field fields[F_N] = {
 	[F_RAM_OF_BOUND] = { "ram_of_bound", "RAM hits as share of bound %", "%.1f" },
 	[F_DISK_OF_BOUND] = { "disk_of_bound", "disk hits as share of bound %", "%.1f" },
 	[F_ALL_OF_BOUND] = { "hits_of_bound", "all hits as share of bound %", "%.1f" },
+	[F_AGED] = { "aged_reuse", "reuse after the lease, % of block touches", "%.1f" },
+	[F_REUSE_P99] = { "reuse_p99_s", "reuse distance p99 (s, modelled)", "%.1f" },
+	[F_REUSE_MAX] = { "reuse_max_s", "reuse distance max (s, modelled)", "%.1f" },
 	[F_WALL_S] = { "wall_s", "wall time (s)", "%.1f" },
 	[F_LAG_MAX] = { "lag_max_s", "pacing lag max (s, real)", "%.3f" },
 	[F_LAG_MEAN] = { "lag_mean_s", "pacing lag mean (s, real)", "%.4f" },
@@ -175,6 +178,9 @@ static double fget(const struct replay_result *r, int id)
 	case F_DISK_OF_BOUND: return pct((double)r->tok[T_DISK], (double)r->bound_tok);
 	case F_ALL_OF_BOUND:
 		return pct((double)r->tok[T_GPU] + store, (double)r->bound_tok);
+	case F_AGED: return pct((double)r->aged_blk, (double)r->total_blk);
+	case F_REUSE_P99: return r->bound_blk ? r->reuse_p99_s : NAN;
+	case F_REUSE_MAX: return r->bound_blk ? r->reuse_max_s : NAN;
 	case F_WALL_S: return r->wall_s;
 	case F_LAG_MAX: return r->lag_max_s;
 	case F_LAG_MEAN: return r->lag_mean_s;
@@ -219,6 +225,7 @@ static const struct replay_ref refs_fleet6[] = {
 	{ "saved_store", NULL, 9.10, FLEET ", 6 sessions steady state (16.12 in batch, no pause)" },
 	{ "saved_store_net_div", NULL, 13.98, FLEET ", 6 sessions batch, net, load / in flight (of 16.12 gross)" },
 	{ "saved_store_net", NULL, 2.98, FLEET ", 6 sessions batch, net, every load in full" },
+	{ "aged_reuse", NULL, 19.5, FLEET ", reuse after the lease at 6 sessions, 300 s pause (7.5 without)" },
 	{ NULL, NULL, 0, NULL }
 };
 static const struct replay_ref refs_fleet12[] = {
@@ -343,7 +350,7 @@ const struct replay_ref *replay_refs(const char *preset)
 
 static int trace_fields(int id)
 {
-	return id >= F_BOUND_BLK && id <= F_ALL_OF_BOUND;
+	return id >= F_BOUND_BLK && id <= F_REUSE_MAX;
 }
 
 /* A study figure as a cell: "-" when unpublished. */
