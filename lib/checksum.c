@@ -11,6 +11,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "checksum_copy.h"
 #include "internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX2__)
@@ -25,4 +26,13 @@ uint64_t kvt_checksum(const void *p, size_t len)
 		return kvt_checksum_avx2(p, len);
 #endif
 	return XXH3_64bits(p, len);
+}
+
+uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len)
+{
+#ifdef KVT_CHECKSUM_DISPATCH
+	if (len > 240 && __builtin_cpu_supports("avx2"))
+		return kvt_checksum_copy_avx2(dst, src, len);
+#endif
+	return checksum_copy_pieces(dst, src, len);
 }

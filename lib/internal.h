@@ -59,6 +59,11 @@ uint64_t kvt_checksum(const void *p, size_t len);
 /* The same sum built for AVX2 (checksum_avx2.c, x86-64 only); call it only
  * when __builtin_cpu_supports("avx2"). */
 uint64_t kvt_checksum_avx2(const void *p, size_t len);
+/* kvt_checksum(src, len), copying src[0..len) to dst on the way (they must
+ * not overlap): each piece is summed and then copied while it is still in
+ * the cache, so the bytes come from memory once instead of twice. */
+uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len);
+uint64_t kvt_checksum_copy_avx2(void *dst, const void *src, size_t len);
 
 /* shared[i] = 1 when ops[i].buf[0..len) overlaps the buffer of another op
  * of ops[0..n), else 0 (ops.c). A batch whose ops share a buffer must not

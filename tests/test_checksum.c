@@ -100,11 +100,46 @@ static void test_checksum_builds_agree(void **state)
 		skip(); /* the portable sums agreed; no AVX2 build to compare here */
 }
 
+/* kvt_checksum_copy: the sum of the source, the copy exact and nothing
+ * written past it, for lengths around its 16 KiB pieces and XXH3's own
+ * boundaries, at odd alignments of both ends. */
+static void test_checksum_copy_sums_and_copies(void **state)
+{
+	(void)state;
+	static const size_t lens[] = { 0, 1, 16, 17, 128, 129, 240, 241, 1024, 4095,
+				       16383, 16384, 16385, 32768 + 7, 65536,
+				       262144, 1048576 + 4096 + 3 };
+	const size_t max = 1048576 + 4096 + 3 + 64;
+	uint8_t *p = make_bytes(max, 8);
+	uint8_t *q = malloc(max);
+
+	assert_non_null(q);
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (size_t off = 0; off < 8; off += 3) {
+			size_t len = lens[i];
+
+			memset(q, 0xa5, max);
+			uint64_t got = kvt_checksum_copy(q + 5 - off / 3, p + off, len);
+			if (got != XXH3_64bits(p + off, len))
+				fail_msg("sum of a copy of %zu bytes at +%zu differs", len, off);
+			if (memcmp(q + 5 - off / 3, p + off, len) != 0)
+				fail_msg("copy of %zu bytes at +%zu differs", len, off);
+			for (size_t j = 0; j < 5 - off / 3; j++)
+				assert_int_equal(q[j], 0xa5);
+			for (size_t j = 5 - off / 3 + len; j < max; j++)
+				if (q[j] != 0xa5)
+					fail_msg("copy of %zu bytes wrote byte %zu", len, j);
+		}
+	free(q);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_checksum_matches_vectors),
 		cmocka_unit_test(test_checksum_builds_agree),
+		cmocka_unit_test(test_checksum_copy_sums_and_copies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
