@@ -28,6 +28,7 @@ struct rd {
 	uint64_t w;
 	int active;
 	int mode;                 /* RD_* */
+	int alone;                /* op's buffer is shared with no other op */
 	unsigned mr;              /* hold on a caller range, or 0 */
 	void *stage;
 	size_t stage_bytes;
@@ -54,7 +55,10 @@ static void *rd_payload(const struct rd *r, const kvt_op *op)
 }
 
 /* Checks a record just read for op: header sound and naming op's key and
- * length, payload checksum right; copies a staged payload out. */
+ * length, payload checksum right. A staged payload is summed and copied out
+ * in one pass (kvt_checksum_copy) where op's buffer is its own, so it holds
+ * the bytes whether the sum matched or not (a failed op's buffer is
+ * unspecified); into a buffer other ops share, only once verified. */
 static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 {
 	const struct rec_hdr *h = r->stage;
@@ -62,11 +66,16 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 	const void *payload = rd_payload(r, op);
 
 	if (!disk_hdr_ok(d, h) || h->key_lo != op->key.lo || h->key_hi != op->key.hi ||
-	    h->len != len || h->payload_sum != kvt_checksum(payload, len))
+	    h->len != len)
 		return -EBADMSG;
-	if (r->mode != RD_DIRECT)
+	int fused = r->mode != RD_DIRECT && r->alone;
+	uint64_t sum = fused ? kvt_checksum_copy(op->buf, payload, len) :
+		       kvt_checksum(payload, len);
+	if (sum != h->payload_sum)
+		return -EBADMSG;
+	if (r->mode != RD_DIRECT && !fused)
 		memcpy(op->buf, payload, len);
-	r->sum = h->payload_sum;
+	r->sum = sum;
 	return 0;
 }
 
@@ -266,7 +275,8 @@ static unsigned get_ios(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *r
 
 		if (!r->active)
 			continue;
-		int mode = rd_mode(d, &ops[i], r, shared && !shared[i]);
+		r->alone = shared && !shared[i];
+		int mode = rd_mode(d, &ops[i], r, r->alone);
 		nios += rd_setup(d, r, &ops[i], mode, (uint32_t)i, ios + nios, own + nios);
 	}
 	free(shared);
