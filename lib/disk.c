@@ -485,7 +485,6 @@ static void tier_free(struct disk_tier *d)
 			memcpy(&d->sfree[c], p, sizeof(void *));
 			free(p);
 		}
-	disk_hstage_free_all(d);
 	if (d->ents)
 		munmap(d->ents, d->ents_map);
 	free(d->slots);

@@ -79,9 +79,9 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n);
 int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums);
 
 /*
- * The most bytes of huge-page memory the tier stages whole records in
- * (HSTAGE_POOL, 128 MiB, unless lowered here; bytes above that are
- * ignored): a record whose payload would take more pages than one device
+ * The most bytes of huge-page memory the tier holds at once to stage whole
+ * records in (HSTAGE_POOL, 128 MiB, a range the process's tiers share and
+ * keep until it exits, unless lowered here; bytes above that are ignored): a record whose payload would take more pages than one device
  * request carries is read into such a stage, verified there and copied
  * out; once the stages are spent, reads go straight into the caller's
  * buffer (or into plain memory of the tier's own) instead.

@@ -40,7 +40,8 @@
 #define DATA_ALIGN (64u * 1024)
 #define IO_CHUNK (8u << 20)       /* metadata I/O is split into pieces this big */
 #define STAGE_CACHE (64u << 20)   /* staging bytes kept for reuse */
-#define HSTAGE_POOL (128u << 20)  /* record staging bytes in huge pages, at most */
+#define HSTAGE_POOL (128u << 20)  /* record staging bytes in huge pages, at most,
+				     for all the process's tiers */
 #define HSTAGE_ALIGN (2u << 20)   /* a huge page */
 #define HSTAGE_UNIT (64u << 10)   /* their pieces are multiples of this */
 #define HSTAGE_CLASSES 128u       /* pieces up to 8 MiB */
@@ -112,11 +113,9 @@ struct disk_tier {
 	pthread_mutex_t slock;
 	void *sfree[64];
 	uint64_t scached;
-	/* record stages in huge pages (disk_hstage_get): free lists by size */
-	char *hbase;
+	/* record stages in huge pages (disk_hstage_get, from a range the
+	 * process's tiers share): bytes this tier holds, and its most */
 	size_t hused, hpool_max;
-	int hfailed;
-	void *hfree[HSTAGE_CLASSES];
 	/* the bytes one device request carries whole (the smallest over the
 	 * devices): a record no longer than that is read whole into a
 	 * huge-page stage, one request (disk_read.c) */
@@ -201,7 +200,6 @@ void *disk_stage_get(struct disk_tier *d, size_t bytes);
 void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
 void *disk_hstage_get(struct disk_tier *d, size_t bytes);
 void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes);
-void disk_hstage_free_all(struct disk_tier *d);
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
 void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,

@@ -64,16 +64,47 @@ void disk_stage_put(struct disk_tier *d, void *p, size_t bytes)
  * Record stages in transparent huge pages: a record read into one is one
  * device request however long, where a caller's 4 KiB pages would take
  * more segments than the device carries in one request. Pieces (sizes
- * rounded up to HSTAGE_UNIT) are cut from one range of HSTAGE_POOL bytes,
- * reserved at the first use, its huge pages faulted in as pieces are first
- * used; freed pieces wait on a list per size until the tier closes.
- * Returns NULL when the range is spent (the caller reads another way).
+ * rounded up to HSTAGE_UNIT) are cut from one range of HSTAGE_POOL bytes
+ * that the process's tiers share, reserved at the first use, its huge
+ * pages faulted in as pieces are first used; freed pieces wait on a list
+ * per size. The range lives as long as the process: faulting in fresh
+ * huge pages (zeroing them) cost as much CPU as verifying the records read
+ * into them, so a store closed and opened again reuses the pages the last
+ * one faulted in. A tier holds at most its hpool_max bytes of pieces at
+ * once. Returns NULL when that or the range is spent (the caller reads
+ * another way).
  */
+static struct {
+	pthread_mutex_t lock;
+	char *base;
+	size_t used;
+	int failed;
+	void *free[HSTAGE_CLASSES];
+} hpool = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
 static unsigned hstage_class(size_t bytes)
 {
 	size_t units = (bytes + HSTAGE_UNIT - 1) / HSTAGE_UNIT;
 
 	return units < HSTAGE_CLASSES ? (unsigned)units : 0;
+}
+
+/* Reserves the range, aligned to a huge page. Locked. */
+static void hpool_map(void)
+{
+	char *m = mmap(NULL, HSTAGE_POOL + HSTAGE_ALIGN, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (m == MAP_FAILED) {
+		hpool.failed = 1;
+		return;
+	}
+	char *a = (char *)pad_up((uintptr_t)m, HSTAGE_ALIGN);
+	if (a > m)
+		munmap(m, (size_t)(a - m));
+	munmap(a + HSTAGE_POOL, (size_t)(m + HSTAGE_ALIGN - a));
+	madvise(a, HSTAGE_POOL, MADV_HUGEPAGE);
+	hpool.base = a;
 }
 
 void *disk_hstage_get(struct disk_tier *d, size_t bytes)
@@ -84,30 +115,21 @@ void *disk_hstage_get(struct disk_tier *d, size_t bytes)
 
 	if (!c)
 		return NULL;
-	pthread_mutex_lock(&d->slock);
-	if (!d->hbase && !d->hfailed) {
-		char *m = mmap(NULL, HSTAGE_POOL + HSTAGE_ALIGN, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-		if (m == MAP_FAILED) {
-			d->hfailed = 1;
-		} else {
-			/* aligned to a huge page: trim the ends */
-			char *a = (char *)pad_up((uintptr_t)m, HSTAGE_ALIGN);
-			if (a > m)
-				munmap(m, (size_t)(a - m));
-			munmap(a + HSTAGE_POOL, (size_t)(m + HSTAGE_ALIGN - a));
-			madvise(a, HSTAGE_POOL, MADV_HUGEPAGE);
-			d->hbase = a;
-		}
+	pthread_mutex_lock(&hpool.lock);
+	if (!hpool.base && !hpool.failed)
+		hpool_map();
+	if (d->hused + piece > d->hpool_max) {
+		/* this tier's share is spent */
+	} else if (hpool.free[c]) {
+		p = hpool.free[c];
+		memcpy(&hpool.free[c], p, sizeof(void *));
+	} else if (hpool.base && hpool.used + piece <= HSTAGE_POOL) {
+		p = hpool.base + hpool.used;
+		hpool.used += piece;
 	}
-	if (d->hfree[c]) {
-		p = d->hfree[c];
-		memcpy(&d->hfree[c], p, sizeof(void *));
-	} else if (d->hbase && d->hused + piece <= d->hpool_max) {
-		p = d->hbase + d->hused;
+	if (p)
 		d->hused += piece;
-	}
-	pthread_mutex_unlock(&d->slock);
+	pthread_mutex_unlock(&hpool.lock);
 	return p;
 }
 
@@ -115,28 +137,23 @@ void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes)
 {
 	unsigned c = hstage_class(bytes);
 
-	/* as disk_stage_put: after a lost I/O, never handed out again */
-	if (!p || !c || atomic_load_explicit(&d->lost, memory_order_relaxed))
+	if (!p || !c)
 		return;
-	pthread_mutex_lock(&d->slock);
-	memcpy(p, &d->hfree[c], sizeof(void *));
-	d->hfree[c] = p;
-	pthread_mutex_unlock(&d->slock);
+	pthread_mutex_lock(&hpool.lock);
+	d->hused -= (size_t)c * HSTAGE_UNIT;
+	/* as disk_stage_put: after a lost I/O, never handed out again */
+	if (!atomic_load_explicit(&d->lost, memory_order_relaxed)) {
+		memcpy(p, &hpool.free[c], sizeof(void *));
+		hpool.free[c] = p;
+	}
+	pthread_mutex_unlock(&hpool.lock);
 }
 
 void disk_set_stage_pool(struct disk_tier *d, size_t bytes)
 {
-	pthread_mutex_lock(&d->slock);
+	pthread_mutex_lock(&hpool.lock);
 	d->hpool_max = bytes < HSTAGE_POOL ? bytes : HSTAGE_POOL;
-	pthread_mutex_unlock(&d->slock);
-}
-
-void disk_hstage_free_all(struct disk_tier *d)
-{
-	/* after a lost I/O the kernel may still write into them */
-	if (d->hbase && !atomic_load_explicit(&d->lost, memory_order_relaxed))
-		munmap(d->hbase, HSTAGE_POOL);
-	d->hbase = NULL;
+	pthread_mutex_unlock(&hpool.lock);
 }
 
 /* --- queues ------------------------------------------------------------------ */
