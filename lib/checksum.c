@@ -28,11 +28,11 @@ uint64_t kvt_checksum(const void *p, size_t len)
 	return XXH3_64bits(p, len);
 }
 
-uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len)
+uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len, int of_dst)
 {
 #ifdef KVT_CHECKSUM_DISPATCH
 	if (len > 240 && __builtin_cpu_supports("avx2"))
-		return kvt_checksum_copy_avx2(dst, src, len);
+		return kvt_checksum_copy_avx2(dst, src, len, of_dst);
 #endif
-	return checksum_copy_pieces(dst, src, len);
+	return checksum_copy_pieces(dst, src, len, of_dst);
 }

@@ -20,8 +20,8 @@ uint64_t kvt_checksum_avx2(const void *p, size_t len)
 }
 
 /* kvt_checksum_copy's AVX2 build */
-uint64_t kvt_checksum_copy_avx2(void *dst, const void *src, size_t len)
+uint64_t kvt_checksum_copy_avx2(void *dst, const void *src, size_t len, int of_dst)
 {
-	return checksum_copy_pieces(dst, src, len);
+	return checksum_copy_pieces(dst, src, len, of_dst);
 }
 #endif /* elsewhere checksum.c never calls it and this file is empty */

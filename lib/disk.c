@@ -32,9 +32,11 @@ struct append_ctx {
  * dev_run's prep hook for a record's writes: just before the record's first
  * write goes out (while earlier records' writes are in flight), stages the
  * payload when it cannot be written from data directly, checksums what will
- * be written and fills the header page. A record with have_sum (a block
- * read back, whose data may be a caller's buffer that changed since) is
- * always staged and written only if the staged copy matches its sum.
+ * be written and fills the header page. A huge-page stage (taken by
+ * append_ios) is filled and summed in one pass, each piece summed as it is
+ * copied. A record with have_sum (a block read back, whose data may be a
+ * caller's buffer that changed since) is always staged and written only if
+ * the staged copy matches its sum.
  */
 static int append_prep(void *arg, unsigned i, struct dev_io *io)
 {
@@ -45,17 +47,23 @@ static int append_prep(void *arg, unsigned i, struct dev_io *io)
 
 	if (io != &x->io[0])
 		return x->prep_err ? -ECANCELED : 0;
-	x->stage = disk_stage_get(c->d, x->stage_bytes);
+	if (!x->huge)
+		x->stage = disk_stage_get(c->d, x->stage_bytes);
 	if (!x->stage) {
 		x->prep_err = -ENOMEM;
 		return -ECANCELED;
 	}
 	payload = x->direct ? (char *)x->data : (char *)x->stage + PAGE;
-	if (!x->direct) {
-		memcpy(payload, x->data, x->len);
-		memset(payload + x->len, 0, pad - x->len);
+	uint64_t sum;
+	if (x->huge) {
+		sum = kvt_checksum_copy(payload, x->data, x->len, 1);
+	} else {
+		if (!x->direct)
+			memcpy(payload, x->data, x->len);
+		sum = kvt_checksum(payload, x->len);
 	}
-	uint64_t sum = kvt_checksum(payload, x->len);
+	if (!x->direct)
+		memset(payload + x->len, 0, pad - x->len);
 	if (x->have_sum && sum != x->sum) {
 		x->prep_err = -EBADMSG;
 		return -ECANCELED;
@@ -99,8 +107,14 @@ static void append_reserve(struct disk_tier *d, struct wr *w, size_t n, int rein
 /*
  * Phase 2: the writes of each active record, into ios/own (io -> record):
  * header and payload from one stage, or the header from a stage and the
- * payload straight from data (direct). Buffers and the header come from
- * append_prep. Returns the number of ios.
+ * payload straight from data (direct). A record no longer than one device
+ * request whose data is not in registered memory (the arena's huge pages,
+ * a kvt_mem_register range) is copied into a huge-page stage behind its
+ * header and written in one request: written from a caller's scattered
+ * 4 KiB pages, header and payload take two or three requests, and many
+ * segments, which a virtio disk serves more slowly. Else direct where data
+ * is page-aligned and whole pages, staged in plain memory otherwise.
+ * Buffers and the header come from append_prep. Returns the number of ios.
  */
 static unsigned append_ios(struct disk_tier *d, struct wr *w, size_t n,
 			   struct dev_io **ios, uint32_t *own)
@@ -116,10 +130,19 @@ static unsigned append_ios(struct disk_tier *d, struct wr *w, size_t n,
 		if (!x->active)
 			continue;
 		page_addr(d, x->page, &dev, &off);
-		x->direct = !x->have_sum && ((uintptr_t)x->data % PAGE) == 0 &&
-			    x->len % PAGE == 0;
-		x->stage_bytes = x->direct ? PAGE : PAGE + pad;
+		int whole = ((uintptr_t)x->data % PAGE) == 0 && x->len % PAGE == 0;
 		x->stage = NULL;
+		x->huge = 0;
+		if (PAGE + pad <= d->max_req && !(whole && !x->have_sum &&
+		    (disk_fixed_index(d, x->data, x->len) >= 0 ||
+		     disk_registered(d, x->data, x->len))))
+			x->stage = disk_hstage_get(d, PAGE + pad);
+		if (x->stage) {
+			x->huge = 1;
+			ctr_add(&d->staged_writes, 1);
+		}
+		x->direct = !x->huge && !x->have_sum && whole;
+		x->stage_bytes = x->direct ? PAGE : PAGE + pad;
 		x->prep_err = 0;
 		if (x->direct) {
 			disk_io_set(&x->io[0], DEV_WRITE, dev, off, NULL, PAGE, -1);
@@ -230,7 +253,10 @@ void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 	append_publish(d, w, n, reinsert);
 	for (size_t i = 0; i < n; i++)
 		if (w[i].active) {
-			disk_stage_put(d, w[i].stage, w[i].stage_bytes);
+			if (w[i].huge)
+				disk_hstage_put(d, w[i].stage, w[i].stage_bytes);
+			else
+				disk_stage_put(d, w[i].stage, w[i].stage_bytes);
 			memreg_put(d->mr, w[i].mr);
 			w[i].mr = 0;
 		}
@@ -435,6 +461,7 @@ void disk_stats(struct disk_tier *d, const struct stat_visitor *v)
 	stat_int(v, "devices", (int64_t)d->ndev);
 	stat_int(v, "fixed_buffers", (int64_t)d->nfixed);
 	stat_int(v, "staged_reads", (int64_t)ctr_get(&d->staged_reads));
+	stat_int(v, "staged_writes", (int64_t)ctr_get(&d->staged_writes));
 	stat_int(v, "mem_fixed_ios", (int64_t)ctr_get(&d->mem_fixed_ios));
 	stat_int(v, "mem_plain_ios", (int64_t)ctr_get(&d->mem_plain_ios));
 	stat_int(v, "mem_register_refusals", (int64_t)ctr_get(&d->mem_refusals));
@@ -472,6 +499,7 @@ static int refuse_same_device(const struct disk_tier *d, unsigned i)
 /* Closes queues and devices and frees everything; writes nothing. */
 static void tier_free(struct disk_tier *d)
 {
+	disk_verifier_stop(d);
 	for (unsigned i = 0; i < d->nqueues; i++)
 		d->ops->queue_close(d->queues[i]);
 	for (unsigned i = 0; d->fds && i < d->ndev; i++)
@@ -495,6 +523,9 @@ static void tier_free(struct disk_tier *d)
 	pthread_mutex_destroy(&d->qlock);
 	pthread_mutex_destroy(&d->slock);
 	pthread_cond_destroy(&d->qcv);
+	pthread_mutex_destroy(&d->vlock);
+	pthread_cond_destroy(&d->vwork);
+	pthread_cond_destroy(&d->vdone);
 	free(d);
 }
 
@@ -579,6 +610,9 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	pthread_mutex_init(&d->qlock, NULL);
 	pthread_mutex_init(&d->slock, NULL);
 	pthread_cond_init(&d->qcv, NULL);
+	pthread_mutex_init(&d->vlock, NULL);
+	pthread_cond_init(&d->vwork, NULL);
+	pthread_cond_init(&d->vdone, NULL);
 	d->fds = malloc(sizeof(int) * d->ndev);
 	d->paths = calloc(d->ndev, sizeof(char *));
 	if (!d->fds || !d->paths) {

@@ -138,7 +138,16 @@ struct disk_tier {
 	_Atomic uint64_t queue_failures;
 	_Atomic uint64_t mem_fixed_ios, mem_plain_ios, mem_refusals;
 	_Atomic uint64_t staged_reads; /* records read whole into a huge-page stage */
+	_Atomic uint64_t staged_writes; /* records written whole from one */
 	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
+	/* the verifier thread (disk_read.c) and its queue of records read,
+	 * under vlock; vstate 0 not started, 1 running, -1 none */
+	pthread_mutex_t vlock;
+	pthread_cond_t vwork, vdone;
+	pthread_t vthread;
+	int vstate, vstop;
+	struct rd *vhead, *vtail;
+	unsigned vlen;
 };
 
 static inline uint64_t pad_up(uint64_t v, uint64_t a)
@@ -191,6 +200,7 @@ struct wr {
 	int prep_err;             /* staging failed: nothing was written */
 	void *stage;
 	size_t stage_bytes;
+	int huge;                 /* stage is a huge-page one (disk_hstage_get) */
 	struct dev_io io[2];
 	unsigned nio;
 };
@@ -206,6 +216,7 @@ void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsign
 		    const struct dev_hooks *hooks);
 int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len);
 int8_t disk_buf_fixed(struct disk_tier *d, const void *p, size_t len, unsigned *hold);
+int disk_registered(struct disk_tier *d, const void *p, size_t len);
 void disk_io_set(struct dev_io *io, int op, uint16_t dev, uint64_t off,
 		 void *buf, uint32_t len, int8_t fixed);
 int disk_meta_rw(struct disk_tier *d, int op, uint16_t dev, void *buf,
@@ -229,6 +240,9 @@ void disk_index_reset(struct disk_tier *d);
 int disk_write_checkpoint(struct disk_tier *d);
 int disk_recover(struct disk_tier *d);
 int disk_geometry(struct disk_tier *d, const struct disk_opts *o);
+
+/* disk_read.c */
+void disk_verifier_stop(struct disk_tier *d);
 
 /* disk.c */
 void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert);

@@ -315,6 +315,17 @@ int8_t disk_buf_fixed(struct disk_tier *d, const void *p, size_t len, unsigned *
 	return (int8_t)(d->mr_slot0 + (unsigned)piece);
 }
 
+/* 1 if [p, p+len) lies in a caller range (kvt_mem_register): the caller
+ * asked for I/O straight from and into it. */
+int disk_registered(struct disk_tier *d, const void *p, size_t len)
+{
+	int piece;
+	unsigned h = d->mr ? memreg_hold(d->mr, p, len, &piece) : 0;
+
+	memreg_put(d->mr, h);
+	return h != 0;
+}
+
 void disk_set_memreg(struct disk_tier *d, struct memreg *m)
 {
 	d->mr = m;

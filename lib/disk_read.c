@@ -39,6 +39,8 @@ struct rd {
 	unsigned left;            /* ios not complete yet */
 	int err;                  /* the outcome once left is 0 */
 	uint64_t sum;             /* the payload's checksum, once verified */
+	struct rd *vnext;         /* the verifier's queue (vlock) */
+	struct load_ctx *ctx;     /* the batch it is of, while queued */
 };
 
 struct load_ctx {
@@ -46,6 +48,8 @@ struct load_ctx {
 	struct rd *rd;
 	kvt_op *ops;
 	const uint32_t *own;      /* io index -> op */
+	int async;                /* the verifier thread takes records */
+	unsigned pending;         /* records queued or being verified (vlock) */
 };
 
 /* Where r's payload was read. */
@@ -69,7 +73,7 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 	    h->len != len)
 		return -EBADMSG;
 	int fused = r->mode != RD_DIRECT && r->alone;
-	uint64_t sum = fused ? kvt_checksum_copy(op->buf, payload, len) :
+	uint64_t sum = fused ? kvt_checksum_copy(op->buf, payload, len, 0) :
 		       kvt_checksum(payload, len);
 	if (sum != h->payload_sum)
 		return -EBADMSG;
@@ -79,8 +83,137 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 	return 0;
 }
 
-/* dev_run's done hook for loads: verifies each block as soon as its last
- * read completes, while the batch's other reads are in flight. */
+/* --- the verifier ------------------------------------------------------------ */
+
+/*
+ * A staged record is verified and copied out (about a third of a
+ * millisecond per MiB) by the tier's verifier thread while the loading
+ * thread goes on reaping and submitting, so the device's queue stays full
+ * however long the checks take; where the verifier falls behind, the
+ * loading thread takes records from the queue itself, and once its reads
+ * are done it helps until its batch is verified. Without the thread (it
+ * could not be started) every record is verified inline, as its last
+ * read completes.
+ */
+#define VERIFY_BACKLOG 4u         /* queued records past which the loader helps */
+
+static void rd_check(struct load_ctx *c, struct rd *r)
+{
+	r->err = rd_verify(c->d, r, &c->ops[r - c->rd]);
+}
+
+/* The oldest queued record, or NULL. vlock held. */
+static struct rd *vq_pop(struct disk_tier *d)
+{
+	struct rd *r = d->vhead;
+
+	if (r) {
+		d->vhead = r->vnext;
+		if (!d->vhead)
+			d->vtail = NULL;
+		d->vlen--;
+	}
+	return r;
+}
+
+/* Verifies r (taken from the queue) and tells its batch. vlock held on
+ * entry and return, dropped meanwhile. */
+static void vq_check(struct disk_tier *d, struct rd *r)
+{
+	pthread_mutex_unlock(&d->vlock);
+	rd_check(r->ctx, r);
+	pthread_mutex_lock(&d->vlock);
+	r->ctx->pending--;
+	pthread_cond_broadcast(&d->vdone);
+}
+
+static void *verifier_main(void *arg)
+{
+	struct disk_tier *d = arg;
+
+	pthread_mutex_lock(&d->vlock);
+	for (;;) {
+		struct rd *r = vq_pop(d);
+
+		if (r)
+			vq_check(d, r);
+		else if (d->vstop)
+			break;
+		else
+			pthread_cond_wait(&d->vwork, &d->vlock);
+	}
+	pthread_mutex_unlock(&d->vlock);
+	return NULL;
+}
+
+/* 1 when the verifier runs (started at the tier's first load), else 0. */
+static int verifier_on(struct disk_tier *d)
+{
+	pthread_mutex_lock(&d->vlock);
+	if (d->vstate == 0)
+		d->vstate = pthread_create(&d->vthread, NULL, verifier_main, d) == 0 ? 1 : -1;
+	int on = d->vstate == 1;
+	pthread_mutex_unlock(&d->vlock);
+	return on;
+}
+
+void disk_verifier_stop(struct disk_tier *d)
+{
+	pthread_mutex_lock(&d->vlock);
+	d->vstop = 1;
+	pthread_cond_broadcast(&d->vwork);
+	int on = d->vstate == 1;
+	pthread_mutex_unlock(&d->vlock);
+	if (on)
+		pthread_join(d->vthread, NULL);
+	d->vstate = -1;
+}
+
+/* Queues r of batch c for the verifier; takes the oldest queued record
+ * here where the verifier is behind. */
+static void vq_push(struct load_ctx *c, struct rd *r)
+{
+	struct disk_tier *d = c->d;
+
+	pthread_mutex_lock(&d->vlock);
+	r->ctx = c;
+	r->vnext = NULL;
+	if (d->vtail)
+		d->vtail->vnext = r;
+	else
+		d->vhead = r;
+	d->vtail = r;
+	d->vlen++;
+	c->pending++;
+	pthread_cond_signal(&d->vwork);
+	if (d->vlen > VERIFY_BACKLOG)
+		vq_check(d, vq_pop(d));
+	pthread_mutex_unlock(&d->vlock);
+}
+
+/* Returns once every record batch c queued is verified, verifying queued
+ * records (its own or other batches') meanwhile. */
+static void vq_wait(struct load_ctx *c)
+{
+	struct disk_tier *d = c->d;
+
+	if (!c->async)
+		return;
+	pthread_mutex_lock(&d->vlock);
+	while (c->pending) {
+		struct rd *r = vq_pop(d);
+
+		if (r)
+			vq_check(d, r);
+		else
+			pthread_cond_wait(&d->vdone, &d->vlock);
+	}
+	pthread_mutex_unlock(&d->vlock);
+}
+
+/* dev_run's done hook for loads: each block is verified as soon as its
+ * last read completes (queued for the verifier, or here where its buffer
+ * is shared with other ops), while the batch's other reads are in flight. */
 static void load_done(void *arg, unsigned i, struct dev_io *io)
 {
 	struct load_ctx *c = arg;
@@ -89,8 +222,13 @@ static void load_done(void *arg, unsigned i, struct dev_io *io)
 
 	if (io->res < 0)
 		r->err = -EIO;
-	if (--r->left == 0 && !r->err)
-		r->err = rd_verify(c->d, r, &c->ops[b]);
+	if (--r->left == 0 && !r->err) {
+		/* copies into a buffer other ops share stay in order, here */
+		if (c->async && r->alone)
+			vq_push(c, r);
+		else
+			rd_check(c, r);
+	}
 }
 
 /* Sets up the reads of block i (rd[i] active, its stage not taken yet;
@@ -134,9 +272,12 @@ static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int mode
  * the buffer, another thread): such blocks are read again into memory of
  * the tier's own before they are called damaged.
  */
-static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, size_t n,
-			    struct dev_io **ios, uint32_t *own)
+static void rd_again_staged(struct load_ctx *lc, size_t n, struct dev_io **ios,
+			    uint32_t *own)
 {
+	struct disk_tier *d = lc->d;
+	struct rd *rd = lc->rd;
+	kvt_op *ops = lc->ops;
 	unsigned nios = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -152,9 +293,9 @@ static void rd_again_staged(struct disk_tier *d, struct rd *rd, kvt_op *ops, siz
 		if (!r->nio)
 			r->err = -ENOMEM;
 	}
-	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
-	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
+	struct dev_hooks hooks = { .done = load_done, .arg = lc };
 	disk_run(d, ios, nios, &hooks);
+	vq_wait(lc);
 }
 
 /*
@@ -227,17 +368,6 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
  * such I/O, or where no stage is left; else staged with its header in
  * plain memory.
  */
-/* 1 if [p, p+len) lies in a caller range (kvt_mem_register): the caller
- * asked for I/O straight into it. */
-static int registered(struct disk_tier *d, const void *p, size_t len)
-{
-	int piece;
-	unsigned h = d->mr ? memreg_hold(d->mr, p, len, &piece) : 0;
-
-	memreg_put(d->mr, h);
-	return h != 0;
-}
-
 static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
 {
 	uint64_t pad = pad_up(w_len(r->w), PAGE);
@@ -246,7 +376,7 @@ static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alon
 	/* staging helps only where the record is then one request: one
 	 * longer than a request is split wherever it is read */
 	if (may && (PAGE + pad > d->max_req || disk_fixed_index(d, op->buf, pad) >= 0 ||
-		    registered(d, op->buf, pad)))
+		    disk_registered(d, op->buf, pad)))
 		return RD_DIRECT;
 	r->hstage_bytes = PAGE + pad;
 	r->hstage = disk_hstage_get(d, r->hstage_bytes);
@@ -379,10 +509,12 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	}
 	get_find(d, ops, n, rd);
 	unsigned nios = get_ios(d, ops, n, rd, ios, own);
-	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own };
+	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own,
+			       .async = nios > 1 && verifier_on(d) };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
 	disk_run_depth(d, ios, nios, read_depth(d, rd, n, nios), &hooks);
-	rd_again_staged(d, rd, ops, n, ios, own);
+	vq_wait(&lc);
+	rd_again_staged(&lc, n, ios, own);
 	get_report(d, ops, n, rd, sums);
 
 	struct wr *re = calloc(n, sizeof(*re));

@@ -60,10 +60,12 @@ uint64_t kvt_checksum(const void *p, size_t len);
  * when __builtin_cpu_supports("avx2"). */
 uint64_t kvt_checksum_avx2(const void *p, size_t len);
 /* kvt_checksum(src, len), copying src[0..len) to dst on the way (they must
- * not overlap): each piece is summed and then copied while it is still in
- * the cache, so the bytes come from memory once instead of twice. */
-uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len);
-uint64_t kvt_checksum_copy_avx2(void *dst, const void *src, size_t len);
+ * not overlap): each piece is summed and copied while it is in the cache,
+ * so the bytes come from memory once instead of twice. of_dst: the sum of
+ * the copy (each piece summed after it is copied), which is the sum of
+ * what dst holds even if src changes meanwhile. */
+uint64_t kvt_checksum_copy(void *dst, const void *src, size_t len, int of_dst);
+uint64_t kvt_checksum_copy_avx2(void *dst, const void *src, size_t len, int of_dst);
 
 /* shared[i] = 1 when ops[i].buf[0..len) overlaps the buffer of another op
  * of ops[0..n), else 0 (ops.c). A batch whose ops share a buffer must not

@@ -100,8 +100,8 @@ static void test_checksum_builds_agree(void **state)
 		skip(); /* the portable sums agreed; no AVX2 build to compare here */
 }
 
-/* kvt_checksum_copy: the sum of the source, the copy exact and nothing
- * written past it, for lengths around its 16 KiB pieces and XXH3's own
+/* kvt_checksum_copy: the sum of the source (of the copy with of_dst: the
+ * same bytes), the copy exact and nothing written past it, for lengths around its 16 KiB pieces and XXH3's own
  * boundaries, at odd alignments of both ends. */
 static void test_checksum_copy_sums_and_copies(void **state)
 {
@@ -114,12 +114,12 @@ static void test_checksum_copy_sums_and_copies(void **state)
 	uint8_t *q = malloc(max);
 
 	assert_non_null(q);
-	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+	for (size_t i = 0; i < 2 * sizeof(lens) / sizeof(lens[0]); i++)
 		for (size_t off = 0; off < 8; off += 3) {
-			size_t len = lens[i];
+			size_t len = lens[i / 2];
 
 			memset(q, 0xa5, max);
-			uint64_t got = kvt_checksum_copy(q + 5 - off / 3, p + off, len);
+			uint64_t got = kvt_checksum_copy(q + 5 - off / 3, p + off, len, (int)(i % 2));
 			if (got != XXH3_64bits(p + off, len))
 				fail_msg("sum of a copy of %zu bytes at +%zu differs", len, off);
 			if (memcmp(q + 5 - off / 3, p + off, len) != 0)
