@@ -26,7 +26,28 @@ struct append_ctx {
 	struct disk_tier *d;
 	struct wr *w;
 	const uint32_t *own;      /* io index -> record */
+	struct disk_beside *b;    /* work to run beside the writes, or NULL */
 };
+
+/* Runs b's work unless it ran already (b or its fn may be NULL). */
+static void beside_run(struct disk_beside *b)
+{
+	if (b && b->fn && !b->done) {
+		b->done = 1;
+		b->fn(b->arg);
+	}
+}
+
+/* dev_run's done hook of a batch with work beside it: at the first write
+ * to complete, every write that fits the queue is in flight. */
+static void append_done(void *arg, unsigned i, struct dev_io *io)
+{
+	struct append_ctx *c = arg;
+
+	(void)i;
+	(void)io;
+	beside_run(c->b);
+}
 
 /*
  * dev_run's prep hook for a record's writes: just before the record's first
@@ -230,8 +251,11 @@ static void append_publish(struct disk_tier *d, struct wr *w, size_t n, int rein
  * as soon as its header is ready, so hashing overlaps the writes in
  * flight), then publishes the index entries.
  * reinsert: the records move existing entries (old_e) to the log's head.
+ * b (may be NULL): work run once the first writes are in flight (the
+ * caller runs it after, where it has not run).
  */
-void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
+void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		 struct disk_beside *b)
 {
 	struct dev_io **ios = calloc(2 * n + 1, sizeof(*ios));
 	uint32_t *own = calloc(2 * n + 1, sizeof(*own));
@@ -247,8 +271,9 @@ void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 	}
 	append_reserve(d, w, n, reinsert);
 	unsigned nios = append_ios(d, w, n, ios, own);
-	struct append_ctx ac = { .d = d, .w = w, .own = own };
-	struct dev_hooks hooks = { .prep = append_prep, .arg = &ac };
+	struct append_ctx ac = { .d = d, .w = w, .own = own, .b = b };
+	struct dev_hooks hooks = { .prep = append_prep, .done = b ? append_done : NULL,
+				   .arg = &ac };
 	disk_run(d, ios, nios, &hooks);
 	append_publish(d, w, n, reinsert);
 	for (size_t i = 0; i < n; i++)
@@ -294,7 +319,7 @@ int disk_put(struct disk_tier *d, kvt_key key, const void *data, size_t len)
 	w.key = key;
 	w.data = data;
 	w.len = len;
-	disk_append(d, &w, 1, 0);
+	disk_append(d, &w, 1, 0, NULL);
 	if (w.result == -ENOSPC) {
 		char ks[34];
 		kvt_set_error("disk: no region can take block %s (%zu bytes): all "
@@ -312,7 +337,7 @@ int disk_fail_all(kvt_op *ops, size_t n, int err)
 	return kvt_fail(err, "disk tier: out of memory for a batch of %zu", n);
 }
 
-int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
+static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_beside *b)
 {
 	struct wr *w;
 	int first = 0;
@@ -343,7 +368,7 @@ int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 	}
 	for (size_t j = 0; j < m; j++)
 		map[j] = (size_t)w[j].result;
-	disk_append(d, w, m, 0);
+	disk_append(d, w, m, 0, b);
 	for (size_t j = 0; j < m; j++)
 		ops[map[j]].result = w[j].result;
 	for (size_t i = 0; i < n; i++)
@@ -352,6 +377,21 @@ int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 	free(map);
 	free(w);
 	return first;
+}
+
+int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
+{
+	return put_batch(d, ops, n, NULL);
+}
+
+int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
+			  void (*fn)(void *), void *arg)
+{
+	struct disk_beside b = { .fn = fn, .arg = arg };
+	int rc = put_batch(d, ops, n, &b);
+
+	beside_run(&b);
+	return rc;
 }
 
 /* --- small calls --------------------------------------------------------------- */

@@ -51,6 +51,13 @@ int disk_put(struct disk_tier *d, kvt_key key, const void *data, size_t len);
  * first failure or 0. */
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n);
 
+/* disk_put_batch, running fn(arg) once on the calling thread while the
+ * batch's writes are in flight (at the first to complete; after the batch
+ * where none was written), so that work of the caller's own overlaps them.
+ * fn runs exactly once, whatever the outcome. */
+int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
+			  void (*fn)(void *), void *arg);
+
 /*
  * Loads a block into buf (cap bytes), sets *len. buf NULL with cap 0 asks
  * for the size. Returns 0, -ENOENT, -ENOBUFS (*len = size needed), -EBADMSG

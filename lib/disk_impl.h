@@ -245,7 +245,13 @@ int disk_geometry(struct disk_tier *d, const struct disk_opts *o);
 void disk_verifier_stop(struct disk_tier *d);
 
 /* disk.c */
-void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert);
+struct disk_beside {
+	void (*fn)(void *);
+	void *arg;
+	int done;
+};
+void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		 struct disk_beside *b);
 int disk_fail_all(kvt_op *ops, size_t n, int err);
 
 #endif

@@ -520,7 +520,7 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	struct wr *re = calloc(n, sizeof(*re));
 	size_t nre = get_unpin(d, ops, n, rd, re);
 	if (nre)
-		disk_append(d, re, nre, 1);
+		disk_append(d, re, nre, 1, NULL);
 	free(re);
 
 	for (size_t i = 0; i < n; i++) {

@@ -359,7 +359,7 @@ static int admit_promotion(struct ram_tier *r, kvt_key key, size_t len)
  * (when given) and no removal may have changed key's generation since *gen.
  */
 static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t len,
-		    const uint64_t *gen, const uint64_t *sum)
+		    const uint64_t *gen, const uint64_t *sum, int may_spill)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -378,9 +378,9 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 		ctr_add(&r->promotions_declined, 1);
 		return -EAGAIN;
 	}
-	int64_t off = alloc_extent(r, len, 1);
+	int64_t off = alloc_extent(r, len, may_spill);
 	if (off < 0) {
-		if (off == -ENOSPC)
+		if (off == -ENOSPC && may_spill)
 			ctr_add(&r->refused_puts, 1);
 		return (int)off;
 	}
@@ -397,7 +397,12 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 {
-	return put_copy(r, key, data, len, NULL, NULL);
+	return put_copy(r, key, data, len, NULL, NULL, 1);
+}
+
+int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t len)
+{
+	return put_copy(r, key, data, len, NULL, NULL, 0);
 }
 
 uint64_t ram_gen(struct ram_tier *r, kvt_key key)
@@ -408,7 +413,7 @@ uint64_t ram_gen(struct ram_tier *r, kvt_key key)
 int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
 		uint64_t gen, const uint64_t *sum)
 {
-	return put_copy(r, key, data, len, &gen, sum);
+	return put_copy(r, key, data, len, &gen, sum, 1);
 }
 
 int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill)

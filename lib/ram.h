@@ -61,6 +61,9 @@ void ram_close(struct ram_tier *r);
  * -ENOMEM when the index cannot grow.
  */
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
+/* ram_put, but -ENOSPC where the block fits only by evicting (spilling)
+ * others: nothing is written to disk from within it. */
+int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t len);
 
 /*
  * A promotion: a copy of a block read from a lower tier or a peer. gen is

@@ -224,37 +224,49 @@ static size_t put_overflow(kvt_store *s, const kvt_op *ops, size_t n, uint64_t *
 	return lead;
 }
 
-/*
- * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
- * to disk (unless ram.refuse_when_leased), as do the lead blocks of a chunk
- * larger than RAM (put_overflow); write-through copies follow, all of the
- * chunk's disk writes in one submission.
- */
-static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
-{
+/* The disk legs of a chunk: the ops going to disk and what each is. */
+struct disk_legs {
 	struct disk_leg leg[CHUNK];
 	kvt_op dops[CHUNK];
-	size_t nd = 0;
-	uint64_t ram_bytes;
-	size_t lead = put_overflow(s, ops, n, &ram_bytes);
+	size_t nd;
+};
 
-	/* room for the chunk's RAM part in spills of up to 32 blocks, not in
-	 * one small spill (down to the low watermark) every few puts */
-	if (ram_bytes)
-		ram_make_room(s->ram, ram_bytes);
-	for (size_t i = 0; i < n; i++) {
-		kvt_op *op = &ops[i];
-		int rc = check_put_args(s, op->buf, op->len, fn);
-		op->result = rc;
-		if (rc || (s->disk && disk_contains(s->disk, op->key, NULL)))
+/* The part of a chunk that RAM takes (ops[from..to)), and the disk legs it
+ * leaves (write-through copies, blocks RAM refused). */
+struct ram_part {
+	kvt_store *s;
+	kvt_op *ops;
+	size_t from, to;
+	const char *fn;
+	int nospill;              /* RAM must not spill to make room */
+	struct disk_legs *out;
+};
+
+/* Checks op i of a chunk; 1 when it goes on (valid, not on disk yet). */
+static int put_wanted(kvt_store *s, kvt_op *op, const char *fn)
+{
+	op->result = check_put_args(s, op->buf, op->len, fn);
+	return !op->result && !(s->disk && disk_contains(s->disk, op->key, NULL));
+}
+
+static void ram_part_run(void *arg)
+{
+	struct ram_part *p = arg;
+	kvt_store *s = p->s;
+	struct disk_legs *o = p->out;
+
+	for (size_t i = p->from; i < p->to; i++) {
+		kvt_op *op = &p->ops[i];
+		if (!put_wanted(s, op, p->fn))
 			continue; /* bad op, or immutable and already stored */
-		rc = i < lead ? -ENOSPC : ram_put(s->ram, op->key, op->buf, op->len);
+		int rc = p->nospill ? ram_put_nospill(s->ram, op->key, op->buf, op->len)
+				    : ram_put(s->ram, op->key, op->buf, op->len);
 		if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
-			leg[nd] = (struct disk_leg){ i, 0 };
-			dops[nd++] = *op;
+			o->leg[o->nd] = (struct disk_leg){ i, 0 };
+			o->dops[o->nd++] = *op;
 		} else if (rc == -ENOSPC && s->disk && !s->cfg.refuse_when_leased) {
-			leg[nd] = (struct disk_leg){ i, 1 };
-			dops[nd++] = *op;
+			o->leg[o->nd] = (struct disk_leg){ i, 1 };
+			o->dops[o->nd++] = *op;
 		} else if (rc == -ENOSPC) {
 			ctr_add(&s->refused_puts, 1);
 			op->result = -ENOSPC;
@@ -262,13 +274,16 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 			op->result = rc;
 		}
 	}
-	if (nd)
-		disk_put_batch(s->disk, dops, nd);
-	for (size_t j = 0; j < nd; j++) {
-		kvt_op *op = &ops[leg[j].op];
-		int rc = dops[j].result;
+}
+
+/* Sets the results of a chunk's disk legs after their batch. */
+static void disk_legs_done(kvt_store *s, kvt_op *ops, struct disk_legs *l)
+{
+	for (size_t j = 0; j < l->nd; j++) {
+		kvt_op *op = &ops[l->leg[j].op];
+		int rc = l->dops[j].result;
 		char kb[34];
-		if (!leg[j].write_around) { /* RAM holds it: the put succeeded */
+		if (!l->leg[j].write_around) { /* RAM holds it: the put succeeded */
 			if (rc == 0)
 				ctr_add(&s->write_through, 1);
 			else
@@ -282,6 +297,42 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 			ctr_add(&s->refused_puts, 1);
 		op->result = rc;
 	}
+}
+
+/*
+ * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
+ * to disk (unless ram.refuse_when_leased), as do the lead blocks of a chunk
+ * larger than RAM (put_overflow); write-through copies follow. The lead
+ * blocks go to disk in one submission, and RAM copies the rest while those
+ * writes are in flight (without spilling: RAM made room before, and a
+ * block that no longer fits goes around); what that leaves for disk goes
+ * in a second submission.
+ */
+static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
+{
+	struct disk_legs lead_legs = { .nd = 0 }, rest = { .nd = 0 };
+	uint64_t ram_bytes;
+	size_t lead = put_overflow(s, ops, n, &ram_bytes);
+
+	/* room for the chunk's RAM part in spills of up to 32 blocks, not in
+	 * one small spill (down to the low watermark) every few puts */
+	if (ram_bytes)
+		ram_make_room(s->ram, ram_bytes);
+	for (size_t i = 0; i < lead; i++)
+		if (put_wanted(s, &ops[i], fn)) {
+			lead_legs.leg[lead_legs.nd] = (struct disk_leg){ i, 1 };
+			lead_legs.dops[lead_legs.nd++] = ops[i];
+		}
+	struct ram_part part = { s, ops, lead, n, fn, lead_legs.nd > 0, &rest };
+	if (lead_legs.nd)
+		disk_put_batch_beside(s->disk, lead_legs.dops, lead_legs.nd,
+				      ram_part_run, &part);
+	else
+		ram_part_run(&part);
+	if (rest.nd)
+		disk_put_batch(s->disk, rest.dops, rest.nd);
+	disk_legs_done(s, ops, &lead_legs);
+	disk_legs_done(s, ops, &rest);
 }
 
 /* Puts ops[0..n) chunk by chunk (and in their owners' tiers when forward);

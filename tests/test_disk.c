@@ -293,6 +293,23 @@ static int put_block(struct disk_tier *d, uint64_t i, size_t len)
 	return rc;
 }
 
+/* 0: the block of key read back with the right bytes (fill_block), else
+ * the error. */
+static int get_block_at(struct disk_tier *d, kvt_key key, size_t len)
+{
+	void *b = NULL;
+	size_t got = 0;
+
+	assert_int_equal(posix_memalign(&b, 4096, len), 0);
+	int rc = disk_get(d, key, b, len, &got);
+	if (rc == 0) {
+		assert_int_equal(got, len);
+		assert_true(check_block(key, b, len));
+	}
+	free(b);
+	return rc;
+}
+
 /* 0: block i read back with the right bytes; else the error (never wrong bytes). */
 static int get_block(struct disk_tier *d, uint64_t i, size_t len)
 {
@@ -935,6 +952,67 @@ static void put_batches_write_one_request_per_record(void **st)
 	fix_done(&f);
 }
 
+struct beside_probe {
+	struct disk_tier *d;
+	kvt_key key;              /* the batch's last block */
+	int calls;
+	int writes_out;           /* writes submitted when it ran */
+	int stored;               /* key was stored when it ran */
+};
+
+static void beside_probe_run(void *arg)
+{
+	struct beside_probe *p = arg;
+
+	p->calls++;
+	p->writes_out = atomic_load(&faults.writes);
+	p->stored = disk_contains(p->d, p->key, NULL);
+}
+
+/* disk_put_batch_beside runs its work exactly once: while the batch's
+ * writes are out (all of them submitted, as the queue takes them all, and
+ * the batch not stored yet); after a batch that wrote nothing; for an
+ * empty batch. */
+static void put_batch_runs_work_beside_its_writes(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 8, LEN = 65536 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	struct disk_tier *d = open_max_req(&f, MiB);
+	kvt_op ops[N];
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, N * (size_t)LEN), 0);
+	for (int i = 0; i < N; i++) {
+		ops[i] = (kvt_op){ test_key(900 + (uint64_t)i), bufs + (size_t)i * LEN, LEN, 0 };
+		fill_block(ops[i].key, ops[i].buf, LEN);
+	}
+	struct beside_probe p = { d, ops[N - 1].key, 0, 0, 0 };
+	int w0 = atomic_load(&faults.writes);
+	assert_int_equal(disk_put_batch_beside(d, ops, N, beside_probe_run, &p), 0);
+	assert_int_equal(p.calls, 1);
+	assert_int_equal(p.writes_out - w0, N);
+	assert_int_equal(p.stored, 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(get_block_at(d, ops[i].key, LEN), 0);
+
+	/* nothing to write: blocks stored already, bad ops, no ops */
+	p.calls = 0;
+	assert_int_equal(disk_put_batch_beside(d, ops, N, beside_probe_run, &p), 0);
+	assert_int_equal(p.calls, 1);
+	ops[0].len = 0;
+	p.calls = 0;
+	assert_int_equal(disk_put_batch_beside(d, ops, 1, beside_probe_run, &p), -EINVAL);
+	assert_int_equal(p.calls, 1);
+	p.calls = 0;
+	assert_int_equal(disk_put_batch_beside(d, ops, 0, beside_probe_run, &p), 0);
+	assert_int_equal(p.calls, 1);
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+}
+
 struct staged_loader {
 	struct disk_tier *d;
 	int first, rounds, bad;
@@ -1395,6 +1473,7 @@ int main(void)
 		cmocka_unit_test(long_payloads_are_staged_whole_and_verified),
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
+		cmocka_unit_test(put_batch_runs_work_beside_its_writes),
 		cmocka_unit_test(caller_range_is_held_while_its_io_runs),
 		cmocka_unit_test(failed_queue_is_replaced_not_reused),
 		cmocka_unit_test(full_device_is_refused),
