@@ -293,23 +293,6 @@ static int put_block(struct disk_tier *d, uint64_t i, size_t len)
 	return rc;
 }
 
-/* 0: the block of key read back with the right bytes (fill_block), else
- * the error. */
-static int get_block_at(struct disk_tier *d, kvt_key key, size_t len)
-{
-	void *b = NULL;
-	size_t got = 0;
-
-	assert_int_equal(posix_memalign(&b, 4096, len), 0);
-	int rc = disk_get(d, key, b, len, &got);
-	if (rc == 0) {
-		assert_int_equal(got, len);
-		assert_true(check_block(key, b, len));
-	}
-	free(b);
-	return rc;
-}
-
 /* 0: block i read back with the right bytes; else the error (never wrong bytes). */
 static int get_block(struct disk_tier *d, uint64_t i, size_t len)
 {
@@ -952,6 +935,20 @@ static void put_batches_write_one_request_per_record(void **st)
 	fix_done(&f);
 }
 
+/* ops[0..n) for blocks first.. of len bytes each, in one page-aligned
+ * allocation (returned, for free) filled by fill_block. */
+static char *filled_ops(kvt_op *ops, int n, uint64_t first, size_t len)
+{
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)n * len), 0);
+	for (int i = 0; i < n; i++) {
+		ops[i] = (kvt_op){ test_key(first + (uint64_t)i), bufs + (size_t)i * len, len, 0 };
+		fill_block(ops[i].key, ops[i].buf, len);
+	}
+	return bufs;
+}
+
 struct beside_probe {
 	struct disk_tier *d;
 	kvt_key key;              /* the batch's last block */
@@ -981,13 +978,7 @@ static void put_batch_runs_work_beside_its_writes(void **st)
 	fix_init(&f, 32 * MiB, 4 * MiB);
 	struct disk_tier *d = open_max_req(&f, MiB);
 	kvt_op ops[N];
-	char *bufs = NULL;
-
-	assert_int_equal(posix_memalign((void **)&bufs, 4096, N * (size_t)LEN), 0);
-	for (int i = 0; i < N; i++) {
-		ops[i] = (kvt_op){ test_key(900 + (uint64_t)i), bufs + (size_t)i * LEN, LEN, 0 };
-		fill_block(ops[i].key, ops[i].buf, LEN);
-	}
+	char *bufs = filled_ops(ops, N, 900, LEN);
 	struct beside_probe p = { d, ops[N - 1].key, 0, 0, 0 };
 	int w0 = atomic_load(&faults.writes);
 	assert_int_equal(disk_put_batch_beside(d, ops, N, beside_probe_run, &p), 0);
@@ -995,7 +986,7 @@ static void put_batch_runs_work_beside_its_writes(void **st)
 	assert_int_equal(p.writes_out - w0, N);
 	assert_int_equal(p.stored, 0);
 	for (int i = 0; i < N; i++)
-		assert_int_equal(get_block_at(d, ops[i].key, LEN), 0);
+		assert_int_equal(get_block(d, 900 + (uint64_t)i, LEN), 0);
 
 	/* nothing to write: blocks stored already, bad ops, no ops */
 	p.calls = 0;
@@ -1052,13 +1043,7 @@ static void staged_batches_are_verified_beside_their_reads(void **st)
 	fix_init(&f, 32 * MiB, 4 * MiB);
 	struct disk_tier *d = open_max_req(&f, MiB);
 	kvt_op ops[N];
-	char *bufs = NULL;
-
-	assert_int_equal(posix_memalign((void **)&bufs, 4096, N * (size_t)LEN), 0);
-	for (int i = 0; i < N; i++) {
-		ops[i] = (kvt_op){ test_key(700 + (uint64_t)i), bufs + (size_t)i * LEN, LEN, 0 };
-		fill_block(ops[i].key, ops[i].buf, LEN);
-	}
+	char *bufs = filled_ops(ops, N, 700, LEN);
 	assert_int_equal(disk_put_batch(d, ops, N), 0);
 
 	/* one record, the first read of the whole-record length to complete,
