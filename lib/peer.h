@@ -113,8 +113,11 @@ struct peer_local {
 	/* present[i] = 1 where keys[i] is stored here (and leased if lease) */
 	void (*lookup)(void *arg, const kvt_key *keys, size_t n, int lease,
 		       uint8_t *present);
-	/* as kvt_get, local tiers only */
-	int (*get)(void *arg, kvt_key key, void *buf, size_t cap, size_t *len);
+	/* as kvt_get, local tiers only; on 0, *sum is the checksum of the
+	 * bytes (the one the disk verified them against, or the RAM block's
+	 * kept one), so that they need not be read again for it */
+	int (*get)(void *arg, kvt_key key, void *buf, size_t cap, size_t *len,
+		   uint64_t *sum);
 	/* a block of at most cap bytes held in RAM, handed to fn(fnarg, bytes,
 	 * len, sum) in place, pinned until fn returns (sent without a copy),
 	 * sum the checksum kept with the block (its bytes are not read for

@@ -228,6 +228,7 @@ static int serve_get(struct conn *c, const struct hdr *h)
 		kvt_key k = key_unpack(items + 24 * i);
 		uint64_t cap = get64(items + 24 * i + 16);
 		size_t len = 0;
+		uint64_t sum = 0;
 		int st = -ENOENT;
 
 		if (cap > p->max_block)
@@ -256,18 +257,19 @@ static int serve_get(struct conn *c, const struct hdr *h)
 		if (st == -ENOENT) {
 			st = grow(c, 65536);
 			if (!st)
-				st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+				st = p->local.get(p->local.arg, k, c->buf, c->cap, &len, &sum);
 			if (st == -ENOBUFS && len <= cap) {
 				st = grow(c, len);
 				if (!st)
-					st = p->local.get(p->local.arg, k, c->buf, c->cap, &len);
+					st = p->local.get(p->local.arg, k, c->buf, c->cap, &len,
+							  &sum);
 			}
 			if (st == 0 && len > cap)
 				st = -ENOBUFS;
 		}
 		if (st && st != -ENOENT && st != -ENOBUFS && st != -EBADMSG)
 			st = -EIO;
-		e = send_get_r(c, st, c->buf, len, st == 0 ? kvt_checksum(c->buf, len) : 0);
+		e = send_get_r(c, st, c->buf, len, sum);
 	}
 	free(items);
 	return e;

@@ -172,15 +172,34 @@ static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
 		present[i] = (uint8_t)store_local_has(s, keys[i], lease, deadline);
 }
 
+struct copy_sum {
+	void *buf;
+	uint64_t sum;
+};
+
+/* ram_visit's callback for serve_get: the block's bytes and its checksum. */
+static int copy_with_sum(void *arg, const void *block, size_t len, uint64_t sum)
+{
+	struct copy_sum *c = arg;
+
+	memcpy(c->buf, block, len);
+	c->sum = sum;
+	return 0;
+}
+
 /* Not counted in this node's gets and hits: the "peer" stats count what it
- * serves. */
-static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len)
+ * serves. A disk hit comes with the checksum the disk verified. */
+static int serve_get(void *arg, kvt_key key, void *buf, size_t cap, size_t *len,
+		     uint64_t *sum)
 {
 	kvt_store *s = arg;
-	int rc = ram_get(s->ram, key, buf, cap, len);
+	struct copy_sum c = { .buf = buf };
+	int rc = ram_visit(s->ram, key, cap, copy_with_sum, &c, len);
 
-	if (rc == -ENOENT && s->disk)
-		rc = disk_get(s->disk, key, buf, cap, len);
+	if (rc == 0)
+		*sum = c.sum;
+	else if (rc == -ENOENT && s->disk)
+		rc = disk_get_sum(s->disk, key, buf, cap, len, sum);
 	return rc;
 }
 

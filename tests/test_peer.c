@@ -882,19 +882,20 @@ static void wait_ram_pins(kvt_store *s, long long n)
  * one computed from its bytes as it sends them. Blocks made every way a
  * RAM block can be made (a put on the owner, a put forwarded to it by a
  * member, a committed slot, a disk hit copied into RAM, a disk hit loaded
- * into a slot and kept in place) all arrive verified; a block whose bytes
- * change in the owner's RAM after it was made arrives as a miss, counted as
- * a checksum failure, never with the changed bytes.
+ * into a slot and kept in place) all arrive verified, and so does one
+ * served from the owner's disk (sent with the checksum the disk verified);
+ * a block whose bytes change in the owner's RAM after it was made arrives
+ * as a miss, counted as a checksum failure, never with the changed bytes.
  */
 static void test_owner_sends_the_kept_checksum(void **state)
 {
 	struct fx *f = *state;
 	enum { N = 5, LEN = 200000 };
 	char cfg[1280], *dir;
-	kvt_key kb[N];
+	kvt_key kb[N + 1];         /* kb[N]: on b's disk only throughout */
 	kvt_slot sl;
 	kvt_pin_batch *bt = NULL;
-	kvt_op ops[N];
+	kvt_op ops[N + 1];
 
 	TEST_NEED_DISK();
 	dir = make_temp_dir("peer-sums");
@@ -907,11 +908,12 @@ static void test_owner_sends_the_kept_checksum(void **state)
 		 " {\"name\": \"b\", \"addr\": \"127.0.0.1:%d\"}], \"transport\": \"tcp\","
 		 " \"connect_timeout_ms\": 5000, \"request_timeout_ms\": 5000}}",
 		 dir, f->pb, f->pa, f->pb);
-	owned_keys(1, 52000, kb, N);
-	/* kb[3] and kb[4] only on b's disk: written through, b reopened */
+	owned_keys(1, 52000, kb, N + 1);
+	/* kb[3], kb[4], kb[N] only on b's disk: written through, b reopened */
 	assert_int_equal(kvt_open(cfg, &f->b), 0);
 	store_put_block(f->b, kb[3], LEN);
 	store_put_block(f->b, kb[4], LEN);
+	store_put_block(f->b, kb[N], LEN);
 	kvt_close(f->b);
 	assert_int_equal(kvt_open(cfg, &f->b), 0);
 	assert_int_equal(store_stat(f->b, "ram", "objects"), 0);
@@ -944,18 +946,19 @@ static void test_owner_sends_the_kept_checksum(void **state)
 	kvt_close(f->a);
 	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb, SLOW_CONNECT);
 
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i <= N; i++) {
 		ops[i] = (kvt_op){ .key = kb[i], .len = LEN, .result = 1 };
 		assert_non_null(ops[i].buf = malloc(LEN));
 	}
-	assert_int_equal(kvt_get_batch(f->a, ops, N), 0);
-	for (int i = 0; i < N; i++) {
+	assert_int_equal(kvt_get_batch(f->a, ops, N + 1), 0);
+	for (int i = 0; i <= N; i++) {
 		if (ops[i].result)
 			fail_msg("block %d: %s", i, kvt_strerror(ops[i].result));
 		assert_int_equal(ops[i].len, LEN);
 		assert_true(check_block(kb[i], ops[i].buf, LEN));
 	}
-	assert_int_equal(store_stat(f->a, "store", "hits_peer"), N);
+	assert_int_equal(store_stat(f->a, "store", "hits_peer"), N + 1);
+	assert_int_equal(store_stat(f->b, "ram", "objects"), N); /* kb[N]: from disk */
 	assert_int_equal(store_stat(f->a, "peer", "checksum_failures"), 0);
 
 	/* each block's bytes changed in b's RAM (through a pin of it there):
@@ -978,7 +981,7 @@ static void test_owner_sends_the_kept_checksum(void **state)
 		assert_int_equal(kvt_get(f->a, kb[i], ops[i].buf, LEN, &len), 0);
 		assert_true(check_block(kb[i], ops[i].buf, LEN));
 	}
-	for (int i = 0; i < N; i++)
+	for (int i = 0; i <= N; i++)
 		free(ops[i].buf);
 	kvt_close(f->b);
 	f->b = NULL;
