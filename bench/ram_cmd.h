@@ -25,8 +25,16 @@ struct ram_opts {
 	uint64_t working_set, capacity, volume;
 	unsigned long batch;
 	int lookup, copy;
+	unsigned long shared_pct; /* lookups: share of each chain all threads look up */
 	unsigned reps;
 };
+
+/* One thread's latency samples, on cache lines of their own: each thread
+ * writes its count on every call, and two threads' counts on one line would
+ * make the measurement pay for the harness's false sharing. */
+struct rb_lat {
+	struct bench_samples s;
+} __attribute__((aligned(128)));
 
 /* What the worker threads share for one measurement. */
 struct job {
@@ -38,10 +46,11 @@ struct job {
 	char **dst;            /* get: per thread, batch * size bytes */
 	unsigned batch;        /* get_batch: blocks per call */
 	uint64_t ops;          /* per thread: gets, batches or lookup calls */
-	const kvt_key *const *chains; /* lookup: one chain per thread */
+	const kvt_key *const *chains; /* lookup: one chain per thread (a prefix
+				       * of them the same on every thread) */
 	size_t chain_len;
 	unsigned flags;
-	struct bench_samples *lat; /* per thread, reserved for ops samples */
+	struct rb_lat *lat;    /* per thread, reserved for ops samples */
 	_Atomic uint64_t failures;
 	_Atomic int first_err;
 };
@@ -51,17 +60,17 @@ void rb_note_failure(struct job *j, int rc);
 
 static inline void rb_record(struct job *j, unsigned tid, uint64_t t0, uint64_t t1)
 {
-	struct bench_samples *l = &j->lat[tid];
+	struct bench_samples *l = &j->lat[tid].s;
 
 	if (l->n < l->cap)
 		l->v[l->n++] = (double)(t1 - t0) / 1e3;
 }
 
 /* Per-thread latency arrays for ops samples each; NULL when out of memory. */
-struct bench_samples *rb_lat_new(unsigned nthreads, uint64_t ops);
-void rb_lat_free(struct bench_samples *l, unsigned nthreads);
+struct rb_lat *rb_lat_new(unsigned nthreads, uint64_t ops);
+void rb_lat_free(struct rb_lat *l, unsigned nthreads);
 /* Moves the per-thread samples into all (when non-NULL) and empties them. */
-void rb_lat_collect(struct bench_samples *l, unsigned nthreads, struct bench_samples *all);
+void rb_lat_collect(struct rb_lat *l, unsigned nthreads, struct bench_samples *all);
 /* Runs fn on nthreads threads. Returns the wall time, 0 on failure. */
 uint64_t rb_run(struct job *j, unsigned nthreads, bench_thread_fn fn);
 
@@ -69,6 +78,9 @@ uint64_t rb_run(struct job *j, unsigned nthreads, bench_thread_fn fn);
 kvt_store *rb_open_store(uint64_t capacity);
 /* n keys of a chain over random tokens (what real keys look like). */
 kvt_key *rb_make_keys(size_t n, uint64_t seed);
+/* The same whose first shared keys (tokens and namespace from common) are
+ * those of every chain made with the same common; the rest from own. */
+kvt_key *rb_make_chain(size_t n, size_t shared, uint64_t common, uint64_t own);
 /* A number of the store's statistics (such as "ram.hits"), or NAN. */
 double rb_stat_or_nan(kvt_store *s, const char *path);
 
@@ -77,7 +89,9 @@ double rb_stat_or_nan(kvt_store *s, const char *path);
 int rb_bench_size(const struct ram_opts *o, uint64_t size, struct bench_table *tab,
 		  json_t *doc, double *get1m_share);
 /* Lookups of chains with and without lease (ram_lookup.c); 1 when
- * something failed. *lookup1: keys/s of the longest chain on one thread. */
-int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1);
+ * something failed. *lookup1: keys/s of the longest chain on one thread;
+ * *lease2: with lease, two threads' keys/s over one thread's (longest chain). */
+int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
+		    double *lease2);
 
 #endif

@@ -263,7 +263,7 @@ static int size_put(struct size_run *c, unsigned nt, struct job *j,
 {
 	const struct ram_opts *o = c->o;
 	size_t nkeys = c->nkeys, size = c->size;
-	struct bench_samples *lat = rb_lat_new(nt, nkeys / nt + 1);
+	struct rb_lat *lat = rb_lat_new(nt, nkeys / nt + 1);
 	struct bench_memcpy *mc;
 	struct row r;
 	unsigned rep;
@@ -325,7 +325,7 @@ static int size_get(struct size_run *c, unsigned nt, struct job *j,
 		    struct bench_memcpy *mc, uint64_t ops, double *get1m_share)
 {
 	const struct ram_opts *o = c->o;
-	struct bench_samples *lat = rb_lat_new(nt, ops);
+	struct rb_lat *lat = rb_lat_new(nt, ops);
 	struct row r;
 	unsigned rep;
 
@@ -370,7 +370,7 @@ static int size_batch(struct size_run *c, unsigned nt, struct job *j,
 {
 	const struct ram_opts *o = c->o;
 	uint64_t calls = ops / o->batch;
-	struct bench_samples *lat = rb_lat_new(nt, calls);
+	struct rb_lat *lat = rb_lat_new(nt, calls);
 	struct row r;
 	unsigned rep;
 

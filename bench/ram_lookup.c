@@ -1,8 +1,11 @@
 /*
  * ram_lookup.c - the lookups of "kvbench ram": kvt_lookup of chains whose
- * keys are all stored (one chain per thread, small blocks: the figure is
- * the index, not the bytes), with and without KVT_LEASE, in keys per second
- * per thread and latency per call; then the index's bytes per block.
+ * keys are all stored (small blocks: the figure is the index, not the
+ * bytes), with and without KVT_LEASE, in keys per second per thread and
+ * latency per call, and how the keys per second of all threads scale with
+ * threads; then the index's bytes per block. Each thread looks up a chain
+ * of its own whose first --shared-prefix percent is the same on every
+ * thread, as scheduler threads do with prompts that share a system prompt.
  * Uses only <kvtier.h>.
  */
 #include <errno.h>
@@ -43,14 +46,52 @@ struct lookups {
 	json_t *doc;
 	struct bench_table *tab;
 	kvt_store *s;
-	kvt_key **chains;          /* one per thread, lmax keys each */
+	kvt_key **chains;          /* per chain length, one per thread: [ci * nt_max + t] */
 	double *rate;              /* keys/s per repetition */
 	struct bench_samples all;  /* latencies of the timed repetitions, us */
-	unsigned long lmax;
+	/* [lease][chain][thread count]: median keys/s per thread, NAN unknown */
+	double median[2][RAM_MAX_LIST][RAM_MAX_LIST];
+	unsigned long lmax, blocks;
 	unsigned nt_max;
 };
 
-/* Opens the store and stores every thread's chain. 0, or 1 on failure. */
+/* Keys at the head of a chain of len keys that every thread looks up. */
+static size_t shared_keys(const struct lookups *c, size_t len)
+{
+	return len * c->o->shared_pct / 100;
+}
+
+/* Makes and stores the chains of length index ci. 0, or 1 on failure. */
+static int lookup_chains(struct lookups *c, size_t ci, char *block)
+{
+	size_t len = c->o->chains[ci], shared = shared_keys(c, len), k;
+	uint64_t common = 0x6c6f6f6b7570ull + ((uint64_t)ci << 16);
+
+	for (unsigned t = 0; t < c->nt_max; t++) {
+		kvt_key *keys = rb_make_chain(len, shared, common, common + 1 + t);
+
+		c->chains[ci * c->nt_max + t] = keys;
+		if (!keys)
+			return 1;
+		/* the shared keys once, each thread's own after them */
+		for (k = t ? shared : 0; k < len; k++) {
+			common_fill(block, LOOKUP_BLOCK, common_key_seed(keys[k]));
+			int rc = kvt_put(c->s, keys[k], block, LOOKUP_BLOCK);
+
+			if (rc) {
+				fprintf(stderr, "kvbench ram: put for lookups: %s (%s)\n",
+					kvt_strerror(rc), kvt_last_error());
+				bench_json_error(c->doc, "put for lookups failed: %s",
+						 kvt_strerror(rc));
+				return 1;
+			}
+			c->blocks++;
+		}
+	}
+	return 0;
+}
+
+/* Opens the store and stores every thread's chains. 0, or 1 on failure. */
 static int lookup_setup(struct lookups *c)
 {
 	static const char *const hdr[] = { "op", "keys", "thr", "Mkeys/s/thr", "min",
@@ -58,8 +99,7 @@ static int lookup_setup(struct lookups *c)
 					   "found" };
 	const struct ram_opts *o = c->o;
 	char *block = NULL;
-	size_t ci, ti, k;
-	unsigned t;
+	size_t ci, ti;
 	int failed = 0;
 
 	for (ci = 0; ci < o->nchains; ci++)
@@ -70,48 +110,29 @@ static int lookup_setup(struct lookups *c)
 			c->nt_max = (unsigned)o->threads[ti];
 	c->tab = bench_table_new(11, hdr);
 	c->s = rb_open_store(o->capacity);
-	c->chains = calloc(c->nt_max, sizeof(*c->chains));
+	c->chains = calloc(o->nchains * c->nt_max, sizeof(*c->chains));
 	block = bench_buffer_alloc(LOOKUP_BLOCK);
 	c->rate = calloc(o->reps + 1, sizeof(*c->rate));
 	if (!c->tab || !c->s || !c->chains || !block || !c->rate) {
 		free(block);
 		return 1;
 	}
-	/* One chain per thread, every key stored (small blocks: the figure is
-	 * the index, not the bytes). */
-	for (t = 0; t < c->nt_max && !failed; t++) {
-		c->chains[t] = rb_make_keys(c->lmax, 0x6c6f6f6b7570ull + t);
-		if (!c->chains[t]) {
-			failed = 1;
-			break;
-		}
-		for (k = 0; k < c->lmax; k++) {
-			common_fill(block, LOOKUP_BLOCK, common_key_seed(c->chains[t][k]));
-			int rc = kvt_put(c->s, c->chains[t][k], block, LOOKUP_BLOCK);
-
-			if (rc) {
-				fprintf(stderr, "kvbench ram: put for lookups: %s (%s)\n",
-					kvt_strerror(rc), kvt_last_error());
-				bench_json_error(c->doc, "put for lookups failed: %s",
-						 kvt_strerror(rc));
-				failed = 1;
-				break;
-			}
-		}
-	}
+	for (ci = 0; ci < o->nchains && !failed; ci++)
+		failed = lookup_chains(c, ci, block);
 	free(block);
 	return failed;
 }
 
-/* Calls of len keys per repetition: about LOOKUP_REP_NS worth. */
-static uint64_t lookup_calls(struct lookups *c, size_t len, unsigned flags)
+/* Calls of the chains of length index ci per repetition: about
+ * LOOKUP_REP_NS worth. */
+static uint64_t lookup_calls(struct lookups *c, size_t ci, unsigned flags)
 {
 	uint64_t calls, t0, n = 0;
-	size_t found;
+	size_t found, len = c->o->chains[ci];
 
 	t0 = bench_now_ns();
 	do {
-		kvt_lookup(c->s, c->chains[0], len, flags, &found);
+		kvt_lookup(c->s, c->chains[ci * c->nt_max], len, flags, &found);
 		n++;
 	} while (bench_now_ns() - t0 < 20000000ull);
 	calls = LOOKUP_REP_NS / ((bench_now_ns() - t0) / n + 1);
@@ -162,15 +183,17 @@ static int lookup_report_row(struct lookups *c, const char *op, size_t len, unsi
 }
 
 /*
- * One row: chains of len keys on nt threads, reps timed repetitions after a
- * warm-up. 0, 1 when calls were short, -1 when out of memory. *median: the
- * keys/s per thread (NAN when short).
+ * One row: the chains of length index ci on nt threads, reps timed
+ * repetitions after a warm-up. 0, 1 when calls were short, -1 when out of
+ * memory. *median: the keys/s per thread (NAN when short).
  */
-static int lookup_row(struct lookups *c, unsigned flags, const char *op, size_t len,
+static int lookup_row(struct lookups *c, unsigned flags, const char *op, size_t ci,
 		      uint64_t calls, unsigned nt, double *median)
 {
-	struct bench_samples *lat = rb_lat_new(nt, calls);
-	struct job j = { .s = c->s, .chains = (const kvt_key *const *)c->chains,
+	size_t len = c->o->chains[ci];
+	struct rb_lat *lat = rb_lat_new(nt, calls);
+	struct job j = { .s = c->s,
+			 .chains = (const kvt_key *const *)c->chains + ci * c->nt_max,
 			 .chain_len = len, .flags = flags, .ops = calls, .lat = lat };
 	unsigned rep;
 
@@ -192,34 +215,94 @@ static int lookup_row(struct lookups *c, unsigned flags, const char *op, size_t 
 	return failed;
 }
 
-/* The table and the index's bytes per stored block. */
+/*
+ * Keys per second of nt threads together over one thread's, for the
+ * chains of length index ci, with (fi 1) or without lease: NAN when one
+ * thread or nt threads were not measured (or came up short).
+ */
+static double lookup_scale(const struct lookups *c, int fi, size_t ci, unsigned long nt)
+{
+	double one = NAN, many = NAN;
+
+	for (size_t ti = 0; ti < c->o->nthreads; ti++) {
+		if (c->o->threads[ti] == 1)
+			one = c->median[fi][ci][ti];
+		if (c->o->threads[ti] == nt)
+			many = c->median[fi][ci][ti];
+	}
+	return (double)nt * many / one;
+}
+
+/* The scaling lines under the table, and their JSON results. */
+static void lookup_report_scaling(struct lookups *c)
+{
+	const struct ram_opts *o = c->o;
+	int printed = 0;
+
+	for (int fi = 0; fi < 2; fi++) {
+		for (size_t ci = 0; ci < o->nchains; ci++) {
+			const char *op = fi ? "lookup+lease" : "lookup";
+			int row = 0;
+
+			for (size_t ti = 0; ti < o->nthreads; ti++) {
+				unsigned long nt = o->threads[ti];
+				double x = lookup_scale(c, fi, ci, nt);
+
+				if (nt == 1 || isnan(x))
+					continue;
+				if (!printed++)
+					printf("\n  scaling: keys/s of all threads together over one "
+					       "thread's (%u CPUs):\n", bench_ncpus());
+				if (!row++)
+					printf("    %-13s %6lu keys:", op, o->chains[ci]);
+				printf("  %lu thr %.2fx", nt, x);
+				bench_json_result(c->doc, json_pack(
+					"{s:s, s:s, s:I, s:I, s:I, s:f}", "name",
+					"lookup_scaling", "op", op, "keys_per_call",
+					(json_int_t)o->chains[ci], "shared_keys",
+					(json_int_t)shared_keys(c, o->chains[ci]), "threads",
+					(json_int_t)nt, "times_one_thread", x));
+			}
+			if (row)
+				printf("\n");
+		}
+	}
+}
+
+/* The table, the scaling and the index's bytes per stored block. */
 static void lookup_report(struct lookups *c)
 {
 	double ibpb = rb_stat_or_nan(c->s, "ram.index_bytes_per_block");
 
-	printf("\nlookups: kvt_lookup over chains whose keys are all stored "
-	       "(%lu blocks of %d bytes per thread), keys per second per thread:\n\n",
-	       c->lmax, LOOKUP_BLOCK);
+	printf("\nlookups: kvt_lookup over chains whose keys are all stored (blocks of %d "
+	       "bytes), one chain\nper thread, the first %lu%% of every chain the same on "
+	       "every thread; keys per second per thread:\n\n",
+	       LOOKUP_BLOCK, c->o->shared_pct);
 	bench_table_print(c->tab, stdout, 2);
+	lookup_report_scaling(c);
 	if (isnan(ibpb))
-		printf("\n  index bytes per stored block (%lu blocks): n/a\n",
-		       c->lmax * c->nt_max);
+		printf("\n  index bytes per stored block (%lu blocks): n/a\n", c->blocks);
 	else
-		printf("\n  index bytes per stored block (%lu blocks): %.1f\n",
-		       c->lmax * c->nt_max, ibpb);
+		printf("\n  index bytes per stored block (%lu blocks): %.1f\n", c->blocks,
+		       ibpb);
 	bench_json_result(c->doc, json_pack("{s:s, s:I, s:I, s:o}", "name", "index",
 					    "block_bytes", (json_int_t)LOOKUP_BLOCK,
-					    "blocks", (json_int_t)(c->lmax * c->nt_max),
+					    "blocks", (json_int_t)c->blocks,
 					    "index_bytes_per_block", bench_json_real(ibpb)));
 }
 
-int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1)
+int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
+		    double *lease2)
 {
 	struct lookups c = { .o = o, .doc = doc, .nt_max = 1 };
 	size_t ci, ti;
 	unsigned t;
 	int failed = lookup_setup(&c), fi;
 
+	for (fi = 0; fi < 2; fi++)
+		for (ci = 0; ci < RAM_MAX_LIST; ci++)
+			for (ti = 0; ti < RAM_MAX_LIST; ti++)
+				c.median[fi][ci][ti] = NAN;
 	if (failed)
 		goto out;
 	for (fi = 0; fi < 2; fi++) {
@@ -228,21 +311,23 @@ int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1)
 
 		for (ci = 0; ci < o->nchains; ci++) {
 			size_t len = o->chains[ci];
-			uint64_t calls = lookup_calls(&c, len, flags);
+			uint64_t calls = lookup_calls(&c, ci, flags);
 
 			for (ti = 0; ti < o->nthreads; ti++) {
 				unsigned nt = (unsigned)o->threads[ti];
-				double median;
-				int r = lookup_row(&c, flags, op, len, calls, nt, &median);
+				int r = lookup_row(&c, flags, op, ci, calls, nt,
+						   &c.median[fi][ci][ti]);
 
 				if (r < 0) {
 					failed = 1;
 					goto out;
 				}
 				if (!fi && nt == 1 && !r && len == c.lmax)
-					*lookup1 = median;
+					*lookup1 = c.median[fi][ci][ti];
 				failed |= r;
 			}
+			if (fi && len == c.lmax)
+				*lease2 = lookup_scale(&c, 1, ci, 2);
 		}
 	}
 	lookup_report(&c);
@@ -250,7 +335,7 @@ out:
 	if (failed && !c.tab)
 		fprintf(stderr, "kvbench ram: cannot set up the lookup measurement\n");
 	if (c.chains)
-		for (t = 0; t < c.nt_max; t++)
+		for (t = 0; t < o->nchains * c.nt_max; t++)
 			free(c.chains[t]);
 	free(c.chains);
 	free(c.rate);

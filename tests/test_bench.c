@@ -550,6 +550,8 @@ static void subcommands_reject_bad_command_lines(void **state)
 	assert_int_equal(run_main(bench_hash_main, "hash", "stray", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--sizes", "64KiB,xyz", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--threads", "0", NULL), 2);
+	assert_int_equal(run_main(bench_ram_main, "ram", "--shared-prefix", "101", NULL), 2);
+	assert_int_equal(run_main(bench_ram_main, "ram", "--shared-prefix", "-1", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--working-set", "3GiB", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--help=1", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--sizes", "1MiB", "--working-set",
@@ -649,6 +651,51 @@ static void ram_writes_json_results(void **state)
 	assert_non_null(r);
 	assert_non_null(json_object_get(r, "index_bytes_per_block"));
 	json_decref(doc);
+}
+
+/* Lookups: each thread's chain shares its first half with every other
+ * thread's (stored once), every call finds the whole chain, and the scaling
+ * of all threads' keys/s over one thread's is reported with and without
+ * lease. */
+static void ram_lookups_share_a_prefix_and_report_scaling(void **state)
+{
+	static const char *const ops[] = { "lookup", "lookup+lease" };
+	char dir[256], path[512];
+	json_t *doc, *r;
+	size_t i, t;
+
+	(void)state;
+	/* a directory of its own, removed after: the process has few slots */
+	assert_int_equal(bench_tmpdir_create(dir, sizeof(dir)), 0);
+	snprintf(path, sizeof(path), "%s/ram-lookup.json", dir);
+	assert_int_equal(run_main(bench_ram_main, "ram", "--no-copy", "--threads", "1,2",
+				  "--chain", "8", "--shared-prefix", "50", "--reps", "1",
+				  "--json", path, NULL), 0);
+	doc = load(path);
+	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "config"),
+							    "shared_prefix_percent")), 50);
+	for (i = 0; i < 2; i++) {
+		for (t = 0; t < 2; t++) {
+			r = result_named(doc, ops[i], t);
+			assert_non_null(r);
+			assert_int_equal(json_integer_value(json_object_get(r, "threads")), t + 1);
+			assert_int_equal(json_integer_value(json_object_get(r, "short_calls")), 0);
+		}
+		r = result_named(doc, "lookup_scaling", i);
+		assert_non_null(r);
+		assert_string_equal(json_string_value(json_object_get(r, "op")), ops[i]);
+		assert_int_equal(json_integer_value(json_object_get(r, "threads")), 2);
+		assert_int_equal(json_integer_value(json_object_get(r, "keys_per_call")), 8);
+		assert_int_equal(json_integer_value(json_object_get(r, "shared_keys")), 4);
+		assert_true(json_number_value(json_object_get(r, "times_one_thread")) > 0);
+	}
+	assert_null(result_named(doc, "lookup_scaling", 2));
+	/* 4 keys every thread looks up, stored once, and 4 of each thread's own */
+	r = result_named(doc, "index", 0);
+	assert_int_equal(json_integer_value(json_object_get(r, "blocks")), 12);
+	json_decref(doc);
+	assert_int_equal(bench_tmpdir_remove(dir), 0);
 }
 
 static void disk_writes_json_results(void **state)
@@ -1440,6 +1487,7 @@ int main(void)
 		cmocka_unit_test(subcommands_print_help),
 		cmocka_unit_test(hash_writes_json_results),
 		cmocka_unit_test(ram_writes_json_results),
+		cmocka_unit_test(ram_lookups_share_a_prefix_and_report_scaling),
 		cmocka_unit_test(disk_writes_json_results),
 		cmocka_unit_test(attach_writes_json_results),
 		cmocka_unit_test(peer_writes_json_results),
