@@ -205,7 +205,9 @@ KVT_API int kvt_get(kvt_store *s, kvt_key key, void *buf, size_t cap,
  * (the longest available prefix) and returns 0. With KVT_LEASE, each of
  * those blocks is also leased: it stays loadable for ram.lease_ms
  * milliseconds (it is not evicted or reclaimed), after which the lease lapses
- * by itself. Leased bytes in RAM are capped at ram.lease_cap of the RAM
+ * by itself; the lease's end is rounded up to a multiple of 2^20 ns (about
+ * a millisecond), so it may last that much longer, never shorter. Looking
+ * up a leased block again extends its lease and never shortens it. Leased bytes in RAM are capped at ram.lease_cap of the RAM
  * tier; past the cap a block counts only if its disk copy can be leased
  * instead, so the call reports only the prefix it could lease. With peers,
  * the prefix goes on through blocks the members that own them hold (and

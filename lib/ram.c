@@ -20,12 +20,16 @@
  * Copies in and out of the arena run outside every lock: pins keep the
  * extent alive. Lookups take no lock at all when they can: presence is read
  * under the shard's sequence count (ram_index.c), and a lease in force is
- * renewed by a compare-and-swap of its deadline, which leaves the entry's
- * place on the held list behind until ram_expire_leases puts it right; so
- * lookups on many threads write no cache line in common (the count of
- * leases is a striped counter for the same reason). Knows nothing about
- * disks: spills go through a callback. Eviction (victims, batched spills)
- * is in ram_evict.c; what both files share is in ram_impl.h.
+ * renewed by raising its deadline with a compare-and-swap, which leaves the
+ * entry's place on the held list behind until ram_expire_leases puts it
+ * right. Deadlines are rounded up to a grain (RAM_LEASE_GRAIN_NS), so a
+ * renewal finds its deadline stored already and writes nothing except
+ * about once a grain per entry; so lookups on many threads, of the same
+ * keys or not, write no cache line in common (the count of leases is a
+ * striped counter, added to once per call, for the same reason). Knows
+ * nothing about disks: spills go through a callback. Eviction (victims,
+ * batched spills) is in ram_evict.c; what both files share is in
+ * ram_impl.h.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -595,10 +599,11 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 {
 	struct ram_ent *e = shard_ent(sh, id);
 
-	/* A lease of 0 is renewed by no one without the lock (ram_lookup
-	 * renews only a lease in force), so this test and the store below
-	 * race with nothing. */
-	if (!ent_lease(e)) {
+	/* A lease in force is renewed, never shortened: lookups without the
+	 * lock may have raised it past deadline meanwhile. A lease of 0 is
+	 * renewed by no one without the lock (ent_lease_renew leaves it), so
+	 * the first lease's test and store below race with nothing. */
+	if (!ent_lease_renew(e, deadline)) {
 		uint64_t cur = atomic_load_explicit(&r->leased_bytes, memory_order_relaxed);
 		do {
 			if (cur + e->len > r->lease_cap_bytes)
@@ -607,17 +612,17 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 			&r->leased_bytes, &cur, cur + e->len,
 			memory_order_relaxed, memory_order_relaxed));
 		ctr_add(&r->leased_objects, 1);
+		ent_set_lease(e, deadline);
 	}
-	ent_set_lease(e, deadline);
 	if (e->state == IENT_LRU) {
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 		ent_set_state(e, IENT_HELD);
-		e->held_until = deadline;
+		e->held_until = ent_lease(e);
 		ram_held_insert(sh, id);
-	} else if (e->state == IENT_HELD) {
-		/* Renewed: keep the held list ordered by deadline. */
+	} else if (e->state == IENT_HELD && e->held_until < deadline) {
+		/* Renewed past its place: keep the held list ordered. */
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
-		e->held_until = deadline;
+		e->held_until = ent_lease(e);
 		ram_held_insert(sh, id);
 	}
 	/* IENT_EVICTING: the evictor sees lease_until and keeps the block. */
@@ -628,38 +633,41 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 /*
  * ram_lookup without the shard lock, so that lookups on several threads
  * write no shared cache line: presence from shard_find_unlocked, and with
- * lease, the renewal of a lease in force by a compare-and-swap of its
- * deadline (never shortened here), which the held list learns of lazily
- * (ram_expire_leases). 1 or 0 as ram_lookup; -EAGAIN when the answer needs the
- * lock: a first lease (the entry moves to the held list and counts against
- * the cap), or slots that moved meanwhile. A renewal made before such a
- * -EAGAIN is harmless: it only lengthened a lease in force.
+ * lease, the renewal of a lease in force (ent_lease_renew: a write only
+ * when the rounded deadline moves, about once a millisecond per entry),
+ * which the held list learns of lazily (ram_expire_leases). 1 or 0 as
+ * ram_lookup, a lease renewed here counted in *renewed; -EAGAIN when the
+ * answer needs the lock: a first lease (the entry moves to the held list
+ * and counts against the cap), or slots that moved meanwhile. A renewal
+ * made before such a -EAGAIN is harmless: it only lengthened a lease in
+ * force.
  */
-static int lookup_unlocked(struct ram_tier *r, struct shard *sh, kvt_key key, int lease,
-			   uint64_t deadline)
+static int lookup_unlocked(struct shard *sh, kvt_key key, int lease, uint64_t deadline,
+			   uint64_t *renewed)
 {
 	uint32_t seq = shard_read_begin(sh);
 	struct ram_ent *e = NULL;
 	uint32_t id = shard_find_unlocked(sh, key, &e);
 	int rc = id != IDX_NONE;
 
-	if (rc && lease) {
-		uint64_t old = ent_lease(e);
-		if (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != IENT_HELD || !old ||
-		    deadline < old || !ent_lease_cas(e, &old, deadline))
-			return -EAGAIN;
-	}
+	if (rc && lease &&
+	    (__atomic_load_n(&e->state, __ATOMIC_ACQUIRE) != IENT_HELD ||
+	     !ent_lease_renew(e, deadline)))
+		return -EAGAIN;
 	if (!shard_read_valid(sh, seq))
 		return -EAGAIN;
 	if (rc && lease)
-		kvt_striped_add(&r->leases, 1);
+		(*renewed)++;
 	return rc;
 }
 
-int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
+/* ram_lookup of a deadline already rounded; see lookup_unlocked for
+ * *renewed. */
+static int lookup_one(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline,
+		      uint64_t *renewed)
 {
 	struct shard *sh = shard_of(r, key);
-	int rc = lookup_unlocked(r, sh, key, lease, deadline_ns);
+	int rc = lookup_unlocked(sh, key, lease, deadline, renewed);
 
 	if (rc != -EAGAIN)
 		return rc;
@@ -669,7 +677,7 @@ int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
 		pthread_mutex_unlock(&sh->lock);
 		return id != IDX_NONE;
 	}
-	rc = lease_entry(r, sh, id, deadline_ns);
+	rc = lease_entry(r, sh, id, deadline);
 	pthread_mutex_unlock(&sh->lock);
 	if (rc != -ENOSPC)
 		return rc;
@@ -678,11 +686,34 @@ int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
 	expire_all(r);
 	pthread_mutex_lock(&sh->lock);
 	id = shard_find(sh, key);
-	rc = id == IDX_NONE ? 0 : lease_entry(r, sh, id, deadline_ns);
+	rc = id == IDX_NONE ? 0 : lease_entry(r, sh, id, deadline);
 	pthread_mutex_unlock(&sh->lock);
 	if (rc == -ENOSPC)
 		ctr_add(&r->lease_refusals, 1);
 	return rc;
+}
+
+int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns)
+{
+	uint64_t renewed = 0;
+	int rc = lookup_one(r, key, lease, lease ? ram_lease_round(deadline_ns) : 0, &renewed);
+
+	if (renewed)
+		kvt_striped_add(&r->leases, renewed);
+	return rc;
+}
+
+size_t ram_lookup_prefix(struct ram_tier *r, const kvt_key *keys, size_t n, int lease,
+			 uint64_t deadline_ns)
+{
+	uint64_t deadline = lease ? ram_lease_round(deadline_ns) : 0, renewed = 0;
+	size_t i;
+
+	for (i = 0; i < n && lookup_one(r, keys[i], lease, deadline, &renewed) == 1; i++)
+		;
+	if (renewed)
+		kvt_striped_add(&r->leases, renewed);
+	return i;
 }
 
 int ram_release(struct ram_tier *r, kvt_key key)

@@ -154,11 +154,39 @@ int ram_pin_sum(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 		uint64_t *off, size_t *len, uint64_t *sum);
 
 /*
+ * Lease deadlines are rounded up to a multiple of this (2^20 ns, about a
+ * millisecond): a lease lasts at least until the deadline asked and less
+ * than a grain longer. Renewals within one grain then find the deadline
+ * stored already and write nothing, so lookups of the same keys on several
+ * threads do not take the entries' cache lines from each other.
+ */
+#define RAM_LEASE_GRAIN_NS (1ull << 20)
+
+/* deadline rounded up to the grain; one too near the end of time to round
+ * stays as it is. */
+static inline uint64_t ram_lease_round(uint64_t deadline)
+{
+	if (deadline > UINT64_MAX - (RAM_LEASE_GRAIN_NS - 1))
+		return deadline;
+	return (deadline + RAM_LEASE_GRAIN_NS - 1) & ~(RAM_LEASE_GRAIN_NS - 1);
+}
+
+/*
  * Presence of one key, for lookups. With lease, also leases it until
- * deadline_ns (counted against the lease cap). Returns 1 present (and leased
- * if asked), 0 absent, -ENOSPC present but the lease cap is reached.
+ * deadline_ns rounded up to RAM_LEASE_GRAIN_NS (a lease in force is never
+ * shortened; a new one counts against the lease cap). Returns 1 present
+ * (and leased if asked), 0 absent, -ENOSPC present but the lease cap is
+ * reached.
  */
 int ram_lookup(struct ram_tier *r, kvt_key key, int lease, uint64_t deadline_ns);
+
+/*
+ * ram_lookup of keys[0..n) in order, up to the first key that is not 1;
+ * returns how many were (present, and leased if asked). The leases are
+ * counted once for the call rather than once per key.
+ */
+size_t ram_lookup_prefix(struct ram_tier *r, const kvt_key *keys, size_t n, int lease,
+			 uint64_t deadline_ns);
 
 /* Ends a lease early; 1 if one was ended, else 0. */
 int ram_release(struct ram_tier *r, kvt_key key);

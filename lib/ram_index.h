@@ -38,7 +38,8 @@ enum ram_ent_state {
  * shard_find_unlocked() and the RAM tier's lookups, so they are written
  * with atomic stores (ent_set_key, ent_set_state), and lease_until, which
  * such a lookup may renew, is only ever accessed atomically (ent_lease,
- * ent_lease_cas, ent_lease_take). The other fields belong to the lock.
+ * ent_lease_cas, ent_lease_renew, ent_lease_take). The other fields belong
+ * to the lock.
  */
 struct ram_ent {
 	kvt_key key;
@@ -123,6 +124,27 @@ static inline int ent_lease_cas(struct ram_ent *e, uint64_t *old, uint64_t v)
 {
 	return __atomic_compare_exchange_n(&e->lease_until, old, v, 0, __ATOMIC_RELAXED,
 					   __ATOMIC_RELAXED);
+}
+
+/*
+ * Renews a lease in force so that it lasts until at least v: raises
+ * lease_until to v unless it is there already, never lowers it, and writes
+ * nothing when it need not (lookups on several threads renewing the same
+ * entry then share its cache line instead of taking it from each other).
+ * Returns 1, or 0 without a write when there is no lease to renew
+ * (lease_until 0: a first lease is counted against the cap, under the lock).
+ */
+static inline int ent_lease_renew(struct ram_ent *e, uint64_t v)
+{
+	uint64_t old = ent_lease(e);
+
+	while (old < v) {
+		if (!old)
+			return 0;
+		if (ent_lease_cas(e, &old, v))
+			break;
+	}
+	return 1;
 }
 
 /* Ends the lease: returns what lease_until was (0: there was none). */

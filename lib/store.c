@@ -373,13 +373,41 @@ static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 
 /* --- the local tiers only (lookups and releases; what peers are served) ---- */
 
+uint64_t store_lease_deadline(const kvt_store *s)
+{
+	return ram_lease_round(kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull);
+}
+
+/* 1 when the disk tier holds k (leased until deadline with lease). */
+static int disk_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
+{
+	return s->disk && (lease ? disk_lease(s->disk, k, deadline)
+				 : disk_contains(s->disk, k, NULL)) == 1;
+}
+
 /* 1 when RAM or disk holds k (leased until deadline with lease). */
 int store_local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline)
 {
-	if (ram_lookup(s->ram, k, lease, deadline) == 1)
-		return 1;
-	return s->disk && (lease ? disk_lease(s->disk, k, deadline)
-				 : disk_contains(s->disk, k, NULL)) == 1;
+	return ram_lookup(s->ram, k, lease, deadline) == 1 || disk_has(s, k, lease, deadline);
+}
+
+/*
+ * How many of keys[0..n) RAM or disk hold, from the first, as
+ * store_local_has would count them: RAM's runs in one call each (their
+ * leases counted once), the disk asked only for a key RAM did not give.
+ */
+static size_t local_prefix(kvt_store *s, const kvt_key *keys, size_t n, int lease,
+			   uint64_t deadline)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		i += ram_lookup_prefix(s->ram, keys + i, n - i, lease, deadline);
+		if (i == n || !disk_has(s, keys[i], lease, deadline))
+			break;
+		i++;
+	}
+	return i;
 }
 
 /* Ends the local leases of keys; returns how many were ended. */
@@ -570,14 +598,12 @@ KVT_API int kvt_lookup(kvt_store *s, const kvt_key *keys, size_t n,
 		return local_lookup(s->client, keys, n, flags, found);
 
 	int lease = (flags & KVT_LEASE) != 0;
-	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
-	size_t i;
+	uint64_t deadline = lease ? store_lease_deadline(s) : 0;
 
 	/* Absent from RAM, or present but past the RAM lease cap: a disk copy
 	 * can still be leased (it holds no RAM); otherwise the prefix ends
 	 * here, unless another member owns the key. */
-	for (i = 0; i < n && store_local_has(s, keys[i], lease, deadline); i++)
-		;
+	size_t i = local_prefix(s, keys, n, lease, deadline);
 	if (i < n && s->peer && store_owner(s, keys[i]) >= 0)
 		i = store_lookup_peers(s, keys, n, i, lease, deadline);
 	*found = i;

@@ -119,6 +119,9 @@ void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
 		   uint64_t gen, const uint64_t *sum);
 void store_count_get(kvt_store *s, int rc, int tier_disk);
 int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward);
+/* The deadline of a lease taken now: ram.lease_ms from now, rounded up to
+ * the RAM tier's lease grain (both tiers are given the same). */
+uint64_t store_lease_deadline(const kvt_store *s);
 int store_local_has(kvt_store *s, kvt_key k, int lease, uint64_t deadline);
 int store_release_local(kvt_store *s, const kvt_key *keys, size_t n);
 int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n);

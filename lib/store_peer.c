@@ -166,7 +166,7 @@ static void serve_lookup(void *arg, const kvt_key *keys, size_t n, int lease,
 		  uint8_t *present)
 {
 	kvt_store *s = arg;
-	uint64_t deadline = lease ? kvt_now_ns() + (uint64_t)s->cfg.lease_ms * 1000000ull : 0;
+	uint64_t deadline = lease ? store_lease_deadline(s) : 0;
 
 	for (size_t i = 0; i < n; i++)
 		present[i] = (uint8_t)store_local_has(s, keys[i], lease, deadline);

@@ -6,9 +6,12 @@
  * this way) with the checksum kept beside it, the checksum each way of
  * making a block keeps, lookups that read and renew leases without the
  * shard locks while other threads put, remove, release and expire (run
- * under TSan too), and the directory of blocks shared with attached
- * processes, which names exactly the blocks in RAM through puts, removals,
- * evictions and slots.
+ * under TSan too), the directory of blocks shared with attached processes,
+ * which names exactly the blocks in RAM through puts, removals, evictions
+ * and slots; and leases as kvt_lookup(3) promises them: never shorter than
+ * asked (deadlines rounded up by less than a grain), extended by renewals
+ * and never shortened by them, on one thread or several, ended by a release
+ * or by themselves, and within the lease cap however many threads lease.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,6 +28,7 @@
 #include "internal.h"
 #include "ram.h"
 #include "ram_dir.h"
+#include "ram_impl.h"
 #include "stats.h"
 #include "util.h"
 #include "opts.h"
@@ -495,6 +499,282 @@ static void directory_full_leaves_blocks_out(void **state)
 	config_free(&cfg);
 }
 
+/* --- what a lease lasts -------------------------------------------------- */
+
+/* The deadline of key's lease as the entry holds it; 0: none (or absent). */
+static uint64_t lease_of(struct ram_tier *r, kvt_key key)
+{
+	struct shard *sh = shard_of(r, key);
+	uint64_t until = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	uint32_t id = shard_find(sh, key);
+	if (id != IDX_NONE)
+		until = ent_lease(shard_ent(sh, id));
+	pthread_mutex_unlock(&sh->lock);
+	return until;
+}
+
+/*
+ * Whether key 0's lease is still counted (the count collects lapsed leases
+ * first). *sure: 1 when the answer was taken wholly before the time
+ * `before`, so that a lease lasting at least until then must be counted.
+ */
+static int lease_counted(struct ram_tier *r, uint64_t before, int *sure)
+{
+	int counted = ram_counter(r, "leased_objects") == 1;
+
+	*sure = kvt_now_ns() < before;
+	return counted;
+}
+
+/* Polls until `until` has passed: the lease must be counted throughout.
+ * Returns how many polls were sure of it. */
+static int counted_until(struct ram_tier *r, uint64_t until)
+{
+	int checked = 0, sure;
+
+	while (kvt_now_ns() < until) {
+		int counted = lease_counted(r, until, &sure);
+		if (sure) {
+			assert_true(counted);
+			checked++;
+		}
+		sleep_ms(2);
+	}
+	return checked;
+}
+
+static void lease_lasts_as_asked_rounded_up_to_the_grain(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r = open_small(&cfg, NULL);
+	uint64_t d, u;
+
+	(void)state;
+	put_blocks(r, 0, 2);
+	/* stored rounded up, by less than a grain */
+	d = kvt_now_ns() + 40000000;
+	assert_int_equal(ram_lookup(r, test_key(0), 1, d), 1);
+	u = lease_of(r, test_key(0));
+	assert_true(u >= d && u < d + RAM_LEASE_GRAIN_NS);
+	assert_int_equal(u % RAM_LEASE_GRAIN_NS, 0);
+	/* in force up to the deadline asked, lapsed by itself a grain after */
+	assert_true(counted_until(r, d) > 0);
+	while (kvt_now_ns() < d + RAM_LEASE_GRAIN_NS)
+		sleep_ms(1);
+	assert_int_equal(ram_counter(r, "leased_objects"), 0);
+	assert_int_equal(ram_counter(r, "leased_bytes"), 0);
+	assert_int_equal(ram_counter(r, "lease_expiries"), 1);
+	assert_int_equal(lease_of(r, test_key(0)), 0);
+
+	/* a renewal extends: in force until its own deadline */
+	d = kvt_now_ns() + 20000000;
+	assert_int_equal(ram_lookup(r, test_key(0), 1, d), 1);
+	uint64_t d2 = d + 40000000;
+	assert_int_equal(ram_lookup(r, test_key(0), 1, d2), 1);
+	assert_true(lease_of(r, test_key(0)) >= d2);
+	assert_true(counted_until(r, d2) > 0);
+
+	/* a renewal asking less never shortens it */
+	d = kvt_now_ns() + 60000000;
+	assert_int_equal(ram_lookup(r, test_key(0), 1, d), 1);
+	u = lease_of(r, test_key(0));
+	assert_int_equal(ram_lookup(r, test_key(0), 1, kvt_now_ns() + 1000000), 1);
+	assert_int_equal(ram_lookup(r, test_key(0), 1, 1), 1);
+	assert_int_equal(lease_of(r, test_key(0)), u);
+	assert_true(counted_until(r, d) > 0);
+
+	/* a release ends it at once, whatever its deadline */
+	assert_int_equal(ram_lookup(r, test_key(0), 1, kvt_now_ns() + FAR_NS), 1);
+	assert_int_equal(ram_release(r, test_key(0)), 1);
+	assert_int_equal(lease_of(r, test_key(0)), 0);
+	assert_int_equal(ram_counter(r, "leased_objects"), 0);
+	assert_int_equal(ram_release(r, test_key(0)), 0);
+	/* a deadline too near the end of time to round is kept as asked */
+	assert_int_equal(ram_lookup(r, test_key(1), 1, UINT64_MAX - 5), 1);
+	assert_int_equal(lease_of(r, test_key(1)), UINT64_MAX - 5);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+/* --- leases on several threads ------------------------------------------- */
+
+#define SHARE_KEYS 64u      /* keys every thread leases */
+#define SHARE_BLK 4096      /* bytes of each */
+#define SHARE_ROUNDS 400
+
+struct share {
+	struct ram_tier *r;
+	unsigned seed;
+	_Atomic int *stop;
+	_Atomic uint64_t *asked; /* per key: the latest deadline granted so far */
+	int shorter;            /* a lease found shorter than its lookup asked */
+	int bad;                /* an impossible return value */
+	int refused;            /* -ENOSPC: past the cap */
+	long granted;
+};
+
+/* Raises *a to at least v. */
+static void raise_to(_Atomic uint64_t *a, uint64_t v)
+{
+	uint64_t cur = atomic_load(a);
+
+	while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+		;
+}
+
+/* Leases the shared keys with deadlines spread over several grains, so
+ * that threads ask for both earlier and later deadlines than the one in
+ * force; a lease must stay in force until at least the latest deadline
+ * granted for its key by any thread so far (no release, no expiry here). */
+static void *share_leases(void *arg)
+{
+	struct share *x = arg;
+	uint64_t rnd = x->seed;
+
+	for (int round = 0; round < SHARE_ROUNDS; round++) {
+		for (unsigned k = 0; k < SHARE_KEYS; k++) {
+			unsigned i = (k * 13 + x->seed) % SHARE_KEYS;
+			kvt_key key = test_key(i);
+			rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+			uint64_t d = kvt_now_ns() + FAR_NS + (rnd >> 40) % (8 * RAM_LEASE_GRAIN_NS);
+			uint64_t before = atomic_load(&x->asked[i]);
+
+			if (before && lease_of(x->r, key) < before)
+				x->shorter++;
+			int rc = ram_lookup(x->r, key, 1, d);
+
+			if (rc == 1) {
+				x->granted++;
+				if (lease_of(x->r, key) < d)
+					x->shorter++;
+				raise_to(&x->asked[i], d);
+			} else if (rc == -ENOSPC) {
+				x->refused++;
+			} else {
+				x->bad++;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Puts and removes other keys of the same shards, so that lookups find
+ * slots moving and take the locked path too; and counts leased bytes
+ * against the cap all along. */
+static void *share_churn(void *arg)
+{
+	struct share *x = arg;
+	uint8_t buf[4096];
+
+	for (unsigned n = 0; !*x->stop; n++) {
+		kvt_key k = test_key(500000 + n % 256);
+		if (n / 256 % 2 == 0) {
+			fill_block(k, buf, sizeof(buf));
+			int rc = ram_put(x->r, k, buf, sizeof(buf));
+			if (rc != 0 && rc != 1)
+				x->bad++;
+		} else if (ram_remove(x->r, k) != 0) {
+			x->bad++;
+		}
+		if (n % 64 == 0 && ram_counter(x->r, "leased_bytes") >
+				   ram_counter(x->r, "lease_cap_bytes"))
+			x->bad++;
+	}
+	return NULL;
+}
+
+/* Three threads leasing the same keys, lock-free and locked paths mixed. */
+static void run_shared_leases(struct ram_tier *r, struct share *x)
+{
+	_Atomic int stop = 0;
+	_Atomic uint64_t asked[SHARE_KEYS] = { 0 };
+	struct share churn = { .r = r, .stop = &stop };
+	pthread_t t[3], c;
+
+	for (unsigned i = 0; i < 3; i++) {
+		x[i] = (struct share){ .r = r, .seed = 7 * i + 1, .stop = &stop,
+				       .asked = asked };
+		assert_int_equal(pthread_create(&t[i], NULL, share_leases, &x[i]), 0);
+	}
+	assert_int_equal(pthread_create(&c, NULL, share_churn, &churn), 0);
+	for (unsigned i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	stop = 1;
+	pthread_join(c, NULL);
+	assert_int_equal(churn.bad, 0);
+}
+
+/* A tier of cfg_text holding the SHARE_KEYS blocks the threads lease. */
+static struct ram_tier *open_shared(const char *cfg_text, struct kvt_config *cfg)
+{
+	struct ram_tier *r;
+	uint8_t buf[SHARE_BLK];
+
+	assert_int_equal(config_parse(cfg_text, cfg), 0);
+	assert_int_equal(ram_open_cfg(cfg, NULL, NULL, NULL, &r), 0);
+	for (uint64_t i = 0; i < SHARE_KEYS; i++) {
+		fill_block(test_key(i), buf, sizeof(buf));
+		assert_int_equal(ram_put(r, test_key(i), buf, sizeof(buf)), 0);
+	}
+	return r;
+}
+
+static void renewals_on_many_threads_never_shorten_a_lease(void **state)
+{
+	static const char *const cfg_text =
+		"{\"ram\": {\"capacity\": \"32MiB\", \"lease_cap\": 1.0, \"mlock\": false}}";
+	struct kvt_config cfg;
+	struct ram_tier *r = open_shared(cfg_text, &cfg);
+	struct share x[3];
+
+	(void)state;
+	run_shared_leases(r, x);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(x[i].shorter, 0);
+		assert_int_equal(x[i].bad, 0);
+		assert_int_equal(x[i].refused, 0);
+		assert_int_equal(x[i].granted, SHARE_ROUNDS * SHARE_KEYS);
+	}
+	/* each key's bytes counted once, however many threads renewed it */
+	assert_int_equal(ram_counter(r, "leased_objects"), SHARE_KEYS);
+	assert_int_equal(ram_counter(r, "leased_bytes"), SHARE_KEYS * SHARE_BLK);
+	assert_int_equal(ram_counter(r, "leases"), 3 * SHARE_ROUNDS * SHARE_KEYS);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+static void lease_cap_holds_across_threads(void **state)
+{
+	/* 32 MiB of RAM, leases up to 128 KiB: 32 of the 64 blocks of 4 KiB */
+	static const char *const cfg_text =
+		"{\"ram\": {\"capacity\": \"32MiB\", \"lease_cap\": 0.00390625, \"mlock\": false}}";
+	struct kvt_config cfg;
+	struct ram_tier *r = open_shared(cfg_text, &cfg);
+	struct share x[3];
+	long refused = 0;
+
+	(void)state;
+	assert_int_equal(ram_counter(r, "lease_cap_bytes"), 32 * SHARE_BLK);
+	run_shared_leases(r, x);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(x[i].shorter, 0);
+		assert_int_equal(x[i].bad, 0);
+		refused += x[i].refused;
+	}
+	assert_true(refused > 0);
+	/* exactly as many keys hold a lease as the books say, within the cap */
+	long held = 0;
+	for (uint64_t i = 0; i < SHARE_KEYS; i++)
+		held += lease_of(r, test_key(i)) != 0;
+	assert_int_equal(held, 32);
+	assert_int_equal(ram_counter(r, "leased_objects"), held);
+	assert_int_equal(ram_counter(r, "leased_bytes"), held * SHARE_BLK);
+	ram_close(r);
+	config_free(&cfg);
+}
+
 /* --- lookups without the lock, racing every writer ----------------------- */
 
 #define RACE_STABLE 512u    /* keys stored throughout */
@@ -805,6 +1085,9 @@ int main(void)
 		cmocka_unit_test(lookups_without_lock_race_every_writer),
 		cmocka_unit_test(directory_names_exactly_the_blocks_in_ram),
 		cmocka_unit_test(directory_full_leaves_blocks_out),
+		cmocka_unit_test(lease_lasts_as_asked_rounded_up_to_the_grain),
+		cmocka_unit_test(renewals_on_many_threads_never_shorten_a_lease),
+		cmocka_unit_test(lease_cap_holds_across_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,6 +295,69 @@ static void test_leases_expire_by_themselves(void **state)
 	kvt_close(s);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * kvt_lookup(3): a lease lasts at least ram.lease_ms, and at most the
+ * rounding of its end (2^20 ns) longer; a lookup of the block again extends
+ * it to ram.lease_ms from then.
+ */
+#define LEASE_NS (200ull * 1000 * 1000)
+
+/* Polls the count of leased blocks until `until`: it must be 1 whenever
+ * the answer came wholly before then. Returns how many answers came after
+ * `from` (and so prove the lease outlived it). */
+static int leased_until(kvt_store *s, uint64_t from, uint64_t until)
+{
+	int after = 0;
+
+	while (mono_ns() < until) {
+		uint64_t t = mono_ns();
+		long long n = store_stat(s, "ram", "leased_objects");
+		if (mono_ns() < until) {
+			assert_int_equal(n, 1);
+			after += t > from;
+		}
+		nanosleep(&(struct timespec){ 0, 5 * 1000 * 1000 }, NULL);
+	}
+	return after;
+}
+
+static void test_lease_lasts_at_least_lease_ms(void **state)
+{
+	(void)state;
+	kvt_store *s = open_exact(2, LEASE_NS / 1000000, 1.0);
+	kvt_key k = test_key(1);
+	size_t found;
+
+	store_put_block(s, k, MiB);
+	uint64_t t0 = mono_ns();
+	assert_int_equal(kvt_lookup(s, &k, 1, KVT_LEASE, &found), 0);
+	uint64_t t1 = mono_ns();
+	assert_int_equal(found, 1);
+	assert_true(leased_until(s, t0, t0 + LEASE_NS) > 0);
+	/* lapsed once lease_ms and a rounding have passed since the call ended */
+	while (mono_ns() < t1 + LEASE_NS + (1ull << 20))
+		nanosleep(&(struct timespec){ 0, 1000 * 1000 }, NULL);
+	assert_int_equal(store_stat(s, "ram", "leased_objects"), 0);
+	assert_int_equal(store_stat(s, "ram", "lease_expiries"), 1);
+
+	/* renewed half way: in force until lease_ms after the renewal */
+	assert_int_equal(kvt_lookup(s, &k, 1, KVT_LEASE, &found), 0);
+	uint64_t end1 = mono_ns() + LEASE_NS + (1ull << 20);
+	nanosleep(&(struct timespec){ 0, LEASE_NS / 2 }, NULL);
+	uint64_t t2 = mono_ns();
+	assert_int_equal(kvt_lookup(s, &k, 1, KVT_LEASE, &found), 0);
+	assert_true(leased_until(s, end1, t2 + LEASE_NS) > 0);
+	kvt_close(s);
+}
+
 static void test_remove(void **state)
 {
 	(void)state;
@@ -575,6 +638,7 @@ int main(void)
 		cmocka_unit_test(test_leased_blocks_survive_eviction),
 		cmocka_unit_test(test_lease_cap_limits_reported_prefix),
 		cmocka_unit_test(test_leases_expire_by_themselves),
+		cmocka_unit_test(test_lease_lasts_at_least_lease_ms),
 		cmocka_unit_test(test_remove),
 		cmocka_unit_test(test_stats_json_like_snprintf),
 		cmocka_unit_test(test_close_of_null_is_a_no_op),
