@@ -87,6 +87,7 @@ static void set_defaults(struct kvt_config *c)
 	c->local_max_clients = 64;
 	c->local_max_held = 65536;
 	c->local_directory = -1;
+	c->local_spin_us = 50;
 }
 
 void config_free(struct kvt_config *cfg)
@@ -674,6 +675,7 @@ static int parse_peers(const json_t *peers, struct kvt_config *c)
 #define LOCAL_CLIENTS_MAX 4096u
 #define LOCAL_HELD_MAX (1u << 24)
 #define LOCAL_DIRECTORY_MAX (1u << 26) /* DIR_SLOTS_MAX of ram_dir.h */
+#define LOCAL_SPIN_MAX 1000 /* LP_SPIN_MAX of local_proto.h */
 
 static int get_socket_path(const char *key, const json_t *v, char **out)
 {
@@ -744,11 +746,14 @@ static int parse_local(const json_t *local, struct kvt_config *c)
 		} else if (!strcmp(k, "max_held")) {
 			r = get_int("local.max_held", v, 64, LOCAL_HELD_MAX, &i);
 			c->local_max_held = (unsigned)i;
+		} else if (!strcmp(k, "spin_us")) {
+			r = get_int("local.spin_us", v, 0, LOCAL_SPIN_MAX, &i);
+			c->local_spin_us = (unsigned)i;
 		} else if (!strcmp(k, "directory")) {
 			r = get_int("local.directory", v, 0, LOCAL_DIRECTORY_MAX, &i);
 			c->local_directory = i;
 		} else {
-			r = kvt_fail(-EINVAL, "local.%.*s: unknown key (known: socket, mode, uids, gids, max_clients, max_held, directory)",
+			r = kvt_fail(-EINVAL, "local.%.*s: unknown key (known: socket, mode, uids, gids, max_clients, max_held, spin_us, directory)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -65,6 +65,9 @@ struct kvt_config {
 	unsigned local_max_clients; /* "local.max_clients", default 64 */
 	unsigned local_max_held;  /* "local.max_held": leases, pins and reservations
 				     one client may hold, default 65536 */
+	unsigned local_spin_us;   /* "local.spin_us": microseconds either end
+				     polls for the other's next frame before
+				     sleeping, default 50 (0: sleep at once) */
 	long long local_directory; /* "local.directory": blocks the directory
 				     shared with attached processes names at
 				     most (0: none); -1 (default): one per

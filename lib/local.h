@@ -34,6 +34,7 @@ struct local_opts {
 	uint64_t max_block;       /* the largest block a client may put */
 	uint32_t lease_ms;        /* how long a client's lease lasts */
 	uint32_t pin_ms;          /* how long a client's slot lives */
+	unsigned spin_us;         /* local.spin_us: polling before sleeping */
 };
 
 /*

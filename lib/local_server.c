@@ -67,6 +67,7 @@ static int conn_read(struct conn *c, void *p, size_t len)
 		}
 		if (len >= sizeof(c->rb)) /* a large payload: straight there */
 			return read_full(c->fd, p, len);
+		lp_spin_readable(c->fd, c->srv->spin_us);
 		ssize_t r = recv(c->fd, c->rb, sizeof(c->rb), 0);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -158,6 +159,7 @@ static int hello(struct conn *c)
 		.arena_len = c->srv->arena_len, .max_block = c->srv->max_block,
 		.pin_ms = c->srv->pin_ms, .max_keys = LP_KEYS_MAX,
 		.dir_len = c->srv->dir_fd >= 0 ? c->srv->dir_len : 0,
+		.spin_us = c->srv->spin_us,
 	};
 	int fds[2] = { c->srv->arena_fd, c->srv->dir_fd };
 	return send_reply_fds(c->fd, LP_HELLO, 0, &hl, sizeof(hl), fds,
@@ -417,6 +419,7 @@ int local_server_open(const struct local_opts *o, kvt_store *s, int arena_fd,
 	srv->pin_ms = o->pin_ms;
 	srv->max_clients = o->max_clients;
 	srv->max_held = o->max_held;
+	srv->spin_us = o->spin_us;
 	srv->mode = o->mode;
 	srv->lfd = srv->wake[0] = srv->wake[1] = -1;
 	pthread_mutex_init(&srv->lock, NULL);

@@ -76,6 +76,7 @@ struct local_server {
 	uint64_t max_block, lease_ns;
 	uint32_t lease_ms, pin_ms;
 	unsigned max_clients, max_held, mode;
+	unsigned spin_us;        /* local.spin_us */
 	uint32_t *uids, *gids;
 	unsigned nuids, ngids;
 	char *path;

@@ -72,6 +72,7 @@ struct local_opts opts_local(const struct kvt_config *c)
 		.ngids = c->local_ngids,
 		.max_clients = c->local_max_clients,
 		.max_held = c->local_max_held,
+		.spin_us = c->local_spin_us,
 		.max_block = c->max_block,
 		.lease_ms = c->lease_ms,
 		.pin_ms = c->pin_ms,

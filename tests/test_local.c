@@ -513,6 +513,9 @@ static kvt_store *open_node(const char *extra, char *sock, size_t cap)
 	return open_node_ram(NULL, extra, sock, cap);
 }
 
+/* local.spin_us as the last raw HELLO answer gave it. */
+static uint32_t g_hello_spin;
+
 /* A raw connection that has said HELLO; the arena's memfd in *mfd, the
  * directory's in *dfd (-1: none; closed when dfd is NULL). */
 static int raw_hello_dir(const char *sock, int *mfd, uint64_t *arena_len, int *dfd,
@@ -532,7 +535,7 @@ static int raw_hello_dir(const char *sock, int *mfd, uint64_t *arena_len, int *d
 	memcpy(q + 4, &len, 4);
 	memcpy(q + 8, &v, 4);
 	assert_int_equal(send(fd, q, 12, MSG_NOSIGNAL), 12);
-	unsigned char r[8 + 4 + 40];
+	unsigned char r[8 + 4 + 48];
 	union { char b[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr x; } u;
 	struct iovec iov = { r, sizeof(r) };
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
@@ -556,6 +559,10 @@ static int raw_hello_dir(const char *sock, int *mfd, uint64_t *arena_len, int *d
 		close(d);
 	}
 	memcpy(arena_len, r + 12 + 8, 8);
+	memcpy(&g_hello_spin, r + 12 + 40, 4);
+	uint32_t zero;
+	memcpy(&zero, r + 12 + 44, 4);
+	assert_int_equal(zero, 0);
 	return fd;
 }
 
@@ -777,6 +784,9 @@ static void test_config(void **state)
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"uids\": [-1]}}", -EINVAL, "local.uids[0]" },
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"max_clients\": 0}}", -EINVAL, "local.max_clients" },
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"directory\": -1}}", -EINVAL, "local.directory" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"spin_us\": -1}}", -EINVAL, "local.spin_us" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"spin_us\": 1001}}", -EINVAL, "local.spin_us" },
+		{ "{\"local\": {\"socket\": \"/tmp/x\", \"spin_us\": \"50\"}}", -EINVAL, "local.spin_us" },
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"directory\": 67108865}}", -EINVAL, "local.directory" },
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"directory\": \"8\"}}", -EINVAL, "local.directory" },
 		{ "{\"attach\": \"/tmp/x\", \"ram\": {}}", -EINVAL, "ram" },
@@ -1470,6 +1480,41 @@ static void test_server_options(void **state)
 	kvt_close(s);
 }
 
+/* local.spin_us travels to every client in the HELLO answer; with 0 (sleep
+ * at once) and with the most allowed, lookups with lease, gets through a
+ * pin (no directory) and releases work the same. */
+static void test_spin_setting(void **state)
+{
+	(void)state;
+	static const unsigned spins[] = { 0, 1000, 50 };
+	for (size_t k = 0; k < 3; k++) {
+		char sock[128], extra[64];
+		snprintf(extra, sizeof(extra), ", \"directory\": 0%s",
+			 k < 2 ? (k ? ", \"spin_us\": 1000" : ", \"spin_us\": 0") : "");
+		kvt_store *node = open_node(extra, sock, sizeof(sock)), *c = NULL;
+		int mfd;
+		uint64_t alen;
+		int raw = raw_hello(sock, &mfd, &alen);
+		assert_int_equal(g_hello_spin, spins[k]);
+		close(raw);
+		close(mfd);
+		assert_int_equal(attach(sock, &c), 0);
+		char buf[4096], out[4096];
+		kvt_key key = { 77, k };
+		memset(buf, 0x40 + (int)k, sizeof(buf));
+		assert_int_equal(kvt_put(c, key, buf, sizeof(buf)), 0);
+		size_t found = 0, len = 0;
+		assert_int_equal(kvt_lookup(c, &key, 1, KVT_LEASE, &found), 0);
+		assert_int_equal(found, 1);
+		assert_int_equal(kvt_get(c, key, out, sizeof(out), &len), 0);
+		assert_int_equal(len, sizeof(out));
+		assert_memory_equal(buf, out, sizeof(out));
+		assert_int_equal(kvt_release(c, &key, 1), 1); /* the one lease ended */
+		kvt_close(c);
+		kvt_close(node);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
@@ -1486,6 +1531,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stuck_client_and_max_clients),
 		cmocka_unit_test(test_other_users_refused),
 		cmocka_unit_test(test_config),
+		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
 		cmocka_unit_test(test_get_unpins_with_next_request),
 		cmocka_unit_test(test_dozens_of_clients),
