@@ -422,7 +422,8 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * read into it, checked against its checksum, asynchronously (result
  * -EINPROGRESS): each such load completes on its own and is reported by
  * kvt_pin_reap() on *out, which is set on success (free it with
- * kvt_pin_free()); until then only the slot's ref may be read. With
+ * kvt_pin_free()), which alone sets its result, addr and len: until
+ * then the slot reads -EINPROGRESS with its ref set. With
  * disk.promote, a loaded block the RAM tier admits becomes the key's RAM
  * block in place (no copy); otherwise it is private to its slot. A block
  * that another member owns is read from it the same way (its slot is
@@ -459,8 +460,10 @@ KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max,
 KVT_API int kvt_pin_fd(kvt_pin_batch *b);
 
 /*
- * Frees a pin batch, first waiting for its loads still in flight (they
- * write the caller's slots). It unpins nothing. NULL is a no-op.
+ * Frees a pin batch, first waiting for its loads still in flight. It
+ * unpins nothing: a load never reaped leaves its slot -EINPROGRESS, and
+ * kvt_unpin() of that slot (by its ref) gives its space back. NULL is a
+ * no-op.
  */
 KVT_API void kvt_pin_free(kvt_pin_batch *b);
 

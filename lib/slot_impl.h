@@ -59,11 +59,23 @@ struct slot_job {
 	size_t idx[LOAD_GROUP];   /* the slots' indexes in b->slots */
 };
 
+/* A finished load's outcome, kept in the batch until it is reaped: the
+ * loaders never write the caller's slots, so a slot the caller saw loading
+ * (-EINPROGRESS) stays so until kvt_pin_reap reports it, and a scan of the
+ * results right after kvt_get_pin cannot take a load for a RAM hit. */
+struct pin_done {
+	void *addr;
+	size_t len;
+	int result;
+};
+
 struct kvt_pin_batch {
 	kvt_slot *slots;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	size_t *done;             /* finished loads, in finishing order */
+	struct pin_done *res;     /* by slot index: what the load gave, handed to
+				     the caller's slot only by kvt_pin_reap */
 	size_t nloads, ndone, nreaped;
 	int efd;
 };

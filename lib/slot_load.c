@@ -30,10 +30,10 @@ static void report(struct slot_table *t, const struct slot_job *j,
 
 	pthread_mutex_lock(&b->lock);
 	for (uint32_t k = 0; k < j->n; k++) {
-		kvt_slot *sl = &b->slots[j->idx[k]];
-		sl->result = res[k];
-		sl->len = len[k];
-		sl->addr = res[k] == 0 ? t->base + off[k] : NULL;
+		struct pin_done *d = &b->res[j->idx[k]];
+		d->result = res[k];
+		d->len = len[k];
+		d->addr = res[k] == 0 ? t->base + off[k] : NULL;
 		b->done[b->ndone++] = j->idx[k];
 	}
 	if (b->efd >= 0) {

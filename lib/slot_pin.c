@@ -29,6 +29,7 @@ static void batch_destroy(struct kvt_pin_batch *b)
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->cond);
 	free(b->done);
+	free(b->res);
 	free(b);
 }
 
@@ -101,11 +102,15 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 	struct kvt_pin_batch *b = calloc(1, sizeof(*b));
 	size_t *load = malloc((n ? n : 1) * sizeof(*load));
 	uint32_t *rec = malloc((n ? n : 1) * sizeof(*rec));
-	if (b)
+	if (b) {
 		b->done = malloc((n ? n : 1) * sizeof(*b->done));
-	if (!b || !load || !rec || !b->done) {
-		if (b)
+		b->res = calloc(n ? n : 1, sizeof(*b->res));
+	}
+	if (!b || !load || !rec || !b->done || !b->res) {
+		if (b) {
 			free(b->done);
+			free(b->res);
+		}
 		free(b);
 		free(load);
 		free(rec);
@@ -197,8 +202,13 @@ KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max, int timeout_
 	}
 	size_t k = 0;
 	if (b->nreaped < b->ndone) {
-		for (; k < max && b->nreaped < b->ndone; k++)
-			idx[k] = b->done[b->nreaped++];
+		for (; k < max && b->nreaped < b->ndone; k++) {
+			size_t i = b->done[b->nreaped++];
+			idx[k] = i;
+			b->slots[i].result = b->res[i].result;
+			b->slots[i].len = b->res[i].len;
+			b->slots[i].addr = b->res[i].addr;
+		}
 		rc = 0;
 	}
 	pthread_mutex_unlock(&b->lock);

@@ -46,7 +46,7 @@
 #define LW_HELLO 1u
 #define LW_REPLY 0x40u
 #define LW_TEXT_MAX 1024u
-#define LW_HELLO_LEN 40u          /* struct lp_hello */
+#define LW_HELLO_LEN 48u          /* struct lp_hello */
 
 #define LW_SILENCE_MS 2000        /* the longest the server may say nothing */
 #define LW_OUT_MAX (64u << 20)    /* more answer than any input here can ask */
