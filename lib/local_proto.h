@@ -31,7 +31,8 @@
 #include <stdint.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <time.h>
+
+#include "internal.h"
 
 #define LP_MAGIC 0x4c4bu      /* "KL" */
 #define LP_VERSION 2u
@@ -149,21 +150,16 @@ static inline int lp_send_all(int fd, struct msghdr *m)
  * sleeping CPU (tens of microseconds on an idle virtual machine). */
 static inline int lp_spin_readable(int fd, unsigned us)
 {
-	struct timespec t0, t;
 	struct pollfd pf = { .fd = fd, .events = POLLIN };
 
 	if (!us)
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
+	for (uint64_t end = kvt_now_ns() + (uint64_t)us * 1000; kvt_now_ns() < end;) {
 		int r = poll(&pf, 1, 0);
 		if (r != 0 && !(r < 0 && errno == EINTR))
 			return 1;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) >
-		    (long long)us * 1000)
-			return 0;
 	}
+	return 0;
 }
 
 #endif
