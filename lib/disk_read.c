@@ -298,6 +298,16 @@ static void rd_again_staged(struct load_ctx *lc, size_t n, struct dev_io **ios,
 	vq_wait(lc);
 }
 
+/* The records a batch reads (active ops with their reads set up). */
+static size_t read_records(const struct rd *rd, size_t n)
+{
+	size_t recs = 0;
+
+	for (size_t i = 0; i < n; i++)
+		recs += rd[i].active && rd[i].nio;
+	return recs;
+}
+
 /*
  * The ios a batch of reads keeps in flight: the tier's queue depth in
  * records, whether each record is one read or two (the device sees one
@@ -306,10 +316,8 @@ static void rd_again_staged(struct load_ctx *lc, size_t n, struct dev_io **ios,
 static unsigned read_depth(const struct disk_tier *d, const struct rd *rd, size_t n,
 			   unsigned nios)
 {
-	size_t recs = 0;
+	size_t recs = read_records(rd, n);
 
-	for (size_t i = 0; i < n; i++)
-		recs += rd[i].active && rd[i].nio;
 	if (!recs)
 		return d->qd;
 	return (unsigned)((nios * (uint64_t)d->qd + recs - 1) / recs);
@@ -509,8 +517,11 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	}
 	get_find(d, ops, n, rd);
 	unsigned nios = get_ios(d, ops, n, rd, ios, own);
+	/* A lone record has no other reads to overlap its check with: it is
+	 * verified inline (the slot loaders' batches of one, many threads at
+	 * once, would otherwise all queue for one verifier). */
 	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own,
-			       .async = nios > 1 && verifier_on(d) };
+			       .async = read_records(rd, n) > 1 && verifier_on(d) };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
 	disk_run_depth(d, ios, nios, read_depth(d, rd, n, nios), &hooks);
 	vq_wait(&lc);
