@@ -1,6 +1,6 @@
 /*
  * dev.c - dev_run(), the batch loop over the device seam (dev.h): keeps a
- * batch's I/Os in flight together on a queue of any implementation,
+ * batch's I/Os (plain and vectored ones) in flight together on a queue of any implementation,
  * resubmits short transfers and what a submission did not take, runs the
  * caller's hooks (prepare an io before it goes out, finish one as it
  * completes) under the I/O still in flight, and drains a failed queue
@@ -15,6 +15,69 @@
 
 #include "dev.h"
 #include "internal.h"
+
+/* --- vectored ios -------------------------------------------------------------- */
+
+int dev_io_setv(struct dev_io *io, const struct iovec *iov, unsigned n)
+{
+	uint64_t len = 0;
+
+	if (n == 0 || n > DEV_SEG_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		len += iov[i].iov_len;
+	if (len > UINT32_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++)
+		io->seg[i] = iov[i];
+	io->nseg = (uint8_t)n;
+	io->buf = iov[0].iov_base;
+	io->len = (uint32_t)len;
+	return 0;
+}
+
+unsigned dev_io_iov(const struct dev_io *io, struct iovec *iov)
+{
+	uint64_t skip = io->done, left = io->len;
+	unsigned k = 0;
+
+	if (!io->nseg) {
+		iov[0].iov_base = io->buf;
+		iov[0].iov_len = io->len;
+		return 1;
+	}
+	for (unsigned i = 0; i < io->nseg && i < DEV_SEG_MAX && left; i++) {
+		uint64_t l = io->seg[i].iov_len;
+
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		l -= skip;
+		if (l > left)
+			l = left;
+		iov[k].iov_base = (char *)io->seg[i].iov_base + skip;
+		iov[k].iov_len = (size_t)l;
+		k++;
+		left -= l;
+		skip = 0;
+	}
+	return left ? 0 : k;
+}
+
+/* 1 when io's segments, if any, are as many as allowed and hold its len. */
+static int segs_ok(const struct dev_io *io)
+{
+	uint64_t sum = 0;
+
+	if (!io->nseg)
+		return 1;
+	if (io->nseg > DEV_SEG_MAX)
+		return 0;
+	for (unsigned i = 0; i < io->nseg; i++)
+		sum += io->seg[i].iov_len;
+	return sum == (uint64_t)io->len + io->done;
+}
 
 /* --- the batch loop ----------------------------------------------------------- */
 
@@ -43,7 +106,8 @@ struct run {
 /* Puts io back to its original extent after (partial) retries. */
 static void io_rewind(struct dev_io *io)
 {
-	io->buf = (char *)io->buf - io->done;
+	if (!io->nseg)
+		io->buf = (char *)io->buf - io->done;
 	io->off -= io->done;
 	io->len += io->done;
 	io->done = 0;
@@ -136,6 +200,8 @@ static void fill(struct run *r)
 			if (prep && r->next == r->prepped)
 				prep_next(r);
 			io = r->ios[r->next++];
+			if (io->res >= 0 && !segs_ok(io))
+				io->res = -EINVAL;
 			if (io->res < 0) {
 				finish(r, io, io->res, 0);
 				continue;
@@ -273,7 +339,8 @@ int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 					continue;
 				}
 				/* Short transfer: continue with the rest. */
-				io->buf = (char *)io->buf + res;
+				if (!io->nseg)
+					io->buf = (char *)io->buf + res;
 				io->off += (uint32_t)res;
 				io->len -= (uint32_t)res;
 				io->done += (uint32_t)res;

@@ -15,12 +15,24 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define DEV_ALIGN 4096u
+/* Segments a vectored io carries at most. */
+#define DEV_SEG_MAX 4u
 
 enum dev_op { DEV_READ = 1, DEV_WRITE = 2 };
 
-/* One read or write. The caller fills everything above res. */
+/*
+ * One read or write. The caller fills everything above res. A plain io
+ * moves len bytes from or into buf. A vectored one (nseg 1..DEV_SEG_MAX,
+ * dev_io_setv) moves len bytes, its segments' sum, from or into seg[0..nseg)
+ * in order, as one request to the device (a record's header page and its
+ * payload, say, without copying them together); its buf is seg[0]'s base,
+ * and it never uses a registered buffer (io_uring's vectored ops take none
+ * on the kernels served), so its fixed is ignored. Each segment, like buf,
+ * is DEV_ALIGN aligned and a multiple of DEV_ALIGN long for O_DIRECT.
+ */
 struct dev_io {
 	void *buf;          /* DEV_ALIGN aligned for O_DIRECT */
 	uint64_t off;       /* byte offset on the device, DEV_ALIGN aligned */
@@ -28,6 +40,10 @@ struct dev_io {
 	uint16_t dev;       /* index into the fds the queue was opened with */
 	uint8_t op;         /* DEV_READ or DEV_WRITE */
 	int8_t fixed;       /* registered buffer index, or -1 for a plain op */
+	uint8_t nseg;       /* 0: plain; else the segments of a vectored io */
+	struct iovec seg[DEV_SEG_MAX];
+	struct iovec sub[DEV_SEG_MAX]; /* the implementation's, while in flight:
+					  what is left of seg (dev_io_iov) */
 	int32_t res;        /* set at completion: bytes moved or -errno */
 	uint32_t done;      /* bytes dev_run has completed so far (retries) */
 	uint32_t idx;       /* set by dev_run: the io's position in its batch */
@@ -35,6 +51,22 @@ struct dev_io {
 			       flight and it could not be reaped, so the
 			       kernel may still use its buffer: never reuse it */
 };
+
+/*
+ * Makes io a vectored one over the n segments iov[0..n) (1..DEV_SEG_MAX),
+ * its len their sum. Returns 0, or -EINVAL (too many or none, or a sum past
+ * 4 GiB) leaving io as it was.
+ */
+int dev_io_setv(struct dev_io *io, const struct iovec *iov, unsigned n);
+
+/*
+ * The iovec of what io has still to move: its len bytes from its done'th
+ * on (a plain io: buf, which dev_run advances past what moved; a vectored
+ * one: its segments, skipping the done bytes that moved). Fills iov (room
+ * for DEV_SEG_MAX) and returns how many entries, 0 where io's segments do
+ * not hold done + len bytes. For implementations of the seam.
+ */
+unsigned dev_io_iov(const struct dev_io *io, struct iovec *iov);
 
 /*
  * The seam. Queue handles are opaque to callers; an implementation that wraps
@@ -77,7 +109,9 @@ struct kvt_dev_ops {
 			  void **q);
 	void (*queue_close)(void *q);
 	/*
-	 * Queues and submits ios[0..n) (n <= free slots). Returns how many of
+	 * Queues and submits ios[0..n) (n <= free slots): plain ones and
+	 * vectored ones (what is left of them: dev_io_iov, which may keep its
+	 * iovec in the io's sub while it is in flight). Returns how many of
 	 * them went out, counted from ios[0] (at least 1; the caller submits
 	 * the rest again), or -errno when none did and none ever will.
 	 */
@@ -136,7 +170,9 @@ struct dev_hooks {
 /*
  * Runs ios[0..n) on q, keeping at most depth in flight, resubmitting the rest
  * of short transfers (a transfer that makes no progress fails with -EIO) and
- * the ios a submission did not take. Returns when every io is complete; each
+ * the ios a submission did not take. A vectored io whose segments do not
+ * add up to its len, or has more than DEV_SEG_MAX, fails with -EINVAL
+ * without being submitted. Returns when every io is complete; each
  * io's res is then its full length or a negative errno. *inflight (may be
  * NULL) tracks ios in flight. Returns 0, or a negative errno when the queue
  * itself failed (every io then has res set, the failed ones to that error).

@@ -3,7 +3,8 @@
  * the NVMe tier: opening devices for O_DIRECT and exclusively (creating and
  * preallocating files, locking them, opening block devices with O_EXCL and
  * checking their sizes, refusing file systems without O_DIRECT), and one
- * io_uring queue per caller with the RAM arena registered as fixed buffers.
+ * io_uring queue per caller with the RAM arena registered as fixed buffers;
+ * vectored ios go out as one READV or WRITEV each.
  * The batch loop over any implementation is dev_run() (dev.c).
  * Knows nothing about regions, records, keys or the index (the disk tier,
  * disk*.c).
@@ -464,16 +465,31 @@ static int uring_submit(void *qp, struct dev_io *const *ios, unsigned n)
 	if (io_uring_sq_space_left(&q->ring) < n)
 		return kvt_fail(-EBUSY, "io_uring: %u I/Os for %u free slots", n,
 				io_uring_sq_space_left(&q->ring));
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < n; i++) {
+		struct iovec iov[DEV_SEG_MAX];
+
 		if (ios[i]->dev >= q->nfds)
 			return kvt_fail(-EINVAL, "io_uring: device %u of %u", ios[i]->dev,
 					q->nfds);
+		if (ios[i]->nseg && !dev_io_iov(ios[i], iov))
+			return kvt_fail(-EINVAL, "io_uring: a vectored I/O of %u bytes "
+					"whose %u segments do not hold them", ios[i]->len,
+					ios[i]->nseg);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		struct dev_io *io = ios[i];
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 		int fd = q->files_registered ? io->dev : q->fds[io->dev];
 
-		if (io->op == DEV_READ) {
+		if (io->nseg) {
+			/* the kernel reads the iovec at submission or later,
+			 * so it lives in the io while that is in flight */
+			unsigned k = dev_io_iov(io, io->sub);
+			if (io->op == DEV_READ)
+				io_uring_prep_readv(sqe, fd, io->sub, k, io->off);
+			else
+				io_uring_prep_writev(sqe, fd, io->sub, k, io->off);
+		} else if (io->op == DEV_READ) {
 			if (io->fixed >= 0)
 				io_uring_prep_read_fixed(sqe, fd, io->buf, io->len,
 							 io->off, io->fixed);

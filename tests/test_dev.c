@@ -3,7 +3,8 @@
  * through a fake in-memory device that completes out of order, cuts
  * transfers short, takes part of a submission and fails on demand; the
  * hooks that prepare each io before it goes out and finish it as it
- * completes; a failed queue drained before dev_run returns.
+ * completes; a failed queue drained before dev_run returns; vectored ios
+ * (several segments, one request) cut short, refused when malformed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@ static struct {
 	unsigned char mem[1 << 20];
 	struct dev_io *pend[256];
 	unsigned npend, max_inflight, short_every, zero_next, submits;
+	unsigned seen_segs;   /* iovec entries the fake moved, over all reaps */
 	unsigned submit_max;  /* a submission takes at most this many (0: all) */
 	int fail_submit;
 	int fail_reap_once;   /* the next reap with ios pending fails, -EIO */
@@ -70,13 +72,24 @@ static int fake_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 		} else if (fake.short_every && len > 512) {
 			len /= 2;
 		}
-		if (io->off + len > sizeof(fake.mem)) {
+		struct iovec iov[DEV_SEG_MAX];
+		unsigned k = dev_io_iov(io, iov);
+
+		fake.seen_segs += k;
+		if (io->off + len > sizeof(fake.mem) || !k) {
 			io->res = -EINVAL;
 		} else {
-			if (io->op == DEV_READ)
-				memcpy(io->buf, fake.mem + io->off, len);
-			else
-				memcpy(fake.mem + io->off, io->buf, len);
+			/* len bytes across the segments, in order */
+			uint64_t at = io->off, left = len;
+			for (unsigned j = 0; j < k && left; j++) {
+				size_t l = iov[j].iov_len < left ? iov[j].iov_len : left;
+				if (io->op == DEV_READ)
+					memcpy(iov[j].iov_base, fake.mem + at, l);
+				else
+					memcpy(fake.mem + at, iov[j].iov_base, l);
+				at += l;
+				left -= l;
+			}
 			io->res = (int32_t)len;
 		}
 		done[got++] = io;
@@ -375,6 +388,97 @@ static void dev_run_drains_a_failed_queue_before_returning(void **st)
 	}
 }
 
+/* A vectored io writes its segments in order as one request; cut short
+ * (halved at every completion), the rest of it goes out from the right
+ * byte of the right segment, and it reads back into other segments. */
+static void dev_run_vectored_ios_survive_short_transfers(void **st)
+{
+	(void)st;
+	static unsigned char h[4096], a[16384], b[8192], back[4096 + 16384 + 8192];
+	static unsigned char r0[8192], r1[20480];
+	struct dev_io io, *p = &io;
+	struct iovec w[3] = { { h, sizeof(h) }, { a, sizeof(a) }, { b, sizeof(b) } };
+
+	fake_reset();
+	for (size_t i = 0; i < sizeof(h); i++)
+		h[i] = (unsigned char)(i * 3 + 1);
+	for (size_t i = 0; i < sizeof(a); i++)
+		a[i] = (unsigned char)(i * 5 + 2);
+	for (size_t i = 0; i < sizeof(b); i++)
+		b[i] = (unsigned char)(i * 11 + 7);
+	memset(&io, 0, sizeof(io));
+	io.op = DEV_WRITE;
+	io.off = 4096;
+	io.fixed = -1;
+	assert_int_equal(dev_io_setv(&io, w, 3), 0);
+	assert_int_equal(io.len, sizeof(back));
+	assert_ptr_equal(io.buf, h);
+	fake.short_every = 1;
+	assert_int_equal(dev_run(&fake_ops, NULL, &p, 1, 4, NULL), 0);
+	assert_int_equal(io.res, (int)sizeof(back));
+	assert_true(fake.submits > 3);
+	/* handed back as given */
+	assert_ptr_equal(io.buf, h);
+	assert_int_equal(io.off, 4096);
+	assert_int_equal(io.len, sizeof(back));
+	memcpy(back, h, sizeof(h));
+	memcpy(back + sizeof(h), a, sizeof(a));
+	memcpy(back + sizeof(h) + sizeof(a), b, sizeof(b));
+	assert_memory_equal(fake.mem + 4096, back, sizeof(back));
+	/* read back through other segment boundaries */
+	struct iovec r[2] = { { r0, sizeof(r0) }, { r1, sizeof(r1) } };
+	memset(&io, 0, sizeof(io));
+	io.op = DEV_READ;
+	io.off = 4096;
+	io.fixed = -1;
+	assert_int_equal(dev_io_setv(&io, r, 2), 0);
+	assert_int_equal(dev_run(&fake_ops, NULL, &p, 1, 4, NULL), 0);
+	assert_int_equal(io.res, (int)sizeof(back));
+	assert_memory_equal(r0, back, sizeof(r0));
+	assert_memory_equal(r1, back + sizeof(r0), sizeof(r1));
+}
+
+/* Malformed vectored ios are refused, each alone, without reaching the
+ * device: too many segments, none, segments that do not add up. */
+static void dev_run_refuses_malformed_vectored_ios(void **st)
+{
+	(void)st;
+	static unsigned char m[4 * 4096];
+	struct iovec v[DEV_SEG_MAX + 1];
+	struct dev_io io[2], *p[2] = { &io[0], &io[1] };
+
+	fake_reset();
+	for (unsigned i = 0; i <= DEV_SEG_MAX; i++)
+		v[i] = (struct iovec){ m, 4096 };
+	memset(io, 0, sizeof(io));
+	assert_int_equal(dev_io_setv(&io[0], v, DEV_SEG_MAX + 1), -EINVAL);
+	assert_int_equal(dev_io_setv(&io[0], v, 0), -EINVAL);
+	assert_int_equal(io[0].nseg, 0); /* left as it was */
+	for (int i = 0; i < 2; i++) {
+		io[i].op = DEV_WRITE;
+		io[i].off = (uint64_t)i * 8192;
+		io[i].fixed = -1;
+		assert_int_equal(dev_io_setv(&io[i], v, 2), 0);
+	}
+	io[1].len -= 4096; /* its segments hold more than its len */
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 2, 4, NULL), 0);
+	assert_int_equal(io[0].res, 8192);
+	assert_int_equal(io[1].res, -EINVAL);
+	assert_int_equal(fake.submits, 1);
+	assert_int_equal(fake.seen_segs, 2);
+	io[1].len += 4096;
+	io[1].nseg = DEV_SEG_MAX + 1;
+	assert_int_equal(dev_run(&fake_ops, NULL, p, 2, 4, NULL), 0);
+	assert_int_equal(io[0].res, 8192);
+	assert_int_equal(io[1].res, -EINVAL);
+	/* the segments a plain io would move: its buffer alone */
+	struct dev_io pl = { .buf = m, .len = 4096, .fixed = -1 };
+	struct iovec out[DEV_SEG_MAX];
+	assert_int_equal(dev_io_iov(&pl, out), 1);
+	assert_ptr_equal(out[0].iov_base, m);
+	assert_int_equal(out[0].iov_len, 4096);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -386,6 +490,8 @@ int main(void)
 		cmocka_unit_test(dev_run_hooks_report_a_refused_submission_to_every_io),
 		cmocka_unit_test(dev_run_resubmits_what_a_submission_did_not_take),
 		cmocka_unit_test(dev_run_drains_a_failed_queue_before_returning),
+		cmocka_unit_test(dev_run_vectored_ios_survive_short_transfers),
+		cmocka_unit_test(dev_run_refuses_malformed_vectored_ios),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
