@@ -265,9 +265,11 @@ typedef struct kvt_op {
 
 /*
  * Stores n blocks together (the blocks that go to disk, written around RAM
- * or through it, in one submission per 128 blocks; in a chunk larger than
- * RAM keeps, RAM copies its newest blocks while the others are written, and
- * any block RAM then turns away goes in a second submission) and returns when
+ * or through it, in one submission per 128 blocks, with the spills RAM
+ * makes room with; in a chunk larger than RAM keeps, RAM copies its newest
+ * blocks while the others are written, each into room freed as a spill
+ * completes, and any block RAM then turns away goes in a last submission)
+ * and returns when
  * all are complete: 0 if every op succeeded, else the result of the first op
  * (lowest index) that failed. Each op's result is set as for kvt_put().
  * Returns -EINVAL without touching any op for a NULL store, or ops NULL with

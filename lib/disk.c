@@ -27,7 +27,11 @@ struct append_ctx {
 	struct wr *w;
 	const uint32_t *own;      /* io index -> record */
 	struct disk_beside *b;    /* work to run beside the writes, or NULL */
+	const struct disk_each *each; /* told of each record as it ends, or NULL */
+	int reinsert;
 };
+
+static void publish_rec(struct disk_tier *d, struct wr *x, int reinsert);
 
 /* Runs b's work unless it ran already (b or its fn may be NULL). */
 static void beside_run(struct disk_beside *b)
@@ -38,15 +42,27 @@ static void beside_run(struct disk_beside *b)
 	}
 }
 
-/* dev_run's done hook of a batch with work beside it: at the first write
- * to complete, every write that fits the queue is in flight. */
+/*
+ * dev_run's done hook of a batch with work beside it or a caller to tell
+ * of each record: at the first write to complete, every write that fits
+ * the queue is in flight (the work beside runs); once the last write of a
+ * record is complete, the record is published (its index entry, under the
+ * lock) and its caller told, while later records are in flight.
+ */
 static void append_done(void *arg, unsigned i, struct dev_io *io)
 {
 	struct append_ctx *c = arg;
+	struct wr *x = &c->w[c->own[i]];
 
-	(void)i;
 	(void)io;
 	beside_run(c->b);
+	if (!c->each || --x->left)
+		return;
+	pthread_mutex_lock(&c->d->lock);
+	publish_rec(c->d, x, c->reinsert);
+	pthread_mutex_unlock(&c->d->lock);
+	x->published = 1;
+	c->each->fn(c->each->arg, c->own[i]);
 }
 
 /*
@@ -175,6 +191,8 @@ static unsigned append_ios(struct disk_tier *d, struct wr *w, size_t n,
 				    (uint32_t)(PAGE + pad), -1);
 			x->nio = 1;
 		}
+		x->left = x->nio;
+		x->published = 0;
 		for (unsigned j = 0; j < x->nio; j++) {
 			own[nios] = (uint32_t)i;
 			ios[nios++] = &x->io[j];
@@ -204,44 +222,51 @@ static void publish_moved(struct disk_tier *d, struct wr *x)
 }
 
 /*
- * Phase 3 of append, under the lock: unpins each record's region, seals
- * the open region behind a record that failed, publishes the index entries
- * of those written and sets every active record's result.
+ * Ends an active record whose writes are complete, under the lock: unpins
+ * its region, seals the open region behind it where it failed, publishes
+ * its index entry where it was written and sets its result.
  */
+static void publish_rec(struct disk_tier *d, struct wr *x, int reinsert)
+{
+	int err = 0;
+	int ioerr = 0;
+
+	d->regions[page_region(d, x->page)].pins--;
+	for (unsigned j = 0; j < x->nio; j++)
+		if (x->io[j].res < 0) {
+			err = -EIO;
+			ioerr = x->io[j].res;
+		}
+	if (x->prep_err)
+		err = x->prep_err;
+	if (err && d->cur == page_region(d, x->page)) {
+		/* A record that never made it would end a recovery scan of
+		 * this region here: put later records in a fresh region. */
+		d->regions[d->cur].state = R_SEALED;
+		d->cur = NIL;
+	}
+	if (err == 0 && reinsert)
+		publish_moved(d, x);
+	else if (err == 0 && disk_idx_find(d, x->key) == NIL)
+		err = disk_ent_add(d, x->key, x->page, x->len);
+	if (err == -EIO)
+		kvt_set_error("disk: writing block of %llu bytes failed: %s",
+			      (unsigned long long)x->len, strerror(-ioerr));
+	else if (err && err != -EBADMSG)
+		kvt_set_error("disk: no index space for another block");
+	x->result = err;
+	if (!err && !reinsert)
+		ctr_add(&d->puts, 1);
+}
+
+/* Phase 3 of append, under the lock: ends every active record not ended
+ * at its completion (publish_rec). */
 static void append_publish(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 {
 	pthread_mutex_lock(&d->lock);
-	for (size_t i = 0; i < n; i++) {
-		struct wr *x = &w[i];
-		int err = 0;
-
-		if (!x->active)
-			continue;
-		d->regions[page_region(d, x->page)].pins--;
-		for (unsigned j = 0; j < x->nio; j++)
-			if (x->io[j].res < 0)
-				err = -EIO;
-		if (x->prep_err)
-			err = x->prep_err;
-		if (err && d->cur == page_region(d, x->page)) {
-			/* A record that never made it would end a recovery scan of
-			 * this region here: put later records in a fresh region. */
-			d->regions[d->cur].state = R_SEALED;
-			d->cur = NIL;
-		}
-		if (err == 0 && reinsert)
-			publish_moved(d, x);
-		else if (err == 0 && disk_idx_find(d, x->key) == NIL)
-			err = disk_ent_add(d, x->key, x->page, x->len);
-		if (err == -EIO)
-			kvt_set_error("disk: writing block of %llu bytes failed",
-				      (unsigned long long)x->len);
-		else if (err && err != -EBADMSG)
-			kvt_set_error("disk: no index space for another block");
-		x->result = err;
-		if (!err && !reinsert)
-			ctr_add(&d->puts, 1);
-	}
+	for (size_t i = 0; i < n; i++)
+		if (w[i].active && !w[i].published)
+			publish_rec(d, &w[i], reinsert);
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -253,9 +278,14 @@ static void append_publish(struct disk_tier *d, struct wr *w, size_t n, int rein
  * reinsert: the records move existing entries (old_e) to the log's head.
  * b (may be NULL): work run once the first writes are in flight (the
  * caller runs it after, where it has not run).
+ * disk_append_each: each (may be NULL): each->fn(arg, i) runs once for every w[i], on the
+ * calling thread, as soon as its result is final: a record not written
+ * (stored already, no space) before any I/O, a written one as soon as its
+ * writes are complete and it is published, while later records are in
+ * flight.
  */
-void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
-		 struct disk_beside *b)
+void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		      struct disk_beside *b, const struct disk_each *each)
 {
 	struct dev_io **ios = calloc(2 * n + 1, sizeof(*ios));
 	uint32_t *own = calloc(2 * n + 1, sizeof(*own));
@@ -271,9 +301,13 @@ void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 	}
 	append_reserve(d, w, n, reinsert);
 	unsigned nios = append_ios(d, w, n, ios, own);
-	struct append_ctx ac = { .d = d, .w = w, .own = own, .b = b };
-	struct dev_hooks hooks = { .prep = append_prep, .done = b ? append_done : NULL,
-				   .arg = &ac };
+	for (size_t i = 0; each && i < n; i++)
+		if (!w[i].active)
+			each->fn(each->arg, i);
+	struct append_ctx ac = { .d = d, .w = w, .own = own, .b = b, .each = each,
+				 .reinsert = reinsert };
+	struct dev_hooks hooks = { .prep = append_prep,
+				   .done = b || each ? append_done : NULL, .arg = &ac };
 	disk_run(d, ios, nios, &hooks);
 	append_publish(d, w, n, reinsert);
 	for (size_t i = 0; i < n; i++)
@@ -287,6 +321,12 @@ void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 		}
 	free(ios);
 	free(own);
+}
+
+void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		 struct disk_beside *b)
+{
+	disk_append_each(d, w, n, reinsert, b, NULL);
 }
 
 static int check_put(kvt_key key, const void *data, size_t len, uint32_t region_pages)
@@ -337,9 +377,27 @@ int disk_fail_all(kvt_op *ops, size_t n, int err)
 	return kvt_fail(err, "disk tier: out of memory for a batch of %zu", n);
 }
 
-static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_beside *b)
+/* put_batch's each: record j is op map[j]; sets its result, tells the caller. */
+struct put_each {
+	kvt_op *ops;
+	const size_t *map;
+	const struct wr *w;
+	const struct disk_each *each;
+};
+
+static void put_each_fn(void *arg, size_t j)
+{
+	struct put_each *pe = arg;
+
+	pe->ops[pe->map[j]].result = pe->w[j].result;
+	pe->each->fn(pe->each->arg, pe->map[j]);
+}
+
+static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_beside *b,
+		     const struct disk_each *each)
 {
 	struct wr *w;
+	size_t *map;
 	int first = 0;
 
 	if (!d || (!ops && n))
@@ -347,28 +405,32 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 	if (!n)
 		return 0;
 	w = calloc(n, sizeof(*w));
-	if (!w)
-		return disk_fail_all(ops, n, -ENOMEM);
+	map = malloc(sizeof(*map) * n);
+	if (!w || !map) {
+		free(w);
+		free(map);
+		int rc = disk_fail_all(ops, n, -ENOMEM);
+		for (size_t i = 0; each && i < n; i++)
+			each->fn(each->arg, i);
+		return rc;
+	}
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
 		ops[i].result = check_put(ops[i].key, ops[i].buf, ops[i].len,
 					  d->region_pages);
-		if (ops[i].result)
+		if (ops[i].result) {
+			if (each)
+				each->fn(each->arg, i);
 			continue;
+		}
 		w[m].key = ops[i].key;
 		w[m].data = ops[i].buf;
 		w[m].len = ops[i].len;
-		w[m].result = (int)i; /* remembers the op until append sets it */
-		m++;
+		map[m++] = i;
 	}
-	size_t *map = malloc(sizeof(*map) * (m ? m : 1));
-	if (!map) {
-		free(w);
-		return -ENOMEM;
-	}
-	for (size_t j = 0; j < m; j++)
-		map[j] = (size_t)w[j].result;
-	disk_append(d, w, m, 0, b);
+	struct put_each pe = { .ops = ops, .map = map, .w = w, .each = each };
+	struct disk_each pe_each = { .fn = put_each_fn, .arg = &pe };
+	disk_append_each(d, w, m, 0, b, each ? &pe_each : NULL);
 	for (size_t j = 0; j < m; j++)
 		ops[map[j]].result = w[j].result;
 	for (size_t i = 0; i < n; i++)
@@ -381,17 +443,25 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 {
-	return put_batch(d, ops, n, NULL);
+	return put_batch(d, ops, n, NULL, NULL);
 }
 
 int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 			  void (*fn)(void *), void *arg)
 {
 	struct disk_beside b = { .fn = fn, .arg = arg };
-	int rc = put_batch(d, ops, n, &b);
+	int rc = put_batch(d, ops, n, &b, NULL);
 
 	beside_run(&b);
 	return rc;
+}
+
+int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
+			void (*fn)(void *arg, size_t i), void *arg)
+{
+	struct disk_each each = { .fn = fn, .arg = arg };
+
+	return put_batch(d, ops, n, NULL, fn ? &each : NULL);
 }
 
 /* --- small calls --------------------------------------------------------------- */

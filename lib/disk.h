@@ -59,6 +59,17 @@ int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 			  void (*fn)(void *), void *arg);
 
 /*
+ * disk_put_batch, telling fn(arg, i) of each ops[i] on the calling thread
+ * as soon as its result is final (set in ops[i]): a block written as soon
+ * as its writes are complete and it is stored (disk_get finds it), while
+ * the later blocks of the batch are in flight; one refused or found
+ * stored already before any I/O. fn runs exactly once per op, whatever the
+ * outcome (NULL: disk_put_batch).
+ */
+int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
+			void (*fn)(void *arg, size_t i), void *arg);
+
+/*
  * Loads a block into buf (cap bytes), sets *len. buf NULL with cap 0 asks
  * for the size. Returns 0, -ENOENT, -ENOBUFS (*len = size needed), -EBADMSG
  * (checksum or header mismatch: the record is dropped from the index and

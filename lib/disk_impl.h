@@ -203,6 +203,8 @@ struct wr {
 	int huge;                 /* stage is a huge-page one (disk_hstage_get) */
 	struct dev_io io[2];
 	unsigned nio;
+	unsigned left;            /* its ios not yet complete */
+	int published;            /* ended at its completion (disk_append's each) */
 };
 
 /* disk_io.c */
@@ -250,8 +252,14 @@ struct disk_beside {
 	void *arg;
 	int done;
 };
+struct disk_each {
+	void (*fn)(void *arg, size_t i);
+	void *arg;
+};
 void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 		 struct disk_beside *b);
+void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		      struct disk_beside *b, const struct disk_each *each);
 int disk_fail_all(kvt_op *ops, size_t n, int err);
 
 #endif

@@ -15,12 +15,35 @@
 
 struct ram_tier;
 
-/* Called by eviction with up to EVICT_BATCH blocks at once: ops[i].buf
- * points at the bytes in the arena (not freed until this returns). Sets
- * ops[i].result to 0 for each block kept elsewhere. Called with no lock of
- * this tier held: it may call back into the tier (a lease or a remove of a
- * block being spilled is decided when the spill returns). */
-typedef void (*ram_spill_fn)(void *arg, kvt_op *ops, size_t n);
+/*
+ * One spill: the blocks evicted, ops[0..n) (ops[i].buf points at the bytes
+ * in the arena, not freed until the spill returns or ram_spill_done names
+ * it), and blocks of a put batch to write in the same submission,
+ * extra[0..nextra) (ram_make_room_with; their results set there).
+ */
+struct ram_spill {
+	kvt_op *ops;
+	size_t n;
+	kvt_op *extra;
+	size_t nextra;
+	void *tier;               /* the RAM tier's */
+};
+
+/*
+ * Called by eviction with up to 128 blocks at once. Sets ops[i].result to
+ * 0 for each block kept elsewhere, and may call ram_spill_done(sp, i) on
+ * the calling thread as soon as ops[i]'s result is final, so that its
+ * room is freed (and a block put there) while the rest is in flight.
+ * Called with no lock of this tier held: it may call back into the tier (a
+ * lease or a remove of a block being spilled is decided when its spill is
+ * done).
+ */
+typedef void (*ram_spill_fn)(void *arg, struct ram_spill *sp);
+
+/* Finishes the eviction of sp->ops[i], whose result is final: its room is
+ * freed (or it stays, leased meanwhile). Once per block; those not named
+ * are finished when the spill returns. */
+void ram_spill_done(struct ram_spill *sp, size_t i);
 
 /*
  * Called when an evicted block's spill raced with a removal of its key, so
@@ -207,6 +230,26 @@ size_t ram_evict_to_low(struct ram_tier *r);
  * evictable: room for a put batch's blocks made in a few large spills
  * instead of one small one per block. Returns blocks evicted. */
 size_t ram_make_room(struct ram_tier *r, uint64_t bytes);
+
+/*
+ * What a put batch does while RAM makes room for it (ram_make_room_with):
+ * fit(arg) runs each time a spill has freed an evicted block's room, on
+ * the calling thread, while later spills are in flight, and returns the
+ * bytes it put into this tier meanwhile (without spilling:
+ * ram_put_nospill), which then need no more room; extra[0..nextra) are
+ * blocks written with the first spill (write-arounds), handed over then
+ * (extra NULL and nextra 0 afterwards; still set where nothing had to be
+ * spilled).
+ */
+struct ram_room {
+	uint64_t (*fit)(void *arg);
+	void *arg;
+	kvt_op *extra;
+	size_t nextra;
+};
+
+/* ram_make_room, with room's work beside the spills (NULL: none). */
+size_t ram_make_room_with(struct ram_tier *r, uint64_t bytes, struct ram_room *room);
 
 /* The high watermark in bytes (ram.high_watermark of the capacity). */
 uint64_t ram_high_bytes(struct ram_tier *r);

@@ -1,7 +1,8 @@
 /*
  * ram_evict.c - the RAM tier's eviction (see ram.h): picking the globally
  * least recent evictable block, spilling a batch of victims through the
- * tier's spill callback outside every lock, and finishing each one (freed,
+ * tier's spill callback outside every lock, and finishing each one as soon
+ * as its spill is done (freed,
  * kept because a lease came meanwhile, or its spilled copy taken back
  * because it was removed meanwhile). Lock order: a RAM shard lock, then
  * the disk tier's lock inside the unspill callback (ram.h).
@@ -113,22 +114,53 @@ static void finish_eviction(struct ram_tier *r, struct victim v, int spilled)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/*
- * Evicts up to max blocks (at least one), the least recent first, stopping
- * early once used bytes minus what is being evicted reach `floor`. Their
- * spills go out as one batch, outside every lock. Returns the number
- * evicted, or -ENOSPC / -EAGAIN when no block could be picked.
- */
-int ram_evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
+/* A batch of victims being spilled: which are finished, and the caller
+ * told of each room freed (ram_make_room_with). */
+struct evict_run {
+	struct ram_tier *r;
+	struct victim *v;
+	uint8_t *fin;
+	struct ram_room *room;
+	uint64_t added;           /* bytes room->fit put meanwhile */
+};
+
+void ram_spill_done(struct ram_spill *sp, size_t i)
 {
-	struct victim v[EVICT_BATCH];
-	kvt_op ops[EVICT_BATCH];
+	struct evict_run *er = sp->tier;
+	struct ram_tier *r = er->r;
+
+	if (i >= sp->n || er->fin[i])
+		return;
+	er->fin[i] = 1;
+	if (r->spill)
+		ctr_add(sp->ops[i].result == 0 ? &r->spills : &r->spill_failures, 1);
+	finish_eviction(r, er->v[i], r->spill && sp->ops[i].result == 0);
+	if (er->room && er->room->fit)
+		er->added += er->room->fit(er->room->arg);
+}
+
+/*
+ * Evicts up to max blocks (at least one, at most ROOM_BATCH), the least
+ * recent first, stopping early once used bytes minus what is being
+ * evicted reach `floor`. Their spills go out as one batch, outside every
+ * lock, with room's extra blocks (then handed over: room->nextra 0); each
+ * victim is finished as soon as its spill is (ram_spill_done) and room's
+ * fit told. Returns the number evicted, or -ENOSPC / -EAGAIN when no
+ * block could be picked; *added: the bytes room's fit put.
+ */
+static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor,
+		       struct ram_room *room, uint64_t *added)
+{
+	struct victim v[ROOM_BATCH];
+	kvt_op ops[ROOM_BATCH];
+	uint8_t fin[ROOM_BATCH] = { 0 };
 	uint64_t pending = 0;
 	size_t n = 0;
 	int rc = 0;
 
-	if (max > EVICT_BATCH)
-		max = EVICT_BATCH;
+	*added = 0;
+	if (max > ROOM_BATCH)
+		max = ROOM_BATCH;
 	while (n < max) {
 		if (n && atomic_load_explicit(&r->used, memory_order_relaxed) <= floor + pending)
 			break;
@@ -145,25 +177,44 @@ int ram_evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
 	}
 	if (n == 0)
 		return rc;
+	struct evict_run er = { .r = r, .v = v, .fin = fin, .room = room };
+	struct ram_spill sp = { .ops = ops, .n = n, .tier = &er };
 	if (r->spill) {
-		r->spill(r->arg, ops, n);
-		for (size_t i = 0; i < n; i++)
-			ctr_add(ops[i].result == 0 ? &r->spills : &r->spill_failures, 1);
+		if (room && room->nextra) {
+			sp.extra = room->extra;
+			sp.nextra = room->nextra;
+			room->extra = NULL;
+			room->nextra = 0;
+		}
+		r->spill(r->arg, &sp);
 	}
 	for (size_t i = 0; i < n; i++)
-		finish_eviction(r, v[i], r->spill && ops[i].result == 0);
+		ram_spill_done(&sp, i);
+	*added = er.added;
 	return (int)n;
 }
 
-/* Evicts in batches until used bytes reach floor (or nothing more can be
- * picked). Returns the number evicted. */
-static size_t evict_to(struct ram_tier *r, uint64_t floor)
+int ram_evict_batch(struct ram_tier *r, size_t max, uint64_t floor)
+{
+	uint64_t added;
+
+	if (max > EVICT_BATCH)
+		max = EVICT_BATCH;
+	return evict_batch(r, max, floor, NULL, &added);
+}
+
+/* Evicts in batches of up to max until used bytes reach floor (or nothing
+ * more can be picked), the floor raised by what room's fit puts meanwhile.
+ * Returns the number evicted. */
+static size_t evict_to(struct ram_tier *r, uint64_t floor, size_t max, struct ram_room *room)
 {
 	size_t n = 0;
 	int again = 0;
 
 	while (atomic_load_explicit(&r->used, memory_order_relaxed) > floor) {
-		int rc = ram_evict_batch(r, EVICT_BATCH, floor);
+		uint64_t added = 0;
+		int rc = evict_batch(r, max, floor, room, &added);
+		floor += added;
 		if (rc == -EAGAIN && again++ < 4)
 			continue;
 		if (rc < 0)
@@ -175,12 +226,18 @@ static size_t evict_to(struct ram_tier *r, uint64_t floor)
 
 size_t ram_evict_to_low(struct ram_tier *r)
 {
-	return evict_to(r, r->low_bytes);
+	return evict_to(r, r->low_bytes, EVICT_BATCH, NULL);
 }
 
 size_t ram_make_room(struct ram_tier *r, uint64_t bytes)
 {
-	return evict_to(r, bytes < r->high_bytes ? r->high_bytes - bytes : 0);
+	return ram_make_room_with(r, bytes, NULL);
+}
+
+size_t ram_make_room_with(struct ram_tier *r, uint64_t bytes, struct ram_room *room)
+{
+	return evict_to(r, bytes < r->high_bytes ? r->high_bytes - bytes : 0, ROOM_BATCH,
+			room);
 }
 
 uint64_t ram_high_bytes(struct ram_tier *r)

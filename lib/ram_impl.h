@@ -18,6 +18,7 @@
 #define NSHARDS 64u
 #define EVICT_SCAN 32 /* pinned entries skipped per shard before giving up */
 #define EVICT_BATCH 32 /* blocks whose spills go to the disk tier together */
+#define ROOM_BATCH 128 /* the same when making room for a put batch (ram_make_room) */
 /* Removal generations: one per slot, slot = key.hi % NGENS, so a slot lies
  * in one shard (NGENS is a multiple of NSHARDS) and changes under its lock. */
 #define NGENS 1024u

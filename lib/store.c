@@ -19,10 +19,45 @@ static void store_teardown(kvt_store *s);
 
 /* --- tier glue -------------------------------------------------------------- */
 
-static void spill_to_disk(void *arg, kvt_op *ops, size_t n)
+/* A spill written as one disk batch: the RAM tier's blocks, all[0..sp->n),
+ * then the put batch's write-arounds; each block of RAM's is finished
+ * (its room freed) as soon as it is on disk. */
+struct spill_each {
+	struct ram_spill *sp;
+	kvt_op *all;
+};
+
+static void spill_each_fn(void *arg, size_t i)
+{
+	struct spill_each *e = arg;
+
+	if (i >= e->sp->n)
+		return;
+	e->sp->ops[i].result = e->all[i].result;
+	ram_spill_done(e->sp, i);
+}
+
+static void spill_to_disk(void *arg, struct ram_spill *sp)
 {
 	kvt_store *s = arg;
-	disk_put_batch(s->disk, ops, n);
+	size_t n = sp->n + sp->nextra;
+	kvt_op *all = sp->nextra ? malloc(n * sizeof(*all)) : sp->ops;
+
+	if (!all) { /* the write-arounds in a batch of their own */
+		disk_put_batch(s->disk, sp->ops, sp->n);
+		disk_put_batch(s->disk, sp->extra, sp->nextra);
+		return;
+	}
+	if (all != sp->ops) {
+		memcpy(all, sp->ops, sp->n * sizeof(*all));
+		memcpy(all + sp->n, sp->extra, sp->nextra * sizeof(*all));
+	}
+	struct spill_each e = { sp, all };
+	disk_put_batch_each(s->disk, all, n, spill_each_fn, &e);
+	for (size_t j = 0; j < sp->nextra; j++)
+		sp->extra[j].result = all[sp->n + j].result;
+	if (all != sp->ops)
+		free(all);
 }
 
 /* Runs under a RAM shard lock (ram.h): takes the disk tier's lock inside
@@ -240,6 +275,7 @@ struct ram_part {
 	const char *fn;
 	int nospill;              /* RAM must not spill to make room */
 	struct disk_legs *out;
+	size_t next;              /* the first op not taken yet */
 };
 
 /* Checks op i of a chunk; 1 when it goes on (valid, not on disk yet). */
@@ -249,31 +285,65 @@ static int put_wanted(kvt_store *s, kvt_op *op, const char *fn)
 	return !op->result && !(s->disk && disk_contains(s->disk, op->key, NULL));
 }
 
+/* What RAM's answer rc to op i means: a write-through copy or a
+ * write-around for disk, a refusal, a failure. */
+static void ram_part_settle(struct ram_part *p, size_t i, int rc)
+{
+	kvt_store *s = p->s;
+	struct disk_legs *o = p->out;
+	kvt_op *op = &p->ops[i];
+
+	if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
+		o->leg[o->nd] = (struct disk_leg){ i, 0 };
+		o->dops[o->nd++] = *op;
+	} else if (rc == -ENOSPC && s->disk && !s->cfg.refuse_when_leased) {
+		o->leg[o->nd] = (struct disk_leg){ i, 1 };
+		o->dops[o->nd++] = *op;
+	} else if (rc == -ENOSPC) {
+		ctr_add(&s->refused_puts, 1);
+		op->result = -ENOSPC;
+	} else if (rc < 0) {
+		op->result = rc;
+	}
+}
+
+/* Puts the ops of the part not taken yet into RAM. */
 static void ram_part_run(void *arg)
 {
 	struct ram_part *p = arg;
 	kvt_store *s = p->s;
-	struct disk_legs *o = p->out;
 
-	for (size_t i = p->from; i < p->to; i++) {
-		kvt_op *op = &p->ops[i];
+	for (; p->next < p->to; p->next++) {
+		kvt_op *op = &p->ops[p->next];
 		if (!put_wanted(s, op, p->fn))
 			continue; /* bad op, or immutable and already stored */
-		int rc = p->nospill ? ram_put_nospill(s->ram, op->key, op->buf, op->len)
-				    : ram_put(s->ram, op->key, op->buf, op->len);
-		if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
-			o->leg[o->nd] = (struct disk_leg){ i, 0 };
-			o->dops[o->nd++] = *op;
-		} else if (rc == -ENOSPC && s->disk && !s->cfg.refuse_when_leased) {
-			o->leg[o->nd] = (struct disk_leg){ i, 1 };
-			o->dops[o->nd++] = *op;
-		} else if (rc == -ENOSPC) {
-			ctr_add(&s->refused_puts, 1);
-			op->result = -ENOSPC;
-		} else if (rc < 0) {
-			op->result = rc;
-		}
+		ram_part_settle(p, p->next, p->nospill ?
+				ram_put_nospill(s->ram, op->key, op->buf, op->len) :
+				ram_put(s->ram, op->key, op->buf, op->len));
 	}
+}
+
+/* RAM's fit (ram_room) while it makes room for the part: puts the next
+ * ops while they fit without spilling, as the spills free room; stops at
+ * the first that does not fit yet. Returns the bytes put. */
+static uint64_t ram_part_fit(void *arg)
+{
+	struct ram_part *p = arg;
+	kvt_store *s = p->s;
+	uint64_t added = 0;
+
+	for (; p->next < p->to; p->next++) {
+		kvt_op *op = &p->ops[p->next];
+		if (!put_wanted(s, op, p->fn))
+			continue;
+		int rc = ram_put_nospill(s->ram, op->key, op->buf, op->len);
+		if (rc == -ENOSPC)
+			break; /* the next spill's room, or the last pass */
+		ram_part_settle(p, p->next, rc);
+		if (rc == 0)
+			added += op->len;
+	}
+	return added;
 }
 
 /* Sets the results of a chunk's disk legs after their batch. */
@@ -302,11 +372,14 @@ static void disk_legs_done(kvt_store *s, kvt_op *ops, struct disk_legs *l)
 /*
  * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
  * to disk (unless ram.refuse_when_leased), as do the lead blocks of a chunk
- * larger than RAM (put_overflow); write-through copies follow. The lead
- * blocks go to disk in one submission, and RAM copies the rest while those
- * writes are in flight (without spilling: RAM made room before, and a
- * block that no longer fits goes around); what that leaves for disk goes
- * in a second submission.
+ * larger than RAM (put_overflow); write-through copies follow. Where RAM
+ * must make room for the chunk, its spills and the lead blocks go to disk
+ * in one submission, and RAM takes the chunk's blocks as each spill frees
+ * room, while the later writes are in flight (ram_make_room_with), so the
+ * device's queue stays full; where it need not, the lead blocks go in one
+ * submission and RAM copies the rest while those are in flight (without
+ * spilling, a block that no longer fits going around). What that leaves
+ * for disk goes in a last submission.
  */
 static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 {
@@ -314,21 +387,24 @@ static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
 	uint64_t ram_bytes;
 	size_t lead = put_overflow(s, ops, n, &ram_bytes);
 
-	/* room for the chunk's RAM part in spills of up to 32 blocks, not in
-	 * one small spill (down to the low watermark) every few puts */
-	if (ram_bytes)
-		ram_make_room(s->ram, ram_bytes);
 	for (size_t i = 0; i < lead; i++)
 		if (put_wanted(s, &ops[i], fn)) {
 			lead_legs.leg[lead_legs.nd] = (struct disk_leg){ i, 1 };
 			lead_legs.dops[lead_legs.nd++] = ops[i];
 		}
-	struct ram_part part = { s, ops, lead, n, fn, lead_legs.nd > 0, &rest };
-	if (lead_legs.nd)
+	struct ram_part part = { s, ops, lead, n, fn, 0, &rest, lead };
+	struct ram_room room = { ram_part_fit, &part, lead_legs.dops, lead_legs.nd };
+	/* room for the chunk's RAM part in large spills, not in one small
+	 * spill (down to the low watermark) every few puts */
+	if (ram_bytes)
+		ram_make_room_with(s->ram, ram_bytes, &room);
+	if (room.nextra) { /* nothing had to be spilled: the lead blocks alone */
+		part.nospill = 1;
 		disk_put_batch_beside(s->disk, lead_legs.dops, lead_legs.nd,
 				      ram_part_run, &part);
-	else
+	} else {
 		ram_part_run(&part);
+	}
 	if (rest.nd)
 		disk_put_batch(s->disk, rest.dops, rest.nd);
 	disk_legs_done(s, ops, &lead_legs);

@@ -55,6 +55,7 @@ static struct {
 	_Atomic uint64_t max_req;   /* the bytes the device says one request
 				       carries (0: the real device's) */
 	_Atomic int writes;       /* writes submitted to the device */
+	_Atomic int fail_errno;   /* what failed ios complete with (0: EIO) */
 } faults;
 
 struct fq {
@@ -112,7 +113,8 @@ static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
 		_Atomic int *c = ios[i]->op == DEV_READ ? &faults.fail_reads
 							: &faults.fail_writes;
 		if (take(c)) {
-			ios[i]->res = -EIO;
+			int e = atomic_load(&faults.fail_errno);
+			ios[i]->res = -(e ? e : EIO);
 			f->pend[f->npend++] = ios[i];
 		} else {
 			fwd[m++] = ios[i];
@@ -1004,6 +1006,88 @@ static void put_batch_runs_work_beside_its_writes(void **st)
 	fix_done(&f);
 }
 
+struct each_probe {
+	struct disk_tier *d;
+	kvt_op *ops;
+	int calls[16];
+	int result[16];           /* ops[i].result when told */
+	int stored[16];           /* ops[i] was found stored when told */
+	int writes_out[16];       /* writes submitted when told */
+};
+
+static void each_probe_fn(void *arg, size_t i)
+{
+	struct each_probe *p = arg;
+
+	assert_true(i < 16);
+	p->calls[i]++;
+	p->result[i] = p->ops[i].result;
+	p->stored[i] = disk_contains(p->d, p->ops[i].key, NULL);
+	p->writes_out[i] = atomic_load(&faults.writes);
+}
+
+/* disk_put_batch_each tells of every op exactly once, its result final
+ * then: a bad op and one stored already before any write, each written
+ * block once it is stored (found), a failed write with its error; a device
+ * out of space says so. Every block written reads back equal after a
+ * reopen. */
+static void put_batch_each_tells_each_block_once(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 10, LEN = 65536 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	struct disk_tier *d = open_max_req(&f, MiB);
+	kvt_op ops[N];
+	char *bufs = filled_ops(ops, N, 1300, LEN);
+
+	assert_int_equal(disk_put(d, ops[1].key, ops[1].buf, LEN), 0);
+	ops[2].len = 0;
+	atomic_store(&faults.fail_writes, 1); /* the first record written */
+	struct each_probe p = { .d = d, .ops = ops };
+	int w0 = atomic_load(&faults.writes);
+	int rc = disk_put_batch_each(d, ops, N, each_probe_fn, &p);
+	assert_int_equal(rc, -EIO);
+	assert_non_null(strstr(kvt_last_error(), "Input/output error"));
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(p.calls[i], 1);
+		assert_int_equal(p.result[i], ops[i].result);
+	}
+	assert_int_equal(ops[0].result, -EIO);
+	assert_int_equal(p.stored[0], 0);
+	assert_int_equal(ops[1].result, 0);         /* stored before */
+	assert_int_equal(p.writes_out[1], w0);      /* told before any write */
+	assert_int_equal(ops[2].result, -EINVAL);
+	assert_int_equal(p.writes_out[2], w0);
+	for (int i = 3; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(p.stored[i], 1);
+	}
+	/* a device out of space: the write fails, and the text says why */
+	ops[2].len = LEN;
+	atomic_store(&faults.fail_errno, ENOSPC);
+	atomic_store(&faults.fail_writes, 1);
+	memset(&p, 0, sizeof(p));
+	p.d = d;
+	p.ops = ops;
+	assert_int_equal(disk_put_batch_each(d, ops, 3, each_probe_fn, &p), -EIO);
+	atomic_store(&faults.fail_errno, 0);
+	assert_non_null(strstr(kvt_last_error(), "No space left on device"));
+	assert_int_equal(p.calls[0] + p.calls[1] + p.calls[2], 3);
+	assert_int_equal(ops[1].result, 0);
+	assert_int_equal(disk_contains(d, ops[0].key, NULL) + disk_contains(d, ops[2].key, NULL), 1);
+	/* no callback: disk_put_batch */
+	assert_int_equal(disk_put_batch_each(d, ops, N, NULL, NULL), 0);
+	disk_close(d);
+
+	d = open_ok(&f, NULL);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(get_block(d, 1300 + (uint64_t)i, LEN), 0);
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+}
+
 struct staged_loader {
 	struct disk_tier *d;
 	int first, rounds, bad;
@@ -1459,6 +1543,7 @@ int main(void)
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
 		cmocka_unit_test(put_batch_runs_work_beside_its_writes),
+		cmocka_unit_test(put_batch_each_tells_each_block_once),
 		cmocka_unit_test(caller_range_is_held_while_its_io_runs),
 		cmocka_unit_test(failed_queue_is_replaced_not_reused),
 		cmocka_unit_test(full_device_is_refused),

@@ -58,9 +58,11 @@ struct spill_log {
 	int lease_rc, remove_rc, get_rc;
 };
 
-static void log_spill(void *arg, kvt_op *ops, size_t n)
+static void log_spill(void *arg, struct ram_spill *sp)
 {
 	struct spill_log *l = arg;
+	kvt_op *ops = sp->ops;
+	size_t n = sp->n;
 	uint8_t copy[BLK];
 	size_t len;
 
@@ -1071,6 +1073,107 @@ static void every_block_keeps_its_checksum(void **state)
 	config_free(&cfg);
 }
 
+/* A spill that finishes its blocks one by one, in order (ram_spill_done),
+ * as a disk tier telling of each write does, and a fit that puts the
+ * chunk's blocks as room appears. */
+struct room_probe {
+	struct ram_tier *r;
+	size_t spills, victims, finished, nextra;
+	kvt_key extra_keys[4];
+	uint64_t next, to;        /* the chunk's blocks not put yet */
+	unsigned fits;
+	size_t finished_at_first_fit;
+};
+
+static void room_spill(void *arg, struct ram_spill *sp)
+{
+	struct room_probe *p = arg;
+
+	p->spills++;
+	p->victims += sp->n;
+	for (size_t j = 0; j < sp->nextra && p->nextra < 4; j++) {
+		p->extra_keys[p->nextra++] = sp->extra[j].key;
+		sp->extra[j].result = 0;
+	}
+	for (size_t i = 0; i < sp->n; i++) {
+		assert_int_equal(check_block(sp->ops[i].key, sp->ops[i].buf, sp->ops[i].len), 1);
+		sp->ops[i].result = 0;
+		p->finished++;
+		ram_spill_done(sp, i);
+		ram_spill_done(sp, i); /* a second time does nothing */
+	}
+}
+
+static uint64_t room_fit(void *arg)
+{
+	struct room_probe *p = arg;
+	uint8_t buf[BLK];
+	uint64_t added = 0;
+
+	if (p->fits++ == 0)
+		p->finished_at_first_fit = p->finished;
+	while (p->next < p->to) {
+		fill_block(test_key(p->next), buf, sizeof(buf));
+		if (ram_put_nospill(p->r, test_key(p->next), buf, sizeof(buf)) != 0)
+			break;
+		p->next++;
+		added += BLK;
+	}
+	return added;
+}
+
+/* ram_make_room_with: the spill gets the extra blocks with its first batch
+ * (handed over); each victim is finished as soon as the spill names it,
+ * and fit puts the chunk's blocks into the room freed while the rest of
+ * the spill is still out; what fit put needs no more room, so no more is
+ * evicted than the chunk needs. With nothing to evict, the extra blocks
+ * stay with the caller and fit is not called. */
+static void make_room_fits_blocks_as_spills_finish(void **st)
+{
+	(void)st;
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	struct room_probe p = { 0 };
+	uint8_t xb[2][4096];
+	kvt_op extra[2] = { { test_key(900), xb[0], sizeof(xb[0]), -1 },
+			    { test_key(901), xb[1], sizeof(xb[1]), -1 } };
+
+	assert_int_equal(config_parse(small_ram, &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, room_spill, NULL, &p, &r), 0);
+	p.r = r;
+	/* nothing to evict: the extra blocks stay, fit is not called */
+	struct ram_room room = { room_fit, &p, extra, 2 };
+	assert_int_equal(ram_make_room_with(r, 4 * BLK, &room), 0);
+	assert_int_equal(room.nextra, 2);
+	assert_int_equal(p.fits, 0);
+	assert_int_equal(p.spills, 0);
+
+	put_blocks(r, 0, 12); /* at the high watermark, 12 blocks */
+	p.next = 100;
+	p.to = 108;
+	assert_int_equal(ram_make_room_with(r, 8 * BLK, &room), 8);
+	assert_int_equal(room.nextra, 0);
+	assert_null(room.extra);
+	assert_int_equal(p.nextra, 2);
+	assert_true(kvt_key_eq(p.extra_keys[0], test_key(900)));
+	assert_int_equal(extra[0].result, 0);
+	assert_int_equal(extra[1].result, 0);
+	assert_int_equal(p.victims, 8);
+	assert_int_equal(p.spills, 1);            /* one batch for the chunk */
+	assert_int_equal(p.fits, 8);              /* once per victim finished */
+	assert_int_equal(p.finished_at_first_fit, 1);
+	assert_int_equal(p.next, 108);            /* all of the chunk put */
+	assert_int_equal(ram_counter(r, "evictions"), 8);
+	assert_int_equal(ram_counter(r, "spills"), 8);
+	for (uint64_t i = 0; i < 8; i++)
+		assert_int_equal(has_block(r, i), 0);
+	for (uint64_t i = 8; i < 12; i++)
+		assert_int_equal(has_block(r, i), 1);
+	for (uint64_t i = 100; i < 108; i++)
+		assert_int_equal(has_block(r, i), 1);
+	ram_close(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1088,6 +1191,7 @@ int main(void)
 		cmocka_unit_test(lease_lasts_as_asked_rounded_up_to_the_grain),
 		cmocka_unit_test(renewals_on_many_threads_never_shorten_a_lease),
 		cmocka_unit_test(lease_cap_holds_across_threads),
+		cmocka_unit_test(make_room_fits_blocks_as_spills_finish),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

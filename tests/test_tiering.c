@@ -246,6 +246,70 @@ static void test_batch_larger_than_ram_writes_its_lead_around(void **state)
 	}
 }
 
+/*
+ * Put batches into a full RAM tier, as a long run of puts spills: RAM
+ * makes room for each batch's blocks by spilling its oldest, the spills
+ * and the batch's write-arounds going to disk together, and takes the
+ * batch's blocks as the spills free room. Blocks of 1 MiB (a batch larger
+ * than RAM: its lead goes around) and of 256 KiB (a batch RAM takes whole).
+ * RAM ends with the newest blocks; every block reads back equal, and after
+ * a reopen every block not in RAM at close reads back equal from disk.
+ */
+static void test_spilling_put_batches_keep_every_block(void **state)
+{
+	(void)state;
+	enum { BATCHES = 4 }; /* fewer blocks than the 64 MiB disk holds */
+	const size_t lens[2] = { MiB, 256 * 1024 };
+	const int per[2] = { 10, 8 };
+
+	for (int c = 0; c < 2; c++) {
+		size_t len = lens[c];
+		int n = per[c], total = BATCHES * n;
+		kvt_op ops[10];
+		char *bufs = NULL;
+		char file[32];
+
+		snprintf(file, sizeof(file), "spilling%d.dat", c);
+		kvt_store *s = open_tiered(file, 4, 1.0, "");
+		assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)n * len), 0);
+		for (int b = 0; b < BATCHES; b++) {
+			for (int i = 0; i < n; i++) {
+				uint64_t k = 5000 + (uint64_t)(b * n + i);
+				ops[i] = (kvt_op){ test_key(k), bufs + (size_t)i * len, len, 1 };
+				fill_block(ops[i].key, ops[i].buf, len);
+			}
+			assert_int_equal(kvt_put_batch(s, ops, (size_t)n), 0);
+			for (int i = 0; i < n; i++)
+				assert_int_equal(ops[i].result, 0);
+		}
+		long long in_ram = store_stat(s, "ram", "objects");
+		long long keep = (long long)(4 * MiB / len);
+		assert_int_equal(in_ram, keep);
+		assert_int_equal(store_stat(s, "ram", "spill_failures"), 0);
+		assert_int_equal(store_stat(s, "disk", "reclaims"), 0);
+		assert_int_equal(store_stat(s, "disk", "objects"), total - keep);
+		/* RAM holds the newest */
+		for (int i = total - (int)keep; i < total; i++) {
+			long long hits = store_stat(s, "store", "hits_ram");
+			assert_int_equal(store_get_block(s, test_key(5000 + (uint64_t)i), len), 0);
+			assert_int_equal(store_stat(s, "store", "hits_ram"), hits + 1);
+		}
+		for (int i = 0; i < total; i++)
+			assert_int_equal(store_get_block(s, test_key(5000 + (uint64_t)i), len), 0);
+		kvt_close(s);
+		s = open_tiered(file, 4, 1.0, "");
+		int back = 0;
+		for (int i = 0; i < total; i++) {
+			int rc = store_get_block(s, test_key(5000 + (uint64_t)i), len);
+			assert_true(rc == 0 || rc == -ENOENT);
+			back += rc == 0;
+		}
+		assert_true(back >= total - keep);
+		kvt_close(s);
+		free(bufs);
+	}
+}
+
 static void test_remove_clears_both_tiers(void **state)
 {
 	(void)state;
@@ -704,6 +768,7 @@ int main(void)
 		cmocka_unit_test(test_write_around_when_ram_is_all_leased),
 		cmocka_unit_test(test_batch_put_writes_around_in_one_go),
 		cmocka_unit_test(test_batch_larger_than_ram_writes_its_lead_around),
+		cmocka_unit_test(test_spilling_put_batches_keep_every_block),
 		cmocka_unit_test(test_remove_clears_both_tiers),
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
 		cmocka_unit_test(test_threads_across_tiers),
