@@ -97,6 +97,23 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n);
 int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums);
 
 /*
+ * disk_get_batch_sums, and each(arg, i, data, len, sum) (NULL: none) once
+ * for each op that succeeds, as soon as its block is verified and while
+ * the batch's other reads are in flight: data holds the block's len bytes
+ * as verified against sum (the tier's own copy where it read one, else
+ * ops[i].buf), valid only during the call. Hooks run on whichever thread
+ * verified the block (the tier's verifier threads or the caller's), so
+ * hooks of different ops may run at once; all have returned when the call
+ * returns. A hook may use the tier (a promotion that makes room in RAM
+ * spills to it): the caller's thread runs its hooks only while it holds
+ * no device queue, after its reads.
+ */
+typedef void (*disk_verified_fn)(void *arg, size_t i, const void *data, size_t len,
+				 uint64_t sum);
+int disk_get_batch_each(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums,
+			disk_verified_fn each, void *arg);
+
+/*
  * The most bytes of huge-page memory the tier holds at once to stage whole
  * records in (HSTAGE_POOL, 128 MiB, a range the process's tiers share and
  * keep until it exits, unless lowered here; bytes above that are ignored): a record whose payload would take more pages than one device
@@ -105,6 +122,14 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
  * buffer (or into plain memory of the tier's own) instead.
  */
 void disk_set_stage_pool(struct disk_tier *d, size_t bytes);
+
+/*
+ * The verifier threads the tier starts at its first batch load, which
+ * check staged records and copy them out beside the reads (1 to 4; by
+ * default one per CPU the loading thread may run on beyond its own, at
+ * most 4). Takes effect only before that load.
+ */
+void disk_set_verifiers(struct disk_tier *d, unsigned n);
 
 /* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);

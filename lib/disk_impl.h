@@ -45,6 +45,7 @@
 #define HSTAGE_ALIGN (2u << 20)   /* a huge page */
 #define HSTAGE_UNIT (64u << 10)   /* their pieces are multiples of this */
 #define HSTAGE_CLASSES 128u       /* pieces up to 8 MiB */
+#define VERIFIERS_MAX 4u          /* verifier threads a tier starts, at most */
 #define DEFAULT_MAX_REQ (512u << 10) /* bytes per device request where the
 					device's limit is not known */
 
@@ -140,11 +141,13 @@ struct disk_tier {
 	_Atomic uint64_t staged_reads; /* records read whole into a huge-page stage */
 	_Atomic uint64_t staged_writes; /* records written whole from one */
 	_Atomic int lost;         /* a failed queue kept I/O we could not reap */
-	/* the verifier thread (disk_read.c) and its queue of records read,
-	 * under vlock; vstate 0 not started, 1 running, -1 none */
+	/* the verifier threads (disk_read.c, nverifiers of them) and their
+	 * queue of records read, under vlock; vstate 0 not started, 1
+	 * running, -1 none */
 	pthread_mutex_t vlock;
 	pthread_cond_t vwork, vdone;
-	pthread_t vthread;
+	pthread_t vthread[VERIFIERS_MAX];
+	unsigned nverifiers, vwant; /* started; to start (0: by the CPUs) */
 	int vstate, vstop;
 	struct rd *vhead, *vtail;
 	unsigned vlen;

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ struct rd {
 	unsigned left;            /* ios not complete yet */
 	int err;                  /* the outcome once left is 0 */
 	uint64_t sum;             /* the payload's checksum, once verified */
+	int owed;                 /* verified, its each hook not run yet */
 	struct rd *vnext;         /* the verifier's queue (vlock) */
 	struct load_ctx *ctx;     /* the batch it is of, while queued */
 };
@@ -48,8 +50,10 @@ struct load_ctx {
 	struct rd *rd;
 	kvt_op *ops;
 	const uint32_t *own;      /* io index -> op */
-	int async;                /* the verifier thread takes records */
+	int async;                /* the verifier threads take records */
 	unsigned pending;         /* records queued or being verified (vlock) */
+	disk_verified_fn each;    /* run on each record verified, or NULL */
+	void *each_arg;
 };
 
 /* Where r's payload was read. */
@@ -87,19 +91,52 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
 
 /*
  * A staged record is verified and copied out (about a third of a
- * millisecond per MiB) by the tier's verifier thread while the loading
+ * millisecond per MiB) by the tier's verifier threads while the loading
  * thread goes on reaping and submitting, so the device's queue stays full
- * however long the checks take; where the verifier falls behind, the
+ * however long the checks take; where the verifiers fall behind, the
  * loading thread takes records from the queue itself, and once its reads
- * are done it helps until its batch is verified. Without the thread (it
- * could not be started) every record is verified inline, as its last
- * read completes.
+ * are done it helps until its batch is verified. A device that completes
+ * the reads in flight together leaves a batch's last queue-depth records
+ * to be checked after its last read: several verifiers (one per CPU the
+ * process may run on beyond the first, at most VERIFIERS_MAX) share that
+ * tail. Without a verifier (none could be started) every record is
+ * verified inline, as its last read completes.
  */
 #define VERIFY_BACKLOG 4u         /* queued records past which the loader helps */
 
-static void rd_check(struct load_ctx *c, struct rd *r)
+/* Runs the batch's each hook on r, from the tier's copy where there is one. */
+static void rd_each(struct load_ctx *c, struct rd *r)
+{
+	size_t i = (size_t)(r - c->rd);
+
+	r->owed = 0;
+	c->each(c->each_arg, i, rd_payload(r, &c->ops[i]), w_len(r->w), r->sum);
+}
+
+/*
+ * Verifies r and, where it is sound, runs the batch's each hook on it on
+ * this thread, or with defer owes it (rd_owed): the loading thread defers
+ * while it holds a device queue with reads in flight, since a hook may
+ * wait for I/O of its own (a promotion that makes room in RAM writes to
+ * disk) and so for a queue.
+ */
+static void rd_check(struct load_ctx *c, struct rd *r, int defer)
 {
 	r->err = rd_verify(c->d, r, &c->ops[r - c->rd]);
+	if (!r->err && c->each) {
+		r->owed = 1;
+		if (!defer)
+			rd_each(c, r);
+	}
+}
+
+/* Runs the each hooks owed by the records verified while the loading
+ * thread held a queue. */
+static void rd_owed(struct load_ctx *c, size_t n)
+{
+	for (size_t i = 0; c->each && i < n; i++)
+		if (c->rd[i].owed)
+			rd_each(c, &c->rd[i]);
 }
 
 /* The oldest queued record, or NULL. vlock held. */
@@ -116,12 +153,12 @@ static struct rd *vq_pop(struct disk_tier *d)
 	return r;
 }
 
-/* Verifies r (taken from the queue) and tells its batch. vlock held on
- * entry and return, dropped meanwhile. */
-static void vq_check(struct disk_tier *d, struct rd *r)
+/* Verifies r (taken from the queue) and tells its batch; defer as for
+ * rd_check. vlock held on entry and return, dropped meanwhile. */
+static void vq_check(struct disk_tier *d, struct rd *r, int defer)
 {
 	pthread_mutex_unlock(&d->vlock);
-	rd_check(r->ctx, r);
+	rd_check(r->ctx, r, defer);
 	pthread_mutex_lock(&d->vlock);
 	r->ctx->pending--;
 	pthread_cond_broadcast(&d->vdone);
@@ -136,7 +173,7 @@ static void *verifier_main(void *arg)
 		struct rd *r = vq_pop(d);
 
 		if (r)
-			vq_check(d, r);
+			vq_check(d, r, 0);
 		else if (d->vstop)
 			break;
 		else
@@ -146,12 +183,37 @@ static void *verifier_main(void *arg)
 	return NULL;
 }
 
-/* 1 when the verifier runs (started at the tier's first load), else 0. */
+/* The verifiers to start: one per CPU the calling thread may run on
+ * beyond the first (the loading thread's), 1 to VERIFIERS_MAX. */
+static unsigned verifier_count(void)
+{
+	cpu_set_t set;
+	int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 2;
+
+	if (cpus <= 2)
+		return 1;
+	return (unsigned)cpus - 1 < VERIFIERS_MAX ? (unsigned)cpus - 1 : VERIFIERS_MAX;
+}
+
+void disk_set_verifiers(struct disk_tier *d, unsigned n)
+{
+	pthread_mutex_lock(&d->vlock);
+	d->vwant = n < 1 ? 1 : n > VERIFIERS_MAX ? VERIFIERS_MAX : n;
+	pthread_mutex_unlock(&d->vlock);
+}
+
+/* 1 when verifiers run (started at the tier's first batch load), else 0. */
 static int verifier_on(struct disk_tier *d)
 {
 	pthread_mutex_lock(&d->vlock);
-	if (d->vstate == 0)
-		d->vstate = pthread_create(&d->vthread, NULL, verifier_main, d) == 0 ? 1 : -1;
+	if (d->vstate == 0) {
+		unsigned want = d->vwant ? d->vwant : verifier_count();
+
+		while (d->nverifiers < want &&
+		       pthread_create(&d->vthread[d->nverifiers], NULL, verifier_main, d) == 0)
+			d->nverifiers++;
+		d->vstate = d->nverifiers ? 1 : -1;
+	}
 	int on = d->vstate == 1;
 	pthread_mutex_unlock(&d->vlock);
 	return on;
@@ -162,10 +224,11 @@ void disk_verifier_stop(struct disk_tier *d)
 	pthread_mutex_lock(&d->vlock);
 	d->vstop = 1;
 	pthread_cond_broadcast(&d->vwork);
-	int on = d->vstate == 1;
+	unsigned n = d->nverifiers;
 	pthread_mutex_unlock(&d->vlock);
-	if (on)
-		pthread_join(d->vthread, NULL);
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(d->vthread[i], NULL);
+	d->nverifiers = 0;
 	d->vstate = -1;
 }
 
@@ -187,7 +250,7 @@ static void vq_push(struct load_ctx *c, struct rd *r)
 	c->pending++;
 	pthread_cond_signal(&d->vwork);
 	if (d->vlen > VERIFY_BACKLOG)
-		vq_check(d, vq_pop(d));
+		vq_check(d, vq_pop(d), 1);
 	pthread_mutex_unlock(&d->vlock);
 }
 
@@ -204,7 +267,7 @@ static void vq_wait(struct load_ctx *c)
 		struct rd *r = vq_pop(d);
 
 		if (r)
-			vq_check(d, r);
+			vq_check(d, r, 0);
 		else
 			pthread_cond_wait(&d->vdone, &d->vlock);
 	}
@@ -227,7 +290,7 @@ static void load_done(void *arg, unsigned i, struct dev_io *io)
 		if (c->async && r->alone)
 			vq_push(c, r);
 		else
-			rd_check(c, r);
+			rd_check(c, r, 1);
 	}
 }
 
@@ -498,6 +561,12 @@ static size_t get_unpin(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *r
 
 int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums)
 {
+	return disk_get_batch_each(d, ops, n, sums, NULL, NULL);
+}
+
+int disk_get_batch_each(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *sums,
+			disk_verified_fn each, void *arg)
+{
 	struct rd *rd;
 	struct dev_io **ios;
 	int first = 0;
@@ -521,11 +590,13 @@ int disk_get_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 	 * verified inline (the slot loaders' batches of one, many threads at
 	 * once, would otherwise all queue for one verifier). */
 	struct load_ctx lc = { .d = d, .rd = rd, .ops = ops, .own = own,
-			       .async = read_records(rd, n) > 1 && verifier_on(d) };
+			       .async = read_records(rd, n) > 1 && verifier_on(d),
+			       .each = each, .each_arg = arg };
 	struct dev_hooks hooks = { .done = load_done, .arg = &lc };
 	disk_run_depth(d, ios, nios, read_depth(d, rd, n, nios), &hooks);
 	vq_wait(&lc);
 	rd_again_staged(&lc, n, ios, own);
+	rd_owed(&lc, n);
 	get_report(d, ops, n, rd, sums);
 
 	struct wr *re = calloc(n, sizeof(*re));

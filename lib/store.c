@@ -835,8 +835,9 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 /*
  * Reorders ops[0..n), n <= CHUNK, and idx[] with them so that the ops whose
  * buffer overlaps another's come last; returns how many come before. Those
- * are loaded one at a time, each promoted from its buffer before the next
- * load overwrites it.
+ * are loaded one at a time, each promoted (from the tier's copy, or from
+ * its buffer where the disk read straight into it) before the next load
+ * overwrites it.
  */
 size_t store_shared_last(kvt_op *ops, size_t *idx, size_t n)
 {
@@ -860,18 +861,39 @@ size_t store_shared_last(kvt_op *ops, size_t *idx, size_t n)
 	return nalone;
 }
 
+/* A disk batch's hits to promote as each is verified (disk_get_batch_each):
+ * op x of the batch is the chunk's op miss[x], whose generation was gen[]. */
+struct promote_each {
+	kvt_store *s;
+	const kvt_op *dops;
+	const size_t *miss;
+	const uint64_t *gen;
+};
+
+/* Promotes a disk hit from the bytes the tier verified, on the thread that
+ * verified them (one of the tier's verifiers, while the batch's other reads
+ * are in flight), rather than from the caller's buffer after the batch. */
+static void promote_verified(void *arg, size_t x, const void *data, size_t len,
+			     uint64_t sum)
+{
+	const struct promote_each *p = arg;
+
+	store_promote(p->s, p->dops[x].key, data, len, p->gen[p->miss[x]], &sum);
+}
+
 /*
  * Loads ops[0..n), n <= CHUNK: RAM first, then every RAM miss of the chunk
- * from disk in one submission, promoting disk hits, then what is still
- * missing from the members that own it. Misses whose buffers overlap go to
- * the disk (and to their owner) one at a time, after the others.
+ * from disk in one submission, promoting disk hits as they are verified,
+ * then what is still missing from the members that own it. Misses whose
+ * buffers overlap go to the disk (and to their owner) one at a time, after
+ * the others.
  */
 static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 {
 	size_t miss[CHUNK], nmiss = 0, pmiss[CHUNK], npmiss = 0;
 	size_t cap[CHUNK];
 	int owner[CHUNK], powner[CHUNK];
-	uint64_t gen[CHUNK], sum[CHUNK];
+	uint64_t gen[CHUNK];
 	kvt_op dops[CHUNK];
 
 	for (size_t i = 0; i < n; i++) {
@@ -902,7 +924,9 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 	size_t nalone = store_shared_last(dops, miss, nmiss);
 	for (size_t j = 0, m; j < nmiss; j += m) {
 		m = j < nalone ? nalone - j : 1;
-		disk_get_batch_sums(s->disk, dops + j, m, sum + j);
+		struct promote_each pe = { s, dops + j, miss + j, gen };
+		disk_get_batch_each(s->disk, dops + j, m, NULL,
+				    s->cfg.promote ? promote_verified : NULL, &pe);
 		for (size_t x = j; x < j + m; x++) {
 			size_t i = miss[x];
 			kvt_op *op = &ops[i];
@@ -916,8 +940,6 @@ static void get_chunk(kvt_store *s, kvt_op *ops, size_t n)
 				continue;
 			}
 			store_count_get(s, op->result, 1);
-			if (op->result == 0)
-				store_promote(s, op->key, op->buf, op->len, gen[i], &sum[x]);
 		}
 	}
 	if (npmiss)

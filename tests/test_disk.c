@@ -1171,6 +1171,118 @@ static void staged_batches_are_verified_beside_their_reads(void **st)
 	fix_done(&f);
 }
 
+/* What the each hook of disk_get_batch_each saw: calls per op, and hooks
+ * whose bytes, length or sum were wrong. Hooks run on several threads. */
+struct verified_probe {
+	const kvt_op *ops;
+	size_t len;
+	_Atomic int calls[32];
+	uint64_t sum[32];         /* the sum each op's hook was given */
+	_Atomic int wrong;
+};
+
+static void verified_probe_run(void *arg, size_t i, const void *data, size_t len,
+			       uint64_t sum)
+{
+	struct verified_probe *p = arg;
+
+	atomic_fetch_add(&p->calls[i], 1);
+	p->sum[i] = sum;
+	if (len != p->len || kvt_checksum(data, len) != sum ||
+	    !check_block(p->ops[i].key, data, len))
+		atomic_fetch_add(&p->wrong, 1);
+}
+
+/* Checks a batch's hooks: once for each op that succeeded (with its own
+ * bytes and the sum it reported), never for one that failed. */
+static void verified_probe_check(struct verified_probe *p, const kvt_op *ops, int n,
+			     const uint64_t *sums)
+{
+	assert_int_equal(atomic_load(&p->wrong), 0);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(atomic_load(&p->calls[i]), ops[i].result == 0);
+		if (ops[i].result == 0)
+			assert_int_equal(sums[i], p->sum[i]);
+		atomic_store(&p->calls[i], 0);
+	}
+}
+
+/* disk_get_batch_each runs its hook once for each block that loads, with
+ * the verified bytes, as the blocks are verified (on the verifier threads
+ * or the loading thread): never for a block damaged after its read (the
+ * batch reports -EBADMSG for it alone and no wrong bytes), once for a
+ * direct read that something overwrote and that was read again, and with
+ * each key's own bytes where the ops share one buffer. */
+static void each_hook_runs_once_per_verified_block(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 32, LEN = 100000 };
+	kvt_op ops[N];
+	uint64_t sums[N];
+	struct verified_probe p = { .ops = ops, .len = LEN };
+
+	/* staged whole: one request carries a record; four verifiers */
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	struct disk_tier *d = open_max_req(&f, MiB);
+	disk_set_verifiers(d, 4);
+	char *bufs = filled_ops(ops, N, 900, LEN);
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	memset(bufs, 0, N * (size_t)LEN);
+	atomic_store(&faults.scribble_len, (int)(4096 + pad_to(LEN, 4096)));
+	assert_int_equal(disk_get_batch_each(d, ops, N, sums, verified_probe_run, &p), -EBADMSG);
+	assert_int_equal(atomic_load(&faults.scribble_len), 0);
+	int bad = 0;
+	for (int i = 0; i < N; i++) {
+		bad += ops[i].result == -EBADMSG;
+		if (ops[i].result == 0)
+			assert_true(check_block(ops[i].key, ops[i].buf, LEN));
+		else
+			assert_int_equal(ops[i].result, -EBADMSG);
+	}
+	assert_int_equal(bad, 1);
+	verified_probe_check(&p, ops, N, sums);
+
+	/* a batch of one (verified inline), then four ops sharing a buffer
+	 * (staged and copied in order): each hook sees its key's bytes */
+	int one = ops[0].result == 0 ? 0 : 1;
+	kvt_op single = ops[one];
+	p.ops = &single;
+	assert_int_equal(disk_get_batch_each(d, &single, 1, sums, verified_probe_run, &p), 0);
+	verified_probe_check(&p, &single, 1, sums);
+	kvt_op shared[4];
+	for (int i = 0; i < 4; i++)
+		shared[i] = (kvt_op){ ops[N - 4 + i].key, bufs, LEN, 0 };
+	p.ops = shared;
+	assert_int_equal(disk_get_batch_each(d, shared, 4, sums, verified_probe_run, &p), 0);
+	verified_probe_check(&p, shared, 4, sums);
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+
+	/* straight into the caller's buffers (records longer than a request,
+	 * whole pages); one payload overwritten after its read is read again:
+	 * one hook */
+	enum { LEN2 = 25 * 4096 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	d = open_max_req(&f, 16384);
+	bufs = filled_ops(ops, 8, 950, LEN2);
+	assert_int_equal(disk_put_batch(d, ops, 8), 0);
+	memset(bufs, 0, 8 * (size_t)LEN2);
+	p.ops = ops;
+	p.len = LEN2;
+	atomic_store(&faults.scribble_len, LEN2);
+	assert_int_equal(disk_get_batch_each(d, ops, 8, sums, verified_probe_run, &p), 0);
+	assert_int_equal(atomic_load(&faults.scribble_len), 0);
+	for (int i = 0; i < 8; i++)
+		assert_true(check_block(ops[i].key, ops[i].buf, LEN2));
+	verified_probe_check(&p, ops, 8, sums);
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+}
+
 struct held_get {
 	struct disk_tier *d;
 	kvt_op *ops;
@@ -1542,6 +1654,7 @@ int main(void)
 		cmocka_unit_test(long_payloads_are_staged_whole_and_verified),
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
+		cmocka_unit_test(each_hook_runs_once_per_verified_block),
 		cmocka_unit_test(put_batch_runs_work_beside_its_writes),
 		cmocka_unit_test(put_batch_each_tells_each_block_once),
 		cmocka_unit_test(caller_range_is_held_while_its_io_runs),

@@ -411,6 +411,55 @@ static void test_batch_ops_sharing_a_buffer_promote_their_own_bytes(void **state
 	free(scratch);
 }
 
+/* A batch's disk hits are promoted as the disk verifies them (on the
+ * tier's verifier threads, while the batch's other reads are in flight):
+ * with RAM full, the first batch is declined, the second admitted, its
+ * promotions evicting (and spilling) other blocks from those threads; then
+ * every block comes from RAM with its own bytes, though the caller zeroed
+ * its buffers, and the evicted blocks from disk with theirs. */
+static void test_batch_promotes_disk_hits_as_they_are_verified(void **state)
+{
+	(void)state;
+	enum { N = 16, LEN = 256 * 1024 };
+	kvt_store *s = open_tiered("each.dat", 8, 0.5, "");
+	char *bufs = NULL;
+	kvt_op ops[N];
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)N * LEN), 0);
+	put_disk_only(s, 0, N, LEN, 8);
+	long long prom = store_stat(s, "store", "promotions");
+	long long dec = store_stat(s, "ram", "promotions_declined");
+	long long disk = store_stat(s, "store", "hits_disk");
+	long long spills = store_stat(s, "ram", "spills");
+	for (int pass = 0; pass < 3; pass++) {
+		memset(bufs, 0, (size_t)N * LEN);
+		for (int i = 0; i < N; i++)
+			ops[i] = (kvt_op){ test_key((uint64_t)i), bufs + (size_t)i * LEN, LEN, 1 };
+		long long ram = store_stat(s, "store", "hits_ram");
+		assert_int_equal(kvt_get_batch(s, ops, N), 0);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(ops[i].result, 0);
+			assert_true(check_block(ops[i].key, ops[i].buf, LEN));
+		}
+		if (pass == 0) {
+			assert_int_equal(store_stat(s, "ram", "promotions_declined"), dec + N);
+			assert_int_equal(store_stat(s, "store", "promotions"), prom);
+		} else if (pass == 1) {
+			assert_int_equal(store_stat(s, "store", "promotions"), prom + N);
+			assert_int_equal(store_stat(s, "store", "hits_disk"), disk + 2 * N);
+		} else {
+			assert_int_equal(store_stat(s, "store", "hits_ram"), ram + N);
+			assert_int_equal(store_stat(s, "store", "hits_disk"), disk + 2 * N);
+		}
+	}
+	assert_true(store_stat(s, "ram", "spills") > spills);
+	for (uint64_t i = 0; i < 2 * 8 * MiB / LEN + 4; i++)
+		assert_int_equal(store_get_block(s, test_key(1000000 + i), LEN), 0);
+	assert_int_equal(store_stat(s, "store", "checksum_misses"), 0);
+	free(bufs);
+	kvt_close(s);
+}
+
 /* kvt_remove overlapping a disk read in flight (an async batch loading many
  * blocks, the removed one last): the read's promotion must not bring the
  * block back, neither into RAM nor, through a later eviction, onto disk. */
@@ -773,6 +822,7 @@ int main(void)
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
 		cmocka_unit_test(test_threads_across_tiers),
 		cmocka_unit_test(test_batch_ops_sharing_a_buffer_promote_their_own_bytes),
+		cmocka_unit_test(test_batch_promotes_disk_hits_as_they_are_verified),
 		cmocka_unit_test(test_remove_wins_over_a_disk_read_in_flight),
 		cmocka_unit_test(test_size_query_of_a_disk_only_block),
 		cmocka_unit_test(test_a_disk_serves_one_store_at_a_time),
