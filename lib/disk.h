@@ -126,8 +126,8 @@ void disk_set_stage_pool(struct disk_tier *d, size_t bytes);
 /*
  * The verifier threads the tier starts at its first batch load, which
  * check staged records and copy them out beside the reads (1 to 4; by
- * default one per CPU the loading thread may run on beyond its own, at
- * most 4). Takes effect only before that load.
+ * default one per CPU the loading thread may run on, at most 4). Takes
+ * effect only before that load.
  */
 void disk_set_verifiers(struct disk_tier *d, unsigned n);
 

@@ -55,6 +55,9 @@ static struct {
 	_Atomic uint64_t max_req;   /* the bytes the device says one request
 				       carries (0: the real device's) */
 	_Atomic int writes;       /* writes submitted to the device */
+	_Atomic int reads_out;    /* reads submitted to the device, not reaped */
+	_Atomic int nread_log;    /* reads_out before each read went out, */
+	int read_log[256];        /* in submission order (the first 256) */
 	_Atomic int fail_errno;   /* what failed ios complete with (0: EIO) */
 } faults;
 
@@ -120,6 +123,12 @@ static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
 			fwd[m++] = ios[i];
 			if (ios[i]->op == DEV_WRITE)
 				atomic_fetch_add(&faults.writes, 1);
+			if (ios[i]->op == DEV_READ) {
+				int k = atomic_fetch_add(&faults.nread_log, 1);
+				if (k < 256)
+					faults.read_log[k] = atomic_load(&faults.reads_out);
+				atomic_fetch_add(&faults.reads_out, 1);
+			}
 		}
 	}
 	if (m) {
@@ -151,6 +160,8 @@ static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 			return got ? (int)got : r;
 		for (int i = 0; i < r; i++) {
 			struct dev_io *io = done[got + i];
+			if (io->op == DEV_READ)
+				atomic_fetch_sub(&faults.reads_out, 1);
 			if (io->op == DEV_READ && io->res == (int32_t)io->len &&
 			    io->len >= 2 * DEV_ALIGN && take(&faults.short_reads))
 				io->res = (int32_t)(io->len / 2 / DEV_ALIGN * DEV_ALIGN);
@@ -1171,6 +1182,49 @@ static void staged_batches_are_verified_beside_their_reads(void **st)
 	fix_done(&f);
 }
 
+/* A batch keeps at most queue_depth reads out, and its last
+ * queue_depth / 4 records go out once every other read is complete (so
+ * that a device which completes its queue together leaves only those to
+ * be checked after its last read): 8 here, so the last two; every block
+ * loads whole. A batch of no more than twice that many is not split. */
+static void batch_holds_back_its_last_records(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 16, LEN = 100000 };
+	kvt_op ops[N];
+
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	struct disk_tier *d = open_max_req(&f, MiB);
+	char *bufs = filled_ops(ops, N, 1200, LEN);
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	memset(bufs, 0, N * (size_t)LEN);
+	atomic_store(&faults.nread_log, 0);
+	assert_int_equal(disk_get_batch(d, ops, N), 0);
+	assert_int_equal(atomic_load(&faults.nread_log), N);
+	for (int i = 0; i < N; i++) {
+		assert_true(check_block(ops[i].key, ops[i].buf, LEN));
+		assert_true(faults.read_log[i] < 8);
+	}
+	assert_int_equal(faults.read_log[N - 2], 0);
+	int overlapped = 0;
+	for (int i = 0; i < N - 2; i++)
+		overlapped |= faults.read_log[i] > 0;
+	assert_true(overlapped);
+
+	memset(bufs, 0, N * (size_t)LEN);
+	atomic_store(&faults.nread_log, 0);
+	assert_int_equal(disk_get_batch(d, ops, 4), 0);
+	assert_int_equal(atomic_load(&faults.nread_log), 4);
+	for (int i = 0; i < 4; i++) {
+		assert_true(check_block(ops[i].key, ops[i].buf, LEN));
+		assert_int_equal(faults.read_log[i], i);
+	}
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+}
+
 /* What the each hook of disk_get_batch_each saw: calls per op, and hooks
  * whose bytes, length or sum were wrong. Hooks run on several threads. */
 struct verified_probe {
@@ -1655,6 +1709,7 @@ int main(void)
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
 		cmocka_unit_test(each_hook_runs_once_per_verified_block),
+		cmocka_unit_test(batch_holds_back_its_last_records),
 		cmocka_unit_test(put_batch_runs_work_beside_its_writes),
 		cmocka_unit_test(put_batch_each_tells_each_block_once),
 		cmocka_unit_test(caller_range_is_held_while_its_io_runs),
