@@ -453,51 +453,90 @@ static void fleet_default_reuses_what_the_study_hit(void **state)
 	wl_free(&w);
 }
 
+/* Where call t of a session of the role-text fleet f sits: its step *k and
+ * its call *j in the step's loop, and the index of the call before it in
+ * the same loop (*prev, when *j > 0). A step marked 'p' runs beside the
+ * step before it: their loops go in step, call j of the first then call j
+ * of the second. */
+static void role_position(const struct wl_fleet *f, size_t t, uint32_t *k, uint32_t *j,
+			  size_t *prev)
+{
+	size_t per_round = (size_t)f->round_calls * f->tool_calls, i = t % per_round;
+	uint32_t g = 0, n;
+
+	for (;;) {
+		for (n = 1; g + n < f->round_calls && f->steps[0] && f->steps[g + n] == 'p';)
+			n++;
+		if (i < (size_t)n * f->tool_calls)
+			break;
+		i -= (size_t)n * f->tool_calls;
+		g += n;
+	}
+	*k = g + (uint32_t)(i % n);
+	*j = (uint32_t)(i / n);
+	*prev = t - n;
+}
+
 /*
  * A step as an agent loop (tool_calls): each call of a step after the
  * first begins with the whole prompt of the call before and is longer by
  * that call's answer and at least 16 tokens of tool output, arrives as soon
  * as the call before is done (think 0), and goes to the same server; the
  * last call of a step gives the step's answer; the next step's first call
- * shares only the task text with it. With one call a step the loop is
- * absent (the test above).
+ * shares only the task text with it. The implementers (steps "....p.") run
+ * beside each other: call j of the second implementer arrives with call j
+ * of the first (beside) and shares only the task text with it; with steps
+ * "" no call runs beside another. With one call a step the loop is absent
+ * (the test above).
  */
 static void fleet_steps_are_agent_loops_of_tool_calls(void **state)
 {
 	struct wl_fleet f;
 	struct wl w;
-	size_t s, t, loops = 0;
+	size_t s, t, prev, loops = 0, beside = 0;
+	uint32_t k, j;
+	int par;
 
 	(void)state;
-	wl_fleet_defaults(&f);
-	f.role_text = 1;
-	f.tool_calls = 4;
-	f.sessions = 16;
-	assert_int_equal(wl_generate_fleet(&f, &w), 0);
-	for (s = 0; s < w.nsessions; s++) {
-		const struct wl_call *c = &w.calls[w.sessions[s].first_call];
+	for (par = 1; par >= 0; par--) {
+		wl_fleet_defaults(&f);
+		f.role_text = 1;
+		f.tool_calls = 4;
+		f.sessions = 16;
+		if (!par)
+			f.steps[0] = 0;
+		assert_int_equal(wl_generate_fleet(&f, &w), 0);
+		for (s = 0; s < w.nsessions; s++) {
+			const struct wl_call *c = &w.calls[w.sessions[s].first_call];
 
-		for (t = 0; t < w.sessions[s].ncalls; t++) {
-			uint32_t j = (uint32_t)(t % f.tool_calls);
-			uint32_t k = (uint32_t)(t / f.tool_calls % f.round_calls);
-
-			assert_int_equal(c[t].role, f.roles[k] == 'r' ? 1 : 2);
-			assert_true(c[t].prompt_tokens + c[t].output_tokens <= f.max_context);
-			if (j == 0) {
-				if (t && k > 0)
-					assert_true(!prompt_is_prefix(&w, &c[t - 1],
-								       f.shared_tokens + 1, &c[t]));
-				continue;
+			for (t = 0; t < w.sessions[s].ncalls; t++) {
+				role_position(&f, t, &k, &j, &prev);
+				assert_int_equal(c[t].role, f.roles[k] == 'r' ? 1 : 2);
+				assert_true(c[t].prompt_tokens + c[t].output_tokens <= f.max_context);
+				assert_int_equal(c[t].beside, par && k == 4);
+				if (c[t].beside) {
+					beside++;
+					assert_true(c[t].think_s == 0);
+					assert_true(!prompt_is_prefix(&w, &c[t - 1], f.shared_tokens + 1,
+								       &c[t]));
+				}
+				if (j == 0) {
+					if (t && k > 0)
+						assert_true(!prompt_is_prefix(&w, &c[t - 1],
+									       f.shared_tokens + 1, &c[t]));
+					continue;
+				}
+				loops++;
+				assert_true(c[t].think_s == 0);
+				assert_true(c[t].prompt_tokens >=
+					    c[prev].prompt_tokens + c[prev].output_tokens + 16);
+				assert_true(prompt_is_prefix(&w, &c[prev], c[prev].prompt_tokens, &c[t]));
 			}
-			loops++;
-			assert_true(c[t].think_s == 0);
-			assert_true(c[t].prompt_tokens >=
-				    c[t - 1].prompt_tokens + c[t - 1].output_tokens + 16);
-			assert_true(prompt_is_prefix(&w, &c[t - 1], c[t - 1].prompt_tokens, &c[t]));
 		}
+		assert_true(loops > 16 * 3);
+		wl_free(&w);
 	}
-	assert_true(loops > 16 * 3);
-	wl_free(&w);
+	assert_true(beside > 16 * 4); /* the first round's loop at least, each session */
 	wl_fleet_defaults(&f);
 	f.tool_calls = 0;
 	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);

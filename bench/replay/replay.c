@@ -27,6 +27,7 @@
 
 #include "bench.h"
 #include "kvtier.h"
+#include "lru.h"
 #include "replay.h"
 
 const char *const replay_tier_name[T_NTIERS] = { "gpu", "ram", "disk", "peer", "recomputed" };
@@ -86,257 +87,6 @@ uint64_t replay_block_bytes(const struct replay_opts *o, uint64_t tokens)
 	uint64_t b = (tokens * o->kv_bytes_per_token + o->scale - 1) / o->scale;
 
 	return b ? b : 1;
-}
-
-/* --- an LRU of keys weighted by tokens (GPU prefix cache, unbounded bound) ------ */
-
-#define NIL UINT32_MAX
-
-struct lnode {
-	kvt_key key;
-	uint64_t tokens;
-	uint32_t prev, next;
-	uint32_t pins; /* running calls using it: off the list, never evicted */
-	double t;      /* the bound's entries: when a prompt last touched it */
-};
-
-/*
- * The list holds the evictable entries, most recent first; pinned ones
- * (the KV of running calls) stay findable but off the list. used counts
- * every entry's tokens, held the tokens running calls hold outside any
- * entry (blocks still being computed, their answers); entries are evicted
- * while used + held exceeds cap.
- */
-struct lru {
-	uint64_t cap, used, held;
-	uint32_t *slot; /* node index + 1; 0 empty */
-	size_t mask;
-	struct lnode *node;
-	uint32_t nnode, capnode, freel;
-	uint32_t head, tail; /* head: most recent */
-	size_t count;
-};
-
-static int lru_init(struct lru *l, uint64_t cap_tokens)
-{
-	memset(l, 0, sizeof(*l));
-	l->cap = cap_tokens;
-	l->mask = 1023;
-	l->slot = calloc(l->mask + 1, sizeof(*l->slot));
-	l->head = l->tail = l->freel = NIL;
-	return l->slot ? 0 : -ENOMEM;
-}
-
-static void lru_free(struct lru *l)
-{
-	free(l->slot);
-	free(l->node);
-	memset(l, 0, sizeof(*l));
-}
-
-static inline size_t lru_home(const struct lru *l, kvt_key k)
-{
-	return (size_t)(k.lo ^ (k.hi >> 7)) & l->mask;
-}
-
-static uint32_t lru_find(const struct lru *l, kvt_key k)
-{
-	size_t i = lru_home(l, k);
-	uint32_t n;
-
-	while ((n = l->slot[i])) {
-		if (l->node[n - 1].key.lo == k.lo && l->node[n - 1].key.hi == k.hi)
-			return n - 1;
-		i = (i + 1) & l->mask;
-	}
-	return NIL;
-}
-
-static void lru_unlink(struct lru *l, uint32_t n)
-{
-	struct lnode *x = &l->node[n];
-
-	if (x->prev != NIL)
-		l->node[x->prev].next = x->next;
-	else
-		l->head = x->next;
-	if (x->next != NIL)
-		l->node[x->next].prev = x->prev;
-	else
-		l->tail = x->prev;
-}
-
-static void lru_push_head(struct lru *l, uint32_t n)
-{
-	l->node[n].prev = NIL;
-	l->node[n].next = l->head;
-	if (l->head != NIL)
-		l->node[l->head].prev = n;
-	l->head = n;
-	if (l->tail == NIL)
-		l->tail = n;
-}
-
-static void lru_slot_del(struct lru *l, kvt_key k)
-{
-	size_t i = lru_home(l, k), j, h;
-
-	while (l->slot[i]) {
-		struct lnode *x = &l->node[l->slot[i] - 1];
-		if (x->key.lo == k.lo && x->key.hi == k.hi)
-			break;
-		i = (i + 1) & l->mask;
-	}
-	if (!l->slot[i])
-		return;
-	/* backward-shift deletion keeps probe sequences intact */
-	j = i;
-	for (;;) {
-		j = (j + 1) & l->mask;
-		if (!l->slot[j])
-			break;
-		h = lru_home(l, l->node[l->slot[j] - 1].key);
-		if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
-			l->slot[i] = l->slot[j];
-			i = j;
-		}
-	}
-	l->slot[i] = 0;
-}
-
-static int lru_grow_table(struct lru *l)
-{
-	size_t nm = l->mask * 2 + 1, i, k;
-	uint32_t *ns = calloc(nm + 1, sizeof(*ns));
-	uint32_t n;
-
-	if (!ns)
-		return -ENOMEM;
-	for (i = 0; i <= l->mask; i++) {
-		n = l->slot[i];
-		if (!n)
-			continue;
-		k = (size_t)(l->node[n - 1].key.lo ^ (l->node[n - 1].key.hi >> 7)) & nm;
-		while (ns[k])
-			k = (k + 1) & nm;
-		ns[k] = n;
-	}
-	free(l->slot);
-	l->slot = ns;
-	l->mask = nm;
-	return 0;
-}
-
-static void lru_evict_tail(struct lru *l)
-{
-	uint32_t n = l->tail;
-
-	lru_unlink(l, n);
-	lru_slot_del(l, l->node[n].key);
-	l->used -= l->node[n].tokens;
-	l->node[n].next = l->freel;
-	l->freel = n;
-	l->count--;
-}
-
-/* Evicts least recent entries while used + held exceeds cap. */
-static void lru_trim(struct lru *l)
-{
-	while (l->used + l->held > l->cap && l->tail != NIL)
-		lru_evict_tail(l);
-}
-
-/* A new entry for key k (not present) of tokens, off the list; *out its
- * index. */
-static int lru_add(struct lru *l, kvt_key k, uint64_t tokens, uint32_t *out)
-{
-	uint32_t n;
-	size_t i;
-
-	if ((l->count + 1) * 2 > l->mask + 1 && lru_grow_table(l))
-		return -ENOMEM;
-	if (l->freel != NIL) {
-		n = l->freel;
-		l->freel = l->node[n].next;
-	} else {
-		if (l->nnode == l->capnode) {
-			uint32_t nc = l->capnode ? l->capnode * 2 : 1024;
-			struct lnode *nn = realloc(l->node, (size_t)nc * sizeof(*nn));
-			if (!nn)
-				return -ENOMEM;
-			l->node = nn;
-			l->capnode = nc;
-		}
-		n = l->nnode++;
-	}
-	l->node[n].key = k;
-	l->node[n].tokens = tokens;
-	l->node[n].pins = 0;
-	l->node[n].prev = l->node[n].next = NIL;
-	i = lru_home(l, k);
-	while (l->slot[i])
-		i = (i + 1) & l->mask;
-	l->slot[i] = n + 1;
-	l->used += tokens;
-	l->count++;
-	*out = n;
-	return 0;
-}
-
-/* Inserts or refreshes key as most recent; evicts least recent past cap.
- * A pinned entry stays pinned. */
-static int lru_insert(struct lru *l, kvt_key k, uint64_t tokens)
-{
-	uint32_t n = lru_find(l, k);
-
-	if (n != NIL) {
-		if (l->node[n].pins == 0) {
-			lru_unlink(l, n);
-			lru_push_head(l, n);
-		}
-		return 0;
-	}
-	if (tokens > l->cap)
-		return 0;
-	while (l->used + l->held + tokens > l->cap && l->tail != NIL)
-		lru_evict_tail(l);
-	if (lru_add(l, k, tokens, &n))
-		return -ENOMEM;
-	lru_push_head(l, n);
-	return 0;
-}
-
-/* Pins entry n (taking it off the list at its first pin). */
-static void lru_pin(struct lru *l, uint32_t n)
-{
-	if (l->node[n].pins++ == 0)
-		lru_unlink(l, n);
-}
-
-/* Pins key k, adding it when absent (a running call's KV always has its
- * place: a full pool evicts what it can and holds the rest over cap);
- * *out its index. */
-static int lru_pin_key(struct lru *l, kvt_key k, uint64_t tokens, uint32_t *out)
-{
-	uint32_t n = lru_find(l, k);
-
-	if (n != NIL) {
-		lru_pin(l, n);
-	} else {
-		if (lru_add(l, k, tokens, &n))
-			return -ENOMEM;
-		l->node[n].pins = 1; /* never on the list */
-	}
-	lru_trim(l);
-	*out = n;
-	return 0;
-}
-
-/* Drops a pin of entry n; at the last one the entry becomes most recent. */
-static void lru_unpin(struct lru *l, uint32_t n)
-{
-	if (--l->node[n].pins == 0)
-		lru_push_head(l, n);
 }
 
 /* --- events -------------------------------------------------------------------------- */
@@ -430,6 +180,18 @@ struct endpoint {
 	size_t ndec, capdec;
 	double dec_t;
 	uint64_t dec_gen;
+	/* gpu_hold: calls holding KV in the pool, their prompt + answer tokens,
+	 * and when the pool's figures were last integrated */
+	uint32_t running;
+	uint64_t running_ctx;
+	double acct_t;
+	int waiting; /* the call at the queue's head waits for room in the pool */
+};
+
+/* The pools' figures integrated over simulated time, summed over the
+ * endpoints (pool_acct). */
+struct pool_sums {
+	double running, ctx, run_kv, prefix, wait;
 };
 
 struct run {
@@ -481,6 +243,8 @@ struct run {
 	size_t wqh, wqn;
 	double first_t, last_t;
 	double prefill_s, decode_s; /* GPU time prefilling, decoding (simulated) */
+	struct pool_sums pool;
+	uint64_t pool_waits; /* calls that waited for room in a pool */
 	/* pacing */
 	uint64_t t0_ns, last_progress_ns;
 	double lag_sum;
@@ -671,6 +435,24 @@ static size_t gpu_hits(struct run *r, struct endpoint *e, size_t ng, uint64_t *g
 	return h;
 }
 
+/* Integrates endpoint e's pool up to t: the calls holding KV, their
+ * contexts, the tokens they hold, the prefixes kept beside them, and the
+ * time in which a call waits for room. */
+static void pool_acct(struct run *r, struct endpoint *e, double t)
+{
+	double dt = t - e->acct_t, kv = (double)(e->gpu.pinned + e->gpu.held);
+
+	if (dt <= 0)
+		return;
+	r->pool.running += dt * e->running;
+	r->pool.ctx += dt * (double)e->running_ctx;
+	r->pool.run_kv += dt * kv;
+	r->pool.prefix += dt * (double)(e->gpu.used - e->gpu.pinned);
+	if (e->waiting)
+		r->pool.wait += dt;
+	e->acct_t = t;
+}
+
 /*
  * gpu_hold: call ci, about to prefill on e, pins the h GPU blocks it hit
  * and holds the rest of its prompt and (unless decode runs apart) its
@@ -678,13 +460,16 @@ static size_t gpu_hits(struct run *r, struct endpoint *e, size_t ng, uint64_t *g
  * allocates a request's KV from the pool its prefix cache lives in.
  */
 static int gpu_take(struct run *r, uint32_t ci, struct endpoint *e, size_t ng, size_t h,
-		    uint64_t gpu_tok)
+		    uint64_t gpu_tok, double t)
 {
 	const struct wl_call *c = &r->w->calls[ci];
 	size_t i;
 
 	if (!r->gpu_on || !r->o->gpu_hold)
 		return 0;
+	pool_acct(r, e, t);
+	e->running++;
+	e->running_ctx += c->prompt_tokens + c->output_tokens;
 	r->pins[ci] = malloc((ng + 1) * sizeof(**r->pins));
 	if (!r->pins[ci])
 		return rfail(r, -ENOMEM, "out of memory");
@@ -701,11 +486,12 @@ static int gpu_take(struct run *r, uint32_t ci, struct endpoint *e, size_t ng, s
 
 /* gpu_hold: at the end of call ci's prefill its computed blocks (keys
  * h0..ng) join the pool pinned, in place of what it held for them. */
-static int gpu_fill(struct run *r, uint32_t ci, struct endpoint *e, size_t ng)
+static int gpu_fill(struct run *r, uint32_t ci, struct endpoint *e, size_t ng, double now)
 {
 	size_t i;
 	uint64_t t;
 
+	pool_acct(r, e, now);
 	for (i = r->npins[ci]; i < ng; i++) {
 		t = r->ktok[i] < r->held[ci] ? r->ktok[i] : r->held[ci];
 		r->held[ci] -= t;
@@ -720,12 +506,16 @@ static int gpu_fill(struct run *r, uint32_t ci, struct endpoint *e, size_t ng)
 /* gpu_hold: call ci ends on e: its blocks become evictable, its prefix most
  * recent (released tail first), what it held is freed, and a pool that
  * running calls filled past its size is evicted back to it. */
-static void gpu_release(struct run *r, uint32_t ci, struct endpoint *e)
+static void gpu_release(struct run *r, uint32_t ci, struct endpoint *e, double t)
 {
+	const struct wl_call *c = &r->w->calls[ci];
 	uint32_t i;
 
 	if (!r->pins[ci])
 		return;
+	pool_acct(r, e, t);
+	e->running--;
+	e->running_ctx -= c->prompt_tokens + c->output_tokens;
 	for (i = r->npins[ci]; i-- > 0;)
 		lru_unpin(&e->gpu, r->pins[ci][i]);
 	e->gpu.held -= r->held[ci];
@@ -955,7 +745,7 @@ static int prefill_start(struct run *r, uint32_t ci, double t)
 	sv.h = gpu_hits(r, e, sv.ng, &gpu_tok);
 	rc = bound_account(r, sv.ng, t);
 	if (!rc)
-		rc = gpu_take(r, ci, e, sv.ng, sv.h, gpu_tok);
+		rc = gpu_take(r, ci, e, sv.ng, sv.h, gpu_tok, t);
 	if (rc)
 		return rc;
 	if (r->store_on) {
@@ -1104,6 +894,35 @@ static int compute_start(struct run *r, uint32_t ci, double t)
 		       : 0;
 }
 
+/*
+ * gpu_hold: whether call ci fits endpoint e's pool beside the running
+ * calls: its prompt and (unless decode runs apart) its answer, less its
+ * leading blocks that running calls already hold, within the room they
+ * leave (kept prefixes are room: they are evicted for it). A pool with no
+ * call running takes any call.
+ */
+static int pool_fits(struct run *r, struct endpoint *e, uint32_t ci)
+{
+	const struct wl_call *c = &r->w->calls[ci];
+	uint64_t need = c->prompt_tokens + (r->o->disaggregated ? 0 : c->output_tokens);
+	size_t ng, ns, i;
+	uint32_t n;
+
+	if (!r->gpu_on || !r->o->gpu_hold || e->running == 0 ||
+	    e->gpu.pinned + e->gpu.held + need <= e->gpu.cap)
+		return 1;
+	ng = call_keys(r, c, &ns);
+	for (i = 0; i < ng && (n = lru_find(&e->gpu, r->keys[i])) != NIL; i++)
+		if (e->gpu.node[n].pins)
+			need -= r->ktok[i];
+	return e->gpu.pinned + e->gpu.held + need <= e->gpu.cap;
+}
+
+/* Starts the prefill of the call at the head of e's queue, unless the GPU
+ * is prefilling or loading for another or (gpu_hold) the pool has no room
+ * for it: then it waits, first come first served, for running calls to
+ * end, as a serving engine admits a request only once its KV blocks can be
+ * allocated. */
 static int start_next(struct run *r, struct endpoint *e, double t)
 {
 	uint32_t ci;
@@ -1111,6 +930,18 @@ static int start_next(struct run *r, struct endpoint *e, double t)
 	if (e->busy || e->qn == 0)
 		return 0;
 	ci = e->q[e->qh];
+	if (!pool_fits(r, e, ci)) {
+		if (!e->waiting) {
+			pool_acct(r, e, t);
+			e->waiting = 1;
+			r->pool_waits++;
+		}
+		return 0;
+	}
+	if (e->waiting) {
+		pool_acct(r, e, t);
+		e->waiting = 0;
+	}
 	e->qh = (e->qh + 1) % e->qcap;
 	e->qn--;
 	return prefill_start(r, ci, t);
@@ -1129,10 +960,10 @@ static int prefill_end(struct run *r, uint32_t ci, double t)
 	pace(r, t);
 	ng = call_keys(r, c, &ns);
 	if (r->pins[ci]) {
-		if (gpu_fill(r, ci, e, ng))
+		if (gpu_fill(r, ci, e, ng, t))
 			return -ENOMEM;
 		if (r->o->disaggregated) /* its KV leaves for a decode replica */
-			gpu_release(r, ci, e);
+			gpu_release(r, ci, e, t);
 	} else if (r->gpu_on) {
 		for (i = ng; i-- > 0;) /* tail first: the prefix stays most recent */
 			if (lru_insert(&e->gpu, r->keys[i], r->ktok[i]))
@@ -1327,9 +1158,13 @@ static int done(struct run *r, uint32_t ci, double t)
 	struct endpoint *ep = &r->ep[r->ep_of[ci]];
 	uint32_t s = c->session;
 	double at;
+	int rc;
 
 	ep->outstanding--;
-	gpu_release(r, ci, ep);
+	gpu_release(r, ci, ep, t);
+	rc = start_next(r, ep, t); /* a call that waited for room */
+	if (rc)
+		return rc;
 	r->done_t[ci] = t;
 	r->completions++;
 	r->last_t = t;
@@ -1795,6 +1630,21 @@ static int run_events(struct run *r)
 	return 0;
 }
 
+/* The pools' means over the makespan and the endpoints (pool_acct). */
+static void pool_figures(struct run *r)
+{
+	struct replay_result *res = r->res;
+	double span = res->makespan_s * r->o->endpoints;
+
+	res->ep_running = r->pool.running / span;
+	res->ep_context = r->pool.running > 0 ? r->pool.ctx / r->pool.running : 0;
+	res->ep_running_kv = r->pool.run_kv / span;
+	res->ep_prefix_kv = r->pool.prefix / span;
+	res->pool_wait = r->pool.wait / span;
+	res->ep_intake = (double)(res->prompt_tokens - res->tok[T_GPU]) / span;
+	res->pool_waits_900s = (double)r->pool_waits * 900.0 / span;
+}
+
 /* The model's figures, all on the simulated clock, and the percentiles of
  * the measured loads. */
 static int run_figures(struct run *r)
@@ -1816,6 +1666,7 @@ static int run_figures(struct run *r)
 		res->store_gib_900s = (double)(res->tok[T_RAM] + res->tok[T_DISK] + res->tok[T_PEER]) *
 				      (double)o->kv_bytes_per_token / 1073741824.0 * 900.0 /
 				      res->makespan_s;
+		pool_figures(r);
 	}
 	replay_savings(res, o->prefill_rate);
 	bench_sort(r->ttft, r->nttft);

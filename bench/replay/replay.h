@@ -126,6 +126,15 @@ struct replay_result {
 	double mean_running;                     /* the same, mean over the makespan */
 	double store_gib_900s;                   /* full-size GiB the store served per
 						  * 900 simulated seconds of makespan */
+	/* each endpoint's GPU pool (gpu_hold), means over the makespan and
+	 * the endpoints: calls holding KV, their prompt + answer tokens (mean
+	 * over the time they run), the tokens they hold, the tokens of earlier
+	 * prefixes kept beside them, the share of time a call waits for room
+	 * in the pool; the tokens a second entering it (prefilled or loaded
+	 * from the store); and the calls per endpoint and 900 s that waited
+	 * for room (a serving engine's nearest event: a preemption) */
+	double ep_running, ep_context, ep_running_kv, ep_prefix_kv, pool_wait;
+	double ep_intake, pool_waits_900s;
 	/* shares of busy time (replay_savings) */
 	double saved_store;                      /* gross: store tokens / prefill rate */
 	double saved_store_net;                  /* net of the full charge */

@@ -23,7 +23,8 @@ enum {
 	F_PUTS, F_REFUSED, F_REFUSED_SHARE, F_PUT_ERRORS, F_WRITE_AROUNDS,
 	F_EVICTIONS, F_EVICTED_MIB, F_LEASE_EXPIRIES, F_LEASE_TRUNC,
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
-	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_BUSY_UNION, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB, F_MAKESPAN_S, F_THROUGHPUT,
+	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_BUSY_UNION, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB,
+	F_EP_RUNNING, F_EP_CONTEXT, F_EP_RUN_KV, F_EP_PREFIX_KV, F_POOL_WAIT, F_POOL_WAITS, F_EP_INTAKE, F_MAKESPAN_S, F_THROUGHPUT,
 	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_UNION, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
@@ -77,6 +78,13 @@ static const struct field fields[F_N] = {
 	[F_BUSY_UNION] = { "busy_union_s", "busy time, union over endpoints (s)", "%.0f" },
 	[F_MEAN_RUN] = { "mean_running", "calls outstanding, mean over makespan", "%.2f" },
 	[F_STORE_GIB] = { "store_gib_900s", "store served, full-size GiB / 900 s", "%.1f" },
+	[F_EP_RUNNING] = { "ep_running", "GPU pool: calls holding KV, per endpoint", "%.2f" },
+	[F_EP_CONTEXT] = { "ep_context", "GPU pool: tokens of a running call", "%.0f" },
+	[F_EP_RUN_KV] = { "ep_running_kv", "GPU pool: tokens held by running calls", "%.0f" },
+	[F_EP_PREFIX_KV] = { "ep_prefix_kv", "GPU pool: tokens of kept prefixes", "%.0f" },
+	[F_POOL_WAIT] = { "pool_wait", "GPU pool: time a call waits for room %", "%.1f" },
+	[F_POOL_WAITS] = { "pool_waits_900s", "GPU pool: calls that waited for room / 900 s", "%.1f" },
+	[F_EP_INTAKE] = { "ep_intake", "GPU pool: tokens/s entering, per endpoint", "%.0f" },
 	[F_MAKESPAN_S] = { "makespan_s", "makespan (s, modelled)", "%.0f" },
 	[F_THROUGHPUT] = { "throughput", "throughput (calls/s, modelled)", "%.3f" },
 	[F_SAVED_STORE] = { "saved_store", "busy time saved by store, gross %", "%.2f" },
@@ -155,6 +163,13 @@ static double fget(const struct replay_result *r, int id)
 	case F_SAVED_UNION: return 100.0 * r->saved_store_union;
 	case F_MEAN_RUN: return r->mean_running;
 	case F_STORE_GIB: return r->store_gib_900s;
+	case F_EP_RUNNING: return r->ep_running;
+	case F_EP_CONTEXT: return r->ep_context;
+	case F_EP_RUN_KV: return r->ep_running_kv;
+	case F_EP_PREFIX_KV: return r->ep_prefix_kv;
+	case F_POOL_WAIT: return 100.0 * r->pool_wait;
+	case F_POOL_WAITS: return r->pool_waits_900s;
+	case F_EP_INTAKE: return r->ep_intake;
 	case F_MAKESPAN_S: return r->makespan_s;
 	case F_THROUGHPUT: return r->throughput;
 	case F_SAVED_STORE: return 100.0 * r->saved_store;

@@ -622,60 +622,89 @@ static int fleet_session(const struct wl_fleet *f, uint32_t s, uint64_t common_s
 	return 0;
 }
 
+/* One session's role texts (role_text): each step's stream, its length so
+ * far and its last answer. */
+struct role_state {
+	uint64_t len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS], stream[WL_FLEET_MAX_CALLS];
+	uint64_t common_seed;
+	uint32_t session, turn;
+};
+
+/* Appends call j of step k's loop (after the first, the call before, its
+ * tool call and the tool's output join the text); beside: it runs beside
+ * the call before it. Returns 0, 1 when it would not fit the context (the
+ * session ends), or -ENOMEM. */
+static int role_call(const struct wl_fleet *f, struct role_state *x, uint32_t k, uint32_t j,
+		     int beside, double think_s, struct wl_rng *r, struct wl *out)
+{
+	struct wl_call c;
+
+	if (j) /* the call before, its tool call, the tool's output */
+		x->len[k] += x->ans[k] + lognormal_tokens(r, f->tool_median, 0.8, 16, f->max_context);
+	x->ans[k] = j + 1 < f->tool_calls
+			    ? lognormal_tokens(r, f->tool_answer_median, 0.8, 16, 4096)
+			    : lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
+	if (x->len[k] + x->ans[k] > f->max_context)
+		return 1;
+	memset(&c, 0, sizeof(c));
+	c.session = x->session;
+	c.turn = x->turn++;
+	c.prompt_tokens = x->len[k];
+	c.output_tokens = x->ans[k];
+	c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
+	c.think_s = beside ? 0 : think_s;
+	c.beside = beside;
+	c.arrival_s = -1;
+	c.first = out->nsegs;
+	c.n = 2;
+	if (wl_add_seg(out, (struct wl_seg){ x->common_seed, 0, f->shared_tokens }) ||
+	    wl_add_seg(out, (struct wl_seg){ x->stream[k], f->shared_tokens,
+					     x->len[k] - f->shared_tokens }) ||
+	    wl_add_call(out, &c))
+		return -ENOMEM;
+	return 0;
+}
+
 /* Generates session s's calls into out when each role has a text of its
  * own (role_text); a step is tool_calls calls, each after the first
  * resending the one before, its answer and the tool's output, and arriving
- * when it is done (the tool's own time is not modelled). */
+ * when it is done (the tool's own time is not modelled). Steps marked 'p'
+ * run beside the step before them: the two loops go in step, call j of
+ * each arriving together once both calls j - 1 are done. */
 static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t common_seed,
 			       const struct wl_think *think, struct wl_rng *r, struct wl *out)
 {
-	uint64_t sseed = f->seed * 0x100000001b3ull + s + 1;
-	uint64_t len[WL_FLEET_MAX_CALLS], ans[WL_FLEET_MAX_CALLS], stream[WL_FLEET_MAX_CALLS];
-	uint64_t fail, tool;
-	uint32_t k, j, round, turn = 0;
-	struct wl_call c;
+	uint64_t sseed = f->seed * 0x100000001b3ull + s + 1, fail;
+	struct role_state x;
+	uint32_t k, m, n, j, round;
+	double think_s;
+	int rc;
 
+	memset(&x, 0, sizeof(x));
+	x.common_seed = common_seed;
+	x.session = s;
 	for (k = 0; k < f->round_calls; k++) {
-		stream[k] = wl_splitmix64(&sseed);
-		len[k] = f->shared_tokens + lognormal_tokens(r, f->role_median, 0.5, 256,
-							     f->max_context / 2);
+		x.stream[k] = wl_splitmix64(&sseed);
+		x.len[k] = f->shared_tokens + lognormal_tokens(r, f->role_median, 0.5, 256,
+							       f->max_context / 2);
 	}
 	for (round = 0; round < f->rounds; round++) {
 		fail = round ? lognormal_tokens(r, f->fail_median, 0.5, 64, f->max_context) : 0;
-		for (k = 0; k < f->round_calls; k++) {
-			if (round) /* its previous prompt, its answer, the failing tests */
-				len[k] += ans[k] + fail;
-			for (j = 0; j < f->tool_calls; j++) {
-				if (j) { /* the call before, its tool call, the tool's output */
-					tool = lognormal_tokens(r, f->tool_median, 0.8, 16,
-								f->max_context);
-					len[k] += ans[k] + tool;
+		for (k = 0; k < f->round_calls; k += n) {
+			/* step k and the steps that run beside it */
+			for (n = 1; k + n < f->round_calls && f->steps[0] && f->steps[k + n] == 'p';)
+				n++;
+			for (m = 0; round && m < n; m++) /* its previous prompt, answer, the tests */
+				x.len[k + m] += x.ans[k + m] + fail;
+			for (j = 0; j < f->tool_calls; j++)
+				for (m = 0; m < n; m++) {
+					think_s = x.turn == 0 || j ? 0
+						  : k == 0   ? f->pause_s
+							     : wl_think_sample(think, r);
+					rc = role_call(f, &x, k + m, j, m > 0, think_s, r, out);
+					if (rc)
+						return rc > 0 ? 0 : rc;
 				}
-				ans[k] = j + 1 < f->tool_calls
-						 ? lognormal_tokens(r, f->tool_answer_median, 0.8, 16, 4096)
-						 : lognormal_tokens(r, f->answer_median, 0.8, 16, 4096);
-				if (len[k] + ans[k] > f->max_context)
-					return 0; /* the session ends: its next call would not fit */
-				memset(&c, 0, sizeof(c));
-				c.session = s;
-				c.turn = turn;
-				c.prompt_tokens = len[k];
-				c.output_tokens = ans[k];
-				c.role = f->roles[0] ? (f->roles[k] == 'r' ? 1 : 2) : 0;
-				c.think_s = turn == 0 ? 0
-					    : j ? 0
-					    : k == 0 ? f->pause_s
-						     : wl_think_sample(think, r);
-				c.arrival_s = -1;
-				c.first = out->nsegs;
-				c.n = 2;
-				if (wl_add_seg(out, (struct wl_seg){ common_seed, 0, f->shared_tokens }) ||
-				    wl_add_seg(out, (struct wl_seg){ stream[k], f->shared_tokens,
-								     len[k] - f->shared_tokens }) ||
-				    wl_add_call(out, &c))
-					return -ENOMEM;
-				turn++;
-			}
 		}
 	}
 	return 0;

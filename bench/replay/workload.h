@@ -187,13 +187,17 @@ struct wl_fleet {
 				   * arriving with it: wl_call.beside), '.'
 				   * after it; "....p." (the two
 				   * implementers); "" all '.'. Else
-				   * round_calls long, never 'p' first */
+				   * round_calls long, never 'p' first. With
+				   * role_text a 'p' step's loop runs beside
+				   * the loop of the step before: call j of
+				   * each arrives together, once both calls
+				   * j - 1 are done */
 	int role_text;            /* 1 (the default): each role a text of its
 				   * own instead: a role's prompt is the task
 				   * text and its own material, and in a later
 				   * round its previous prompt, its answer and
 				   * the failing tests (no sharing between the
-				   * steps of a round; `steps` unused);
+				   * steps of a round);
 				   * 0: the session's one growing text (above) */
 	uint64_t max_context;     /* 65,536 (the study) */
 	uint32_t shared_tokens;   /* 864: the leading task text */
