@@ -1161,6 +1161,8 @@ static void cli_bad_replay_options_exit_2(void **state)
 			   "replay", "bad --pause '-1'");
 	expect_usage_error((const char *const[]){ "sweep", "--pause", "soon", NULL },
 			   "sweep", "bad --pause 'soon'");
+	expect_usage_error((const char *const[]){ "replay", "--tool-think", "1", NULL },
+			   "replay", "bad --tool-think '1'");
 }
 
 /* --json, --csv and --out are checked before any work: a missing directory,

@@ -548,6 +548,47 @@ static void fleet_steps_are_agent_loops_of_tool_calls(void **state)
 	assert_int_equal(wl_generate_fleet(&f, &w), -EINVAL);
 }
 
+/* With tool_think a loop's call after the first arrives a think time
+ * after the start of the call before (the inter-call plan: median 5.16 s)
+ * instead of as soon as it is done; the call beside it still arrives with
+ * it. */
+static void fleet_tool_think_spaces_a_loop(void **state)
+{
+	struct wl_fleet f;
+	struct wl w;
+	double *v;
+	size_t s, t, prev, n = 0;
+	uint32_t k, j;
+
+	(void)state;
+	wl_fleet_defaults(&f);
+	f.tool_think = 1;
+	f.sessions = 32;
+	assert_int_equal(wl_generate_fleet(&f, &w), 0);
+	v = malloc(w.ncalls * sizeof(*v));
+	assert_non_null(v);
+	for (s = 0; s < w.nsessions; s++) {
+		const struct wl_call *c = &w.calls[w.sessions[s].first_call];
+
+		for (t = 0; t < w.sessions[s].ncalls; t++) {
+			role_position(&f, t, &k, &j, &prev);
+			if (j == 0)
+				continue;
+			if (c[t].beside) {
+				assert_true(c[t].think_s == 0);
+				continue;
+			}
+			assert_true(c[t].think_s > 0 && c[t].think_s <= f.think_cap);
+			v[n++] = c[t].think_s;
+		}
+	}
+	assert_true(n > 32 * 3 * 5);
+	qsort(v, n, sizeof(*v), cmp_double);
+	assert_true(quantile(v, n, 0.5) > 4.0 && quantile(v, n, 0.5) < 6.5);
+	free(v);
+	wl_free(&w);
+}
+
 /* Reuse counted on a workload built by hand. */
 static void reuse_stats_count_same_and_cross_session_tokens(void **state)
 {
@@ -645,6 +686,7 @@ int main(void)
 		cmocka_unit_test(fleet_matches_the_study_keys_and_cross_session_reuse),
 		cmocka_unit_test(fleet_role_text_continues_each_role),
 		cmocka_unit_test(fleet_steps_are_agent_loops_of_tool_calls),
+		cmocka_unit_test(fleet_tool_think_spaces_a_loop),
 		cmocka_unit_test(fleet_default_reuses_what_the_study_hit),
 		cmocka_unit_test(reuse_stats_count_same_and_cross_session_tokens),
 		cmocka_unit_test(bad_fleet_parameters_are_rejected),

@@ -79,6 +79,10 @@ static const char usage_replay[] =
 	"  --tool-calls N          fleet role text: model calls a step makes, each\n"
 	"                          after the first resending the one before, its\n"
 	"                          tool call and the tool's output (4)\n"
+	"  --tool-think on|off     fleet role text: a loop's call after the first\n"
+	"                          arrives a think time after the start of the call\n"
+	"                          before, as a step's first call does (off: as soon\n"
+	"                          as it is done; the tool takes no time)\n"
 	"  --tool-tokens N         median tool output, tokens (2048)\n"
 	"  --tool-answer N         median tool-call answer, tokens (96)\n"
 	"  --role-tokens N         fleet role text: median material of a role's first\n"
@@ -153,7 +157,7 @@ enum {
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
 	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG, O_FLEET_TEXT,
 	O_GPU_HOLD, O_PAUSE, O_TOOL_CALLS, O_TOOL_TOKENS, O_TOOL_ANSWER,
-	O_ROLE_TOKENS
+	O_ROLE_TOKENS, O_TOOL_THINK
 };
 
 static const struct option longopts[] = {
@@ -167,6 +171,7 @@ static const struct option longopts[] = {
 	{ "fleet-text", required_argument, NULL, O_FLEET_TEXT },
 	{ "pause", required_argument, NULL, O_PAUSE },
 	{ "tool-calls", required_argument, NULL, O_TOOL_CALLS },
+	{ "tool-think", required_argument, NULL, O_TOOL_THINK },
 	{ "tool-tokens", required_argument, NULL, O_TOOL_TOKENS },
 	{ "tool-answer", required_argument, NULL, O_TOOL_ANSWER },
 	{ "role-tokens", required_argument, NULL, O_ROLE_TOKENS },
@@ -454,6 +459,14 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 		if (parse_u64(arg, 1, WL_FLEET_MAX_TOOL, &u))
 			BAD("tool-calls");
 		c->fleet.tool_calls = (uint32_t)u;
+		return 0;
+	case O_TOOL_THINK:
+		if (!strcmp(arg, "on"))
+			c->fleet.tool_think = 1;
+		else if (!strcmp(arg, "off"))
+			c->fleet.tool_think = 0;
+		else
+			BAD("tool-think");
 		return 0;
 	case O_TOOL_TOKENS:
 		if (parse_pos(arg, &c->fleet.tool_median))
@@ -854,6 +867,7 @@ static json_t *config_json(const struct cli *c, const struct wl *w)
 			json_object_set_new(wj, "tool_calls", json_integer(c->fleet.tool_calls));
 			json_object_set_new(wj, "tool_tokens", json_real(c->fleet.tool_median));
 			json_object_set_new(wj, "tool_answer", json_real(c->fleet.tool_answer_median));
+			json_object_set_new(wj, "tool_think", json_boolean(c->fleet.tool_think));
 		}
 		json_object_set_new(o, "workload", wj);
 	}

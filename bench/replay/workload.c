@@ -668,7 +668,8 @@ static int role_call(const struct wl_fleet *f, struct role_state *x, uint32_t k,
 /* Generates session s's calls into out when each role has a text of its
  * own (role_text); a step is tool_calls calls, each after the first
  * resending the one before, its answer and the tool's output, and arriving
- * when it is done (the tool's own time is not modelled). Steps marked 'p'
+ * when it is done (the tool's own time is not modelled) or, with
+ * tool_think, a think time after the start of the call before. Steps marked 'p'
  * run beside the step before them: the two loops go in step, call j of
  * each arriving together once both calls j - 1 are done. */
 static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t common_seed,
@@ -698,9 +699,12 @@ static int fleet_session_roles(const struct wl_fleet *f, uint32_t s, uint64_t co
 				x.len[k + m] += x.ans[k + m] + fail;
 			for (j = 0; j < f->tool_calls; j++)
 				for (m = 0; m < n; m++) {
-					think_s = x.turn == 0 || j ? 0
-						  : k == 0   ? f->pause_s
-							     : wl_think_sample(think, r);
+					if (x.turn == 0 || (j && !(f->tool_think && m == 0)))
+						think_s = 0;
+					else if (j == 0 && k == 0)
+						think_s = f->pause_s;
+					else
+						think_s = wl_think_sample(think, r);
 					rc = role_call(f, &x, k + m, j, m > 0, think_s, r, out);
 					if (rc)
 						return rc > 0 ? 0 : rc;

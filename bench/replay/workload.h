@@ -212,6 +212,11 @@ struct wl_fleet {
 				   * call) and the tool's output: 4 (1: one
 				   * call a step). At most WL_FLEET_MAX_TOOL;
 				   * the session text has no loop */
+	int tool_think;           /* 0 (the default): a loop's call after the
+				   * first arrives when the call before is done
+				   * (the tool takes no time); 1: a think time
+				   * after the start of the call before, as a
+				   * step's first call */
 	double tool_median;       /* a tool's output: 2,048 */
 	double tool_answer_median;/* a tool call's answer: 96 */
 	double answer_median;     /* 600 */
