@@ -92,7 +92,11 @@ static int append_prep(void *arg, unsigned i, struct dev_io *io)
 	}
 	payload = x->direct ? (char *)x->data : (char *)x->stage + PAGE;
 	uint64_t sum;
-	if (x->huge) {
+	if (x->kept_sum && !x->have_sum) {
+		sum = x->sum;
+		if (!x->direct)
+			memcpy(payload, x->data, x->len);
+	} else if (x->huge) {
 		sum = kvt_checksum_copy(payload, x->data, x->len, 1);
 	} else {
 		if (!x->direct)
@@ -394,7 +398,8 @@ static void put_each_fn(void *arg, size_t j)
 }
 
 static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_beside *b,
-		     const struct disk_each *each)
+		     const struct disk_each *each, const uint64_t *sums,
+		     const uint8_t *has_sum)
 {
 	struct wr *w;
 	size_t *map;
@@ -426,6 +431,10 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 		w[m].key = ops[i].key;
 		w[m].data = ops[i].buf;
 		w[m].len = ops[i].len;
+		if (sums && has_sum && has_sum[i]) {
+			w[m].sum = sums[i];
+			w[m].kept_sum = 1;
+		}
 		map[m++] = i;
 	}
 	struct put_each pe = { .ops = ops, .map = map, .w = w, .each = each };
@@ -443,14 +452,14 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 {
-	return put_batch(d, ops, n, NULL, NULL);
+	return put_batch(d, ops, n, NULL, NULL, NULL, NULL);
 }
 
 int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 			  void (*fn)(void *), void *arg)
 {
 	struct disk_beside b = { .fn = fn, .arg = arg };
-	int rc = put_batch(d, ops, n, &b, NULL);
+	int rc = put_batch(d, ops, n, &b, NULL, NULL, NULL);
 
 	beside_run(&b);
 	return rc;
@@ -459,9 +468,16 @@ int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
 			void (*fn)(void *arg, size_t i), void *arg)
 {
+	return disk_put_batch_sums(d, ops, n, NULL, NULL, fn, arg);
+}
+
+int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
+			const uint64_t *sums, const uint8_t *has_sum,
+			void (*fn)(void *arg, size_t i), void *arg)
+{
 	struct disk_each each = { .fn = fn, .arg = arg };
 
-	return put_batch(d, ops, n, NULL, fn ? &each : NULL);
+	return put_batch(d, ops, n, NULL, fn ? &each : NULL, sums, has_sum);
 }
 
 /* --- small calls --------------------------------------------------------------- */

@@ -70,6 +70,17 @@ int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
 			void (*fn)(void *arg, size_t i), void *arg);
 
 /*
+ * disk_put_batch_each, where sums[i] (for each i with has_sum[i]; either
+ * array NULL: none) is the checksum ops[i]'s bytes were kept with (the RAM
+ * tier's, computed as it copied them): it is written in the record's
+ * header instead of being computed again from the bytes. A block whose
+ * bytes changed since reads back as damaged (-EBADMSG), not as good.
+ */
+int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
+			const uint64_t *sums, const uint8_t *has_sum,
+			void (*fn)(void *arg, size_t i), void *arg);
+
+/*
  * Loads a block into buf (cap bytes), sets *len. buf NULL with cap 0 asks
  * for the size. Returns 0, -ENOENT, -ENOBUFS (*len = size needed), -EBADMSG
  * (checksum or header mismatch: the record is dropped from the index and

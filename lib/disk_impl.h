@@ -196,8 +196,10 @@ struct wr {
 	uint64_t page, seq, region_seq;
 	uint32_t old_e;           /* reinsertion: the entry being moved */
 	uint64_t old_w;
-	uint64_t sum;             /* with have_sum: the payload's verified sum */
+	uint64_t sum;             /* with have_sum or kept_sum: the payload's sum */
 	int have_sum;             /* data is not trusted: the copy must match sum */
+	int kept_sum;             /* sum is data's, kept as it was copied there:
+				     written without computing it again */
 	int direct;               /* payload written from data itself */
 	unsigned mr;              /* hold on a caller range (memreg_hold), or 0 */
 	int prep_err;             /* staging failed: nothing was written */

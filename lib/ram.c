@@ -361,9 +361,11 @@ static int admit_promotion(struct ram_tier *r, kvt_key key, size_t len)
 /*
  * ram_put, and with gen (a promotion) ram_promote: the copy must match *sum
  * (when given) and no removal may have changed key's generation since *gen.
+ * With summed (and no sum), the copy's checksum is computed as it is made
+ * and kept.
  */
 static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t len,
-		    const uint64_t *gen, const uint64_t *sum, int may_spill)
+		    const uint64_t *gen, const uint64_t *sum, int may_spill, int summed)
 {
 	struct shard *sh = shard_of(r, key);
 	uint32_t id;
@@ -388,10 +390,17 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 			ctr_add(&r->refused_puts, 1);
 		return (int)off;
 	}
-	memcpy(r->base + off, data, len);
+	uint64_t own_sum = 0;
+	if (summed && !sum) {
+		/* summed as copied, each piece while in the cache */
+		own_sum = kvt_checksum_copy(r->base + off, data, len, 1);
+		sum = &own_sum;
+	} else {
+		memcpy(r->base + off, data, len);
+	}
 	/* A promotion's data may be a caller's buffer: what counts is the copy
 	 * this tier owns, checked against the sum the disk verified. */
-	if (sum && kvt_checksum(r->base + off, len) != *sum) {
+	if (sum != &own_sum && sum && kvt_checksum(r->base + off, len) != *sum) {
 		free_extent(r, (uint64_t)off);
 		return -EBADMSG;
 	}
@@ -401,12 +410,18 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 {
-	return put_copy(r, key, data, len, NULL, NULL, 1);
+	return put_copy(r, key, data, len, NULL, NULL, 1, 0);
 }
 
 int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t len)
 {
-	return put_copy(r, key, data, len, NULL, NULL, 0);
+	return put_copy(r, key, data, len, NULL, NULL, 0, 0);
+}
+
+int ram_put_summed(struct ram_tier *r, kvt_key key, const void *data, size_t len,
+		   int may_spill)
+{
+	return put_copy(r, key, data, len, NULL, NULL, may_spill, 1);
 }
 
 uint64_t ram_gen(struct ram_tier *r, kvt_key key)
@@ -417,7 +432,7 @@ uint64_t ram_gen(struct ram_tier *r, kvt_key key)
 int ram_promote(struct ram_tier *r, kvt_key key, const void *data, size_t len,
 		uint64_t gen, const uint64_t *sum)
 {
-	return put_copy(r, key, data, len, &gen, sum, 1);
+	return put_copy(r, key, data, len, &gen, sum, 1, 0);
 }
 
 int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill)

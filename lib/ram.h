@@ -24,6 +24,8 @@ struct ram_tier;
 struct ram_spill {
 	kvt_op *ops;
 	size_t n;
+	const uint64_t *sums;     /* sums[i]: ops[i]'s kept checksum, where */
+	const uint8_t *has_sum;   /* has_sum[i] (see ram_pin_sum) */
 	kvt_op *extra;
 	size_t nextra;
 	void *tier;               /* the RAM tier's */
@@ -84,6 +86,13 @@ void ram_close(struct ram_tier *r);
  * -ENOMEM when the index cannot grow.
  */
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
+/* ram_put (may_spill) or ram_put_nospill, computing the block's checksum
+ * as it is copied (one pass) and keeping it, for a block that is likely to
+ * be spilled: its spill then writes that checksum instead of reading the
+ * block again to compute it. */
+int ram_put_summed(struct ram_tier *r, kvt_key key, const void *data, size_t len,
+		   int may_spill);
+
 /* ram_put, but -ENOSPC where the block fits only by evicting (spilling)
  * others: nothing is written to disk from within it. */
 int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t len);

@@ -153,6 +153,8 @@ static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor,
 {
 	struct victim v[ROOM_BATCH];
 	kvt_op ops[ROOM_BATCH];
+	uint64_t sums[ROOM_BATCH];
+	uint8_t has_sum[ROOM_BATCH];
 	uint8_t fin[ROOM_BATCH] = { 0 };
 	uint64_t pending = 0;
 	size_t n = 0;
@@ -171,6 +173,8 @@ static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor,
 		pthread_mutex_lock(&v[n].sh->lock);
 		struct ram_ent *e = shard_ent(v[n].sh, v[n].id);
 		ops[n] = (kvt_op){ e->key, r->base + e->off, e->len, -ENOENT };
+		has_sum[n] = e->has_sum;
+		sums[n] = e->has_sum ? *shard_sum(v[n].sh, v[n].id) : 0;
 		pending += arena_extent_bytes(r->arena, e->off);
 		pthread_mutex_unlock(&v[n].sh->lock);
 		n++;
@@ -178,7 +182,8 @@ static int evict_batch(struct ram_tier *r, size_t max, uint64_t floor,
 	if (n == 0)
 		return rc;
 	struct evict_run er = { .r = r, .v = v, .fin = fin, .room = room };
-	struct ram_spill sp = { .ops = ops, .n = n, .tier = &er };
+	struct ram_spill sp = { .ops = ops, .n = n, .sums = sums, .has_sum = has_sum,
+				.tier = &er };
 	if (r->spill) {
 		if (room && room->nextra) {
 			sp.extra = room->extra;

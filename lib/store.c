@@ -19,6 +19,9 @@ static void store_teardown(kvt_store *s);
 
 /* --- tier glue -------------------------------------------------------------- */
 
+/* The most ops of a spill batch with the write-arounds handed to it. */
+#define ROOM_OPS 256
+
 /* A spill written as one disk batch: the RAM tier's blocks, all[0..sp->n),
  * then the put batch's write-arounds; each block of RAM's is finished
  * (its room freed) as soon as it is on disk. */
@@ -44,7 +47,8 @@ static void spill_to_disk(void *arg, struct ram_spill *sp)
 	kvt_op *all = sp->nextra ? malloc(n * sizeof(*all)) : sp->ops;
 
 	if (!all) { /* the write-arounds in a batch of their own */
-		disk_put_batch(s->disk, sp->ops, sp->n);
+		disk_put_batch_sums(s->disk, sp->ops, sp->n, sp->sums, sp->has_sum,
+				    NULL, NULL);
 		disk_put_batch(s->disk, sp->extra, sp->nextra);
 		return;
 	}
@@ -53,7 +57,12 @@ static void spill_to_disk(void *arg, struct ram_spill *sp)
 		memcpy(all + sp->n, sp->extra, sp->nextra * sizeof(*all));
 	}
 	struct spill_each e = { sp, all };
-	disk_put_batch_each(s->disk, all, n, spill_each_fn, &e);
+	/* RAM's kept sums cover all[0..sp->n), the write-arounds have none */
+	uint8_t has[ROOM_OPS] = { 0 };
+	if (sp->has_sum && sp->n <= ROOM_OPS)
+		memcpy(has, sp->has_sum, sp->n);
+	disk_put_batch_sums(s->disk, all, n, sp->sums, n <= ROOM_OPS ? has : NULL,
+			    spill_each_fn, &e);
 	for (size_t j = 0; j < sp->nextra; j++)
 		sp->extra[j].result = all[sp->n + j].result;
 	if (all != sp->ops)
@@ -336,7 +345,9 @@ static uint64_t ram_part_fit(void *arg)
 		kvt_op *op = &p->ops[p->next];
 		if (!put_wanted(s, op, p->fn))
 			continue;
-		int rc = ram_put_nospill(s->ram, op->key, op->buf, op->len);
+		/* RAM is full (it spills to take these): summed as copied, so
+		 * that their own spills need not read them again */
+		int rc = ram_put_summed(s->ram, op->key, op->buf, op->len, 0);
 		if (rc == -ENOSPC)
 			break; /* the next spill's room, or the last pass */
 		ram_part_settle(p, p->next, rc);

@@ -1083,6 +1083,7 @@ struct room_probe {
 	uint64_t next, to;        /* the chunk's blocks not put yet */
 	unsigned fits;
 	size_t finished_at_first_fit;
+	size_t with_sum;          /* victims that came with a kept checksum */
 };
 
 static void room_spill(void *arg, struct ram_spill *sp)
@@ -1097,6 +1098,11 @@ static void room_spill(void *arg, struct ram_spill *sp)
 	}
 	for (size_t i = 0; i < sp->n; i++) {
 		assert_int_equal(check_block(sp->ops[i].key, sp->ops[i].buf, sp->ops[i].len), 1);
+		/* a block put summed comes with its kept checksum */
+		if (sp->has_sum[i]) {
+			p->with_sum++;
+			assert_true(sp->sums[i] == kvt_checksum(sp->ops[i].buf, sp->ops[i].len));
+		}
 		sp->ops[i].result = 0;
 		p->finished++;
 		ram_spill_done(sp, i);
@@ -1114,7 +1120,7 @@ static uint64_t room_fit(void *arg)
 		p->finished_at_first_fit = p->finished;
 	while (p->next < p->to) {
 		fill_block(test_key(p->next), buf, sizeof(buf));
-		if (ram_put_nospill(p->r, test_key(p->next), buf, sizeof(buf)) != 0)
+		if (ram_put_summed(p->r, test_key(p->next), buf, sizeof(buf), 0) != 0)
 			break;
 		p->next++;
 		added += BLK;
@@ -1127,7 +1133,8 @@ static uint64_t room_fit(void *arg)
  * and fit puts the chunk's blocks into the room freed while the rest of
  * the spill is still out; what fit put needs no more room, so no more is
  * evicted than the chunk needs. With nothing to evict, the extra blocks
- * stay with the caller and fit is not called. */
+ * stay with the caller and fit is not called. A block put summed
+ * (ram_put_summed) is spilled with the checksum kept as it was copied. */
 static void make_room_fits_blocks_as_spills_finish(void **st)
 {
 	(void)st;
@@ -1171,6 +1178,21 @@ static void make_room_fits_blocks_as_spills_finish(void **st)
 		assert_int_equal(has_block(r, i), 1);
 	for (uint64_t i = 100; i < 108; i++)
 		assert_int_equal(has_block(r, i), 1);
+	assert_int_equal(p.with_sum, 0); /* put by ram_put: no sum kept */
+
+	/* the next room evicts 8..11 (no sum) and 100..103, put summed, whose
+	 * kept checksums come with them */
+	p.next = 200;
+	p.to = 208;
+	assert_int_equal(ram_make_room_with(r, 8 * BLK, NULL), 8);
+	assert_int_equal(p.with_sum, 4);
+	uint64_t ref, off, sum;
+	size_t len;
+	assert_int_equal(ram_pin_sum(r, test_key(104), BLK, &ref, &off, &len, &sum), 0);
+	ram_unpin(r, ref);
+	uint8_t buf[BLK];
+	fill_block(test_key(104), buf, sizeof(buf));
+	assert_true(sum == kvt_checksum(buf, sizeof(buf)));
 	ram_close(r);
 }
 
