@@ -1219,20 +1219,21 @@ static void staged_batches_are_verified_beside_their_reads(void **st)
 	fix_done(&f);
 }
 
-/* A batch keeps at most queue_depth reads out, and its last
- * queue_depth / 4 records go out once every other read is complete (so
- * that a device which completes its queue together leaves only those to
- * be checked after its last read): 8 here, so the last two; every block
- * loads whole. A batch of no more than twice that many is not split. */
+/* A batch keeps at most queue_depth reads out, and where its records
+ * average 1 MiB or more, its last queue_depth / 4 records go out once
+ * every other read is complete (so that a device which completes its
+ * queue together leaves only those to be checked after its last read): 8
+ * here, so the last two; every block loads whole. A batch of no more than
+ * twice that many is not split. */
 static void batch_holds_back_its_last_records(void **st)
 {
 	(void)st;
 	struct fix f;
-	enum { N = 16, LEN = 100000 };
+	enum { N = 16, LEN = 1 << 20 };
 	kvt_op ops[N];
 
-	fix_init(&f, 32 * MiB, 4 * MiB);
-	struct disk_tier *d = open_max_req(&f, MiB);
+	fix_init(&f, 64 * MiB, 4 * MiB);
+	struct disk_tier *d = open_max_req(&f, 2 * MiB);
 	char *bufs = filled_ops(ops, N, 1200, LEN);
 	assert_int_equal(disk_put_batch(d, ops, N), 0);
 	memset(bufs, 0, N * (size_t)LEN);
