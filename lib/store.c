@@ -3,8 +3,9 @@
  * tiers (RAM first, then disk, then the key's owner among the peers),
  * keeps store-wide counters and latencies, and owns the evictor thread
  * that brings the RAM tier from its high watermark down to its low one.
- * Asynchronous batches and their workers are batch.c's; routing to peers
- * and serving them, store_peer.c's (store_impl.h). Tiers know nothing of
+ * Asynchronous batches and their workers are batch.c's; the put path,
+ * store_put.c's; routing to peers and serving them, store_peer.c's
+ * (store_impl.h). Tiers know nothing of
  * each other; only the facade connects them.
  */
 #include <errno.h>
@@ -211,251 +212,11 @@ static int get_one(kvt_store *s, kvt_key key, void *buf, size_t cap, size_t *len
 
 /* --- argument checks ---------------------------------------------------------- */
 
-static int check_put_args(kvt_store *s, const void *data, size_t len, const char *fn)
-{
-	if (!data)
-		return kvt_fail(-EINVAL, "%s: data is NULL", fn);
-	if (len == 0)
-		return kvt_fail(-EINVAL, "%s: len is 0", fn);
-	if (len > s->cfg.max_block || len > UINT32_MAX)
-		return kvt_fail(-EINVAL, "%s: len %zu exceeds ram.max_block (%llu bytes)",
-				fn, len, (unsigned long long)s->cfg.max_block);
-	return 0;
-}
-
 static int check_get_args(const void *buf, size_t cap, const char *fn)
 {
 	if (!buf && cap)
 		return kvt_fail(-EINVAL, "%s: buf is NULL but cap is %zu", fn, cap);
 	return 0;
-}
-
-static int store_first_failure(const kvt_op *ops, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (ops[i].result)
-			return ops[i].result;
-	return 0;
-}
-
-/* The disk's share of a put chunk: write-arounds and write-throughs. */
-struct disk_leg {
-	size_t op;        /* index in the chunk's ops */
-	int write_around; /* 1: RAM refused it; 0: write-through copy */
-};
-
-/*
- * Where a put chunk holds more bytes than the RAM tier keeps below its high
- * watermark, its leading ops would be evicted (spilled) by its later ones
- * before it ends: returns how many lead ops go straight to disk, from the
- * caller's buffers, with the write-arounds, and in *ram_bytes the bytes of
- * the others, for which RAM then makes room in a few large spills
- * (ram_make_room). 0 and *ram_bytes 0 without a disk tier, with
- * write-through (every block goes to disk anyway) or ram.refuse_when_leased
- * (RAM refuses, nothing goes around): RAM then evicts as puts need.
- */
-static size_t put_overflow(kvt_store *s, const kvt_op *ops, size_t n, uint64_t *ram_bytes)
-{
-	uint64_t keep = ram_high_bytes(s->ram), tail = 0;
-	size_t lead = n;
-
-	*ram_bytes = 0;
-	if (!s->disk || s->cfg.write_policy == KVT_WRITE_THROUGH || s->cfg.refuse_when_leased)
-		return 0;
-	while (lead > 0 && ops[lead - 1].len <= keep - tail)
-		tail += ops[--lead].len;
-	*ram_bytes = tail;
-	return lead;
-}
-
-/* The disk legs of a chunk: the ops going to disk and what each is. */
-struct disk_legs {
-	struct disk_leg leg[CHUNK];
-	kvt_op dops[CHUNK];
-	size_t nd;
-};
-
-/* The part of a chunk that RAM takes (ops[from..to)), and the disk legs it
- * leaves (write-through copies, blocks RAM refused). */
-struct ram_part {
-	kvt_store *s;
-	kvt_op *ops;
-	size_t from, to;
-	const char *fn;
-	int nospill;              /* RAM must not spill to make room */
-	struct disk_legs *out;
-	size_t next;              /* the first op not taken yet */
-};
-
-/* Checks op i of a chunk; 1 when it goes on (valid, not on disk yet). */
-static int put_wanted(kvt_store *s, kvt_op *op, const char *fn)
-{
-	op->result = check_put_args(s, op->buf, op->len, fn);
-	return !op->result && !(s->disk && disk_contains(s->disk, op->key, NULL));
-}
-
-/* What RAM's answer rc to op i means: a write-through copy or a
- * write-around for disk, a refusal, a failure. */
-static void ram_part_settle(struct ram_part *p, size_t i, int rc)
-{
-	kvt_store *s = p->s;
-	struct disk_legs *o = p->out;
-	kvt_op *op = &p->ops[i];
-
-	if (rc == 0 && s->disk && s->cfg.write_policy == KVT_WRITE_THROUGH) {
-		o->leg[o->nd] = (struct disk_leg){ i, 0 };
-		o->dops[o->nd++] = *op;
-	} else if (rc == -ENOSPC && s->disk && !s->cfg.refuse_when_leased) {
-		o->leg[o->nd] = (struct disk_leg){ i, 1 };
-		o->dops[o->nd++] = *op;
-	} else if (rc == -ENOSPC) {
-		ctr_add(&s->refused_puts, 1);
-		op->result = -ENOSPC;
-	} else if (rc < 0) {
-		op->result = rc;
-	}
-}
-
-/* Puts the ops of the part not taken yet into RAM. */
-static void ram_part_run(void *arg)
-{
-	struct ram_part *p = arg;
-	kvt_store *s = p->s;
-
-	for (; p->next < p->to; p->next++) {
-		kvt_op *op = &p->ops[p->next];
-		if (!put_wanted(s, op, p->fn))
-			continue; /* bad op, or immutable and already stored */
-		ram_part_settle(p, p->next, p->nospill ?
-				ram_put_nospill(s->ram, op->key, op->buf, op->len) :
-				ram_put(s->ram, op->key, op->buf, op->len));
-	}
-}
-
-/* RAM's fit (ram_room) while it makes room for the part: puts the next
- * ops while they fit without spilling, as the spills free room; stops at
- * the first that does not fit yet. Returns the bytes put. */
-static uint64_t ram_part_fit(void *arg)
-{
-	struct ram_part *p = arg;
-	kvt_store *s = p->s;
-	uint64_t added = 0;
-
-	for (; p->next < p->to; p->next++) {
-		kvt_op *op = &p->ops[p->next];
-		if (!put_wanted(s, op, p->fn))
-			continue;
-		/* RAM is full (it spills to take these): summed as copied, so
-		 * that their own spills need not read them again */
-		int rc = ram_put_summed(s->ram, op->key, op->buf, op->len, 0);
-		if (rc == -ENOSPC)
-			break; /* the next spill's room, or the last pass */
-		ram_part_settle(p, p->next, rc);
-		if (rc == 0)
-			added += op->len;
-	}
-	return added;
-}
-
-/* Sets the results of a chunk's disk legs after their batch. */
-static void disk_legs_done(kvt_store *s, kvt_op *ops, struct disk_legs *l)
-{
-	for (size_t j = 0; j < l->nd; j++) {
-		kvt_op *op = &ops[l->leg[j].op];
-		int rc = l->dops[j].result;
-		char kb[34];
-		if (!l->leg[j].write_around) { /* RAM holds it: the put succeeded */
-			if (rc == 0)
-				ctr_add(&s->write_through, 1);
-			else
-				kvt_log(KVT_LOG_WARN, "write-through of %s to disk failed: %s",
-					kvt_key_str(op->key, kb), kvt_strerror(rc));
-			continue;
-		}
-		if (rc == 0)
-			ctr_add(&s->write_arounds, 1);
-		else if (rc == -ENOSPC)
-			ctr_add(&s->refused_puts, 1);
-		op->result = rc;
-	}
-}
-
-/*
- * Puts ops[0..n), n <= CHUNK: RAM first; blocks RAM cannot take go around
- * to disk (unless ram.refuse_when_leased), as do the lead blocks of a chunk
- * larger than RAM (put_overflow); write-through copies follow. Where RAM
- * must make room for the chunk, its spills and the lead blocks go to disk
- * in one submission, and RAM takes the chunk's blocks as each spill frees
- * room, while the later writes are in flight (ram_make_room_with), so the
- * device's queue stays full; where it need not, the lead blocks go in one
- * submission and RAM copies the rest while those are in flight (without
- * spilling, a block that no longer fits going around). What that leaves
- * for disk goes in a last submission.
- */
-static void put_chunk(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
-{
-	struct disk_legs lead_legs = { .nd = 0 }, rest = { .nd = 0 };
-	uint64_t ram_bytes;
-	size_t lead = put_overflow(s, ops, n, &ram_bytes);
-
-	for (size_t i = 0; i < lead; i++)
-		if (put_wanted(s, &ops[i], fn)) {
-			lead_legs.leg[lead_legs.nd] = (struct disk_leg){ i, 1 };
-			lead_legs.dops[lead_legs.nd++] = ops[i];
-		}
-	struct ram_part part = { s, ops, lead, n, fn, 0, &rest, lead };
-	struct ram_room room = { ram_part_fit, &part, lead_legs.dops, lead_legs.nd };
-	/* room for the chunk's RAM part in large spills, not in one small
-	 * spill (down to the low watermark) every few puts */
-	if (ram_bytes)
-		ram_make_room_with(s->ram, ram_bytes, &room);
-	if (room.nextra) { /* nothing had to be spilled: the lead blocks alone */
-		part.nospill = 1;
-		disk_put_batch_beside(s->disk, lead_legs.dops, lead_legs.nd,
-				      ram_part_run, &part);
-	} else {
-		ram_part_run(&part);
-	}
-	if (rest.nd)
-		disk_put_batch(s->disk, rest.dops, rest.nd);
-	disk_legs_done(s, ops, &lead_legs);
-	disk_legs_done(s, ops, &rest);
-}
-
-/* Puts ops[0..n) chunk by chunk (and in their owners' tiers when forward);
- * returns the first failure or 0, naming the block and the reason when no
- * tier could take it. */
-int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward)
-{
-	for (size_t i = 0; i < n; i += CHUNK) {
-		size_t k = n - i < CHUNK ? n - i : CHUNK;
-
-		put_chunk(s, ops + i, k, fn);
-		if (forward && s->peer)
-			store_put_to_peers(s, ops + i, k);
-	}
-	if (ram_above_high(s->ram))
-		store_kick_evictor(s);
-	int rc = store_first_failure(ops, n);
-	if (rc != -ENOSPC)
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		if (ops[i].result != -ENOSPC)
-			continue;
-		char kb[34];
-		return kvt_fail(-ENOSPC, "%s: no tier can take block %s (%zu bytes): "
-				"RAM holds only leased or pinned blocks and %s", fn,
-				kvt_key_str(ops[i].key, kb), ops[i].len,
-				!s->disk ? "there is no disk tier" :
-				s->cfg.refuse_when_leased ? "ram.refuse_when_leased is set" :
-				"the disk tier is full");
-	}
-	return rc;
-}
-
-static int put_ops(kvt_store *s, kvt_op *ops, size_t n, const char *fn)
-{
-	return store_put_ops_to(s, ops, n, fn, 1);
 }
 
 /* --- the local tiers only (lookups and releases; what peers are served) ---- */
@@ -641,7 +402,7 @@ KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len)
 		return kvt_fail(-EINVAL, "kvt_put: store is NULL");
 	kvt_op op = { key, (void *)data, len, 0 };
 	uint64_t t0 = kvt_now_ns();
-	int rc = s->client ? local_put_ops(s->client, &op, 1) : put_ops(s, &op, 1, "kvt_put");
+	int rc = s->client ? local_put_ops(s->client, &op, 1) : store_put_ops_to(s, &op, 1, "kvt_put", 1);
 	hist_record(&s->put_lat, kvt_now_ns() - t0);
 	ctr_add(&s->puts, 1);
 	return rc;
@@ -834,7 +595,7 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 {
 	uint64_t t0 = kvt_now_ns();
 	int rc = s->client ? local_put_ops(s->client, ops, n)
-			   : put_ops(s, ops, n, "kvt_put_batch");
+			   : store_put_ops_to(s, ops, n, "kvt_put_batch", 1);
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
 	for (size_t i = 0; i < n; i++)
 		hist_record(&s->put_lat, dt);

@@ -2,7 +2,8 @@
  * store_impl.h - what the files of the store facade share: struct
  * kvt_store (the tiers, the worker pool and the evictor, store-wide
  * counters) and the functions one of them calls in another (store.c:
- * validation and routing across the local tiers; batch.c: asynchronous
+ * validation and routing across the local tiers; store_put.c: the put
+ * path; batch.c: asynchronous
  * batches and their workers; store_peer.c: routing to peers and serving
  * them). Nothing outside the facade includes it.
  */
@@ -118,7 +119,16 @@ void store_get_from_peers(kvt_store *s, kvt_op *ops, const size_t *miss,
 void store_promote(kvt_store *s, kvt_key key, const void *buf, size_t len,
 		   uint64_t gen, const uint64_t *sum);
 void store_count_get(kvt_store *s, int rc, int tier_disk);
+
+/* store_put.c */
+/* Puts ops[0..n) chunk by chunk (and in their owners' tiers when forward);
+ * returns the first failure or 0, naming the block and the reason when no
+ * tier could take it. */
 int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward);
+/* The result of the first op (lowest index) that failed, or 0. */
+int store_first_failure(const kvt_op *ops, size_t n);
+
+/* store.c */
 /* The deadline of a lease taken now: ram.lease_ms from now, rounded up to
  * the RAM tier's lease grain (both tiers are given the same). */
 uint64_t store_lease_deadline(const kvt_store *s);
