@@ -448,6 +448,7 @@ int disk_get_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 {
 	return disk_get_batch_sums(d, ops, n, NULL);
 }
+
 /*
  * Phase 1 of a get batch, under the lock: finds each op's entry, pins its
  * region (rd[i] active), and sets the result of ops that will read nothing
