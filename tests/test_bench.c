@@ -1163,6 +1163,70 @@ static void cli_bad_replay_options_exit_2(void **state)
 			   "sweep", "bad --pause 'soon'");
 	expect_usage_error((const char *const[]){ "replay", "--tool-think", "1", NULL },
 			   "replay", "bad --tool-think '1'");
+	expect_usage_error((const char *const[]){ "sweep", "--seeds", "0", NULL },
+			   "sweep", "bad --seeds '0'");
+	expect_usage_error((const char *const[]){ "replay", "--seeds", "17", NULL },
+			   "replay", "bad --seeds '17'");
+	expect_usage_error((const char *const[]){ "replay", "--seeds", "2", "--trace",
+						  "/nonexistent/t.jsonl", NULL },
+			   "replay", "--seeds needs generated sessions, not --trace");
+}
+
+/* --seeds N: each point runs once per seed from --seed on, and the run shown
+ * is the one whose gross saving is the median of the first policy's, every
+ * policy's column from that same seed, each carrying every seed's figures. */
+static void cli_seeds_show_the_median_seed_run(void **state)
+{
+	struct proc p;
+	json_t *doc;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "replay", "--sessions", "3", "--seed", "5",
+					       "--seeds", "3", "--policy", "default,ram-only",
+					       "--no-progress", "--json", "-", NULL });
+	doc = assert_json_stdout(&p, "replay");
+	json_t *res = json_object_get(doc, "results");
+	assert_int_equal(json_array_size(res), 2);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(
+				 json_object_get(doc, "config"), "replay"), "seeds")), 3);
+	double shown_seed = -1;
+	for (size_t k = 0; k < 2; k++) {
+		json_t *r = json_array_get(res, k), *runs = json_object_get(r, "seed_runs");
+		double gross = json_number_value(json_object_get(r, "saved_store"));
+		double seed = json_number_value(json_object_get(r, "seed"));
+		double v[3], lo = INFINITY, hi = -INFINITY;
+		int at = -1;
+
+		assert_int_equal(json_number_value(json_object_get(r, "seeds")), 3);
+		assert_int_equal(json_array_size(runs), 3);
+		for (size_t i = 0; i < 3; i++) {
+			json_t *e = json_array_get(runs, i);
+			assert_int_equal(json_integer_value(json_object_get(e, "seed")), 5 + i);
+			v[i] = json_number_value(json_object_get(e, "saved_store"));
+			lo = v[i] < lo ? v[i] : lo;
+			hi = v[i] > hi ? v[i] : hi;
+			if (5 + i == seed)
+				at = (int)i;
+		}
+		/* the run shown is its seed's, inside the seeds' range */
+		assert_true(at >= 0);
+		assert_true(fabs(gross - v[at]) < 1e-9);
+		assert_true(fabs(json_number_value(json_object_get(r, "saved_store_seeds_min")) - lo) < 1e-9);
+		assert_true(fabs(json_number_value(json_object_get(r, "saved_store_seeds_max")) - hi) < 1e-9);
+		if (k == 0) {
+			/* the first policy's: the median of the three */
+			double med = v[0] + v[1] + v[2] - lo - hi;
+			assert_true(fabs(gross - med) < 1e-9);
+			assert_true(fabs(json_number_value(json_object_get(
+				r, "saved_store_seeds_median")) - med) < 1e-9);
+			shown_seed = seed;
+		} else {
+			assert_true(seed == shown_seed); /* the same seed for every policy */
+		}
+	}
+	assert_non_null(strstr(p.err, "seed 7 (3 of 3)"));
+	json_decref(doc);
+	proc_free(&p);
 }
 
 /* --json, --csv and --out are checked before any work: a missing directory,
@@ -1503,6 +1567,7 @@ int main(void)
 		cmocka_unit_test(cli_help_speaks_to_users),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
 		cmocka_unit_test(cli_interrupted_sweep_keeps_the_run_so_far),
+		cmocka_unit_test(cli_seeds_show_the_median_seed_run),
 		cmocka_unit_test(cli_stop_stops_fio),
 		cmocka_unit_test(man_pages_share_one_header),
 	};

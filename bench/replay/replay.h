@@ -43,6 +43,7 @@ extern const char *const replay_policy_name[POL_N];
 int replay_policy_parse(const char *s, enum replay_policy *out);
 
 #define REPLAY_NODES_MAX 8
+#define REPLAY_SEEDS_MAX 16 /* generator seeds a point runs with (--seeds) */
 
 struct replay_opts {
 	/* engine model */
@@ -157,6 +158,18 @@ struct replay_result {
 	int interrupted;                         /* stopped by o->stop before every
 						  * call was done: the figures are
 						  * those of the calls replayed */
+	/* generator seeds (kvbench --seeds; set by the command, not the run):
+	 * nseeds runs were made of this point, one per seed in seeds[], and
+	 * this is the one of seed `seed`, the seed whose run of the point's
+	 * first policy had the median gross saving; seed_saved[],
+	 * seed_union[] and seed_disk[] are each seed's saved_store,
+	 * saved_store_union and disk_of_saving for this run's policy.
+	 * nseeds 0: a trace (no seed) */
+	unsigned nseeds;
+	uint64_t seed;
+	uint64_t seeds[REPLAY_SEEDS_MAX];
+	double seed_saved[REPLAY_SEEDS_MAX], seed_union[REPLAY_SEEDS_MAX];
+	double seed_disk[REPLAY_SEEDS_MAX];
 	json_t *store_stats;                     /* final kvt_stats_json, or NULL;
 						  * with nodes > 1 an array of
 						  * every node's, node 0 first */

@@ -46,6 +46,9 @@ static const char usage_replay[] =
 	"  --trace-format F        auto (default: from the first line), kvbench, mooncake\n"
 	"  --trace-block-tokens N  tokens per Mooncake hash id (512)\n"
 	"  --seed N                generator seed (1)\n"
+	"  --seeds N               run each point with the N seeds from --seed on\n"
+	"                          and show the run whose gross saving is the\n"
+	"                          median, with the seeds' range (1; at most 16)\n"
 	"  --sessions N            keep only the first N sessions (all)\n"
 	"  --shared-tokens N       leading task text common to all sessions (3072;\n"
 	"                          fleet presets 864)\n"	"  --fleet-text T          fleet sessions: role (each role continues a text of\n"
@@ -128,7 +131,7 @@ static const char usage_replay[] =
 	"See kvbench(1) for the trace format and the report's fields.\n";
 
 enum {
-	O_PRESET = BENCH_OPT_FIRST_FREE, O_TRACE, O_TRACE_FORMAT, O_TRACE_BT, O_SEED, O_SESSIONS,
+	O_PRESET = BENCH_OPT_FIRST_FREE, O_TRACE, O_TRACE_FORMAT, O_TRACE_BT, O_SEED, O_SEEDS, O_SESSIONS,
 	O_SHARED, O_SCHEDULE, O_ACTIVE, O_STAGGER, O_DISTANCE, O_INFLIGHT, O_SPEED, O_ENDPOINTS,
 	O_GPU_TOKENS, O_GPU_BLOCK, O_CHUNK, O_SLACK, O_PREFILL, O_DECODE, O_MODEL, O_KVBPT,
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
@@ -143,6 +146,7 @@ static const struct option longopts[] = {
 	{ "trace-format", required_argument, NULL, O_TRACE_FORMAT },
 	{ "trace-block-tokens", required_argument, NULL, O_TRACE_BT },
 	{ "seed", required_argument, NULL, O_SEED },
+	{ "seeds", required_argument, NULL, O_SEEDS },
 	{ "sessions", required_argument, NULL, O_SESSIONS },
 	{ "shared-tokens", required_argument, NULL, O_SHARED },
 	{ "fleet-text", required_argument, NULL, O_FLEET_TEXT },
@@ -411,6 +415,11 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 			BAD("seed");
 		c->gen.seed = u;
 		c->fleet.seed = u;
+		return 0;
+	case O_SEEDS:
+		if (parse_u64(arg, 1, REPLAY_SEEDS_MAX, &u))
+			BAD("seeds");
+		c->nseeds = (unsigned)u;
 		return 0;
 	case O_SESSIONS:
 		if (parse_u64(arg, 1, 1e9, &c->sessions_limit))
@@ -718,6 +727,7 @@ static void cli_defaults(struct cli *c, const char *cmd)
 	c->trace_block_tokens = 512;
 	c->pol[0] = POL_DEFAULT;
 	c->npol = 1;
+	c->nseeds = 1;
 }
 
 /* Loads or generates the workload and fixes what depends on it. */
@@ -849,6 +859,7 @@ json_t *config_json(const struct cli *c, const struct wl *w)
 		json_object_set_new(o, "workload", wj);
 	}
 	json_object_set_new(o, "seed", json_integer((json_int_t)c->gen.seed));
+	json_object_set_new(o, "seeds", json_integer((json_int_t)c->nseeds));
 	json_object_set_new(o, "endpoints", json_integer(c->o.endpoints));
 	json_object_set_new(o, "gpu_tokens", json_integer((json_int_t)c->o.gpu_tokens));
 	json_object_set_new(o, "gpu_block", json_integer(c->o.gpu_block));

@@ -38,6 +38,7 @@ struct cli {
 	double values[MAX_VALUES];
 	size_t nvalues;
 	int per_width;   /* fleet: use max(16, 4 x width) sessions a run */
+	unsigned nseeds; /* generator seeds each point runs with (--seeds) */
 };
 
 /* Loads or generates the workload (the generator's seed from c) and fixes
@@ -55,9 +56,9 @@ void add_published(json_t *doc, const char *preset);
 /* Sets a swept parameter p (a --over name) to v in o. */
 void set_param(struct replay_opts *o, const char *p, double v);
 
-/* parse -> run -> report: loads the workload, runs every point, reports
- * them; a stop signal ends the run in progress and keeps what was
- * measured. Returns the exit status. */
+/* parse -> run -> report: loads the workload, runs every point (once per
+ * generator seed of --seeds), reports them; a stop signal ends the run in
+ * progress and keeps what was measured. Returns the exit status. */
 int run_all(struct cli *c, int sweep);
 
 #endif

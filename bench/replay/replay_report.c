@@ -25,7 +25,10 @@ enum {
 	F_LOAD_P50, F_LOAD_P90, F_LOAD_P99, F_LOAD_RAM_S, F_LOAD_DISK_S, F_CHARGED_S, F_FULLSIZE_S,
 	F_BUSY_S, F_PREFILL_S, F_DECODE_S, F_BUSY_UNION, F_MEAN_OUT, F_MEAN_RUN, F_STORE_GIB,
 	F_EP_RUNNING, F_EP_CONTEXT, F_EP_RUN_KV, F_EP_PREFIX_KV, F_POOL_WAIT, F_POOL_WAITS, F_EP_INTAKE, F_MAKESPAN_S, F_THROUGHPUT,
-	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_UNION, F_SAVED_DISK, F_DISK_OF_SAVING, F_SAVED_GPU,
+	F_SAVED_STORE, F_SAVED_NET_DIV, F_SAVED_NET, F_SAVED_UNION, F_SAVED_DISK, F_DISK_OF_SAVING,
+	F_SEEDS, F_SEED, F_SEED_SAVED_MIN, F_SEED_SAVED_MED, F_SEED_SAVED_MAX, F_SEED_UNION_MIN,
+	F_SEED_UNION_MED, F_SEED_UNION_MAX, F_SEED_DISK_MIN, F_SEED_DISK_MED, F_SEED_DISK_MAX,
+	F_SAVED_GPU,
 	F_TTFT_P50, F_TTFT_P90, F_TTFT_P99,
 	F_STICKY,
 	F_BOUND_BLK, F_BOUND_TOK, F_GPU_OF_BOUND, F_RAM_OF_BOUND, F_DISK_OF_BOUND,
@@ -93,6 +96,17 @@ static const struct field fields[F_N] = {
 	[F_SAVED_UNION] = { "saved_store_union", "  gross over the union of endpoints %", "%.2f" },
 	[F_SAVED_DISK] = { "saved_disk", "  of gross: disk tier's part %", "%.2f" },
 	[F_DISK_OF_SAVING] = { "disk_of_saving", "  disk tier's share of gross %", "%.1f" },
+	[F_SEEDS] = { "seeds", "  generator seeds run (--seeds)", "%.0f" },
+	[F_SEED] = { "seed", "  seed of the run shown (median gross)", "%.0f" },
+	[F_SEED_SAVED_MIN] = { "saved_store_seeds_min", "  gross over the seeds: lowest %", "%.2f" },
+	[F_SEED_SAVED_MED] = { "saved_store_seeds_median", "  gross over the seeds: median %", "%.2f" },
+	[F_SEED_SAVED_MAX] = { "saved_store_seeds_max", "  gross over the seeds: highest %", "%.2f" },
+	[F_SEED_UNION_MIN] = { "saved_store_union_seeds_min", "  gross over the union, seeds: lowest %", "%.2f" },
+	[F_SEED_UNION_MED] = { "saved_store_union_seeds_median", "  gross over the union, seeds: median %", "%.2f" },
+	[F_SEED_UNION_MAX] = { "saved_store_union_seeds_max", "  gross over the union, seeds: highest %", "%.2f" },
+	[F_SEED_DISK_MIN] = { "disk_of_saving_seeds_min", "  disk tier's share over the seeds: lowest %", "%.1f" },
+	[F_SEED_DISK_MED] = { "disk_of_saving_seeds_median", "  disk tier's share over the seeds: median %", "%.1f" },
+	[F_SEED_DISK_MAX] = { "disk_of_saving_seeds_max", "  disk tier's share over the seeds: highest %", "%.1f" },
 	[F_SAVED_GPU] = { "saved_gpu", "busy time saved by GPU cache %", "%.2f" },
 	[F_TTFT_P50] = { "ttft_p50_s", "TTFT p50 (s, modelled)", "%.2f" },
 	[F_TTFT_P90] = { "ttft_p90_s", "TTFT p90 (s, modelled)", "%.2f" },
@@ -115,6 +129,24 @@ static const struct field fields[F_N] = {
 static double pct(double a, double b)
 {
 	return b > 0 ? 100.0 * a / b : 0;
+}
+
+/* The q-quantile (0, 0.5 or 1: lowest, median, highest; the lower of two
+ * middles) of v[0..n) in percent, NAN when n < 2 (no spread to show). */
+static double seeds_q(const double *v, unsigned n, double q)
+{
+	double s[REPLAY_SEEDS_MAX];
+	unsigned i, j;
+
+	if (n < 2 || n > REPLAY_SEEDS_MAX)
+		return NAN;
+	for (i = 0; i < n; i++) { /* insertion sort: at most 16 */
+		double x = v[i];
+		for (j = i; j > 0 && s[j - 1] > x; j--)
+			s[j] = s[j - 1];
+		s[j] = x;
+	}
+	return 100.0 * s[q <= 0 ? 0 : q >= 1 ? n - 1 : (n - 1) / 2];
 }
 
 static double fget(const struct replay_result *r, int id)
@@ -178,6 +210,17 @@ static double fget(const struct replay_result *r, int id)
 	case F_SAVED_DISK: return 100.0 * r->saved_disk;
 	case F_DISK_OF_SAVING:
 		return r->saved_store > 0 ? 100.0 * r->disk_of_saving : NAN;
+	case F_SEEDS: return r->nseeds ? (double)r->nseeds : NAN;
+	case F_SEED: return r->nseeds ? (double)r->seed : NAN;
+	case F_SEED_SAVED_MIN: return seeds_q(r->seed_saved, r->nseeds, 0);
+	case F_SEED_SAVED_MED: return seeds_q(r->seed_saved, r->nseeds, 0.5);
+	case F_SEED_SAVED_MAX: return seeds_q(r->seed_saved, r->nseeds, 1);
+	case F_SEED_UNION_MIN: return seeds_q(r->seed_union, r->nseeds, 0);
+	case F_SEED_UNION_MED: return seeds_q(r->seed_union, r->nseeds, 0.5);
+	case F_SEED_UNION_MAX: return seeds_q(r->seed_union, r->nseeds, 1);
+	case F_SEED_DISK_MIN: return seeds_q(r->seed_disk, r->nseeds, 0);
+	case F_SEED_DISK_MED: return seeds_q(r->seed_disk, r->nseeds, 0.5);
+	case F_SEED_DISK_MAX: return seeds_q(r->seed_disk, r->nseeds, 1);
 	case F_SAVED_GPU: return 100.0 * r->saved_gpu;
 	case F_TTFT_P50: return r->ttft_p50;
 	case F_TTFT_P90: return r->ttft_p90;
@@ -368,6 +411,13 @@ static int trace_fields(int id)
 	return id >= F_BOUND_BLK && id <= F_REUSE_MAX;
 }
 
+/* The rows of a point's spread over generator seeds (shown where some run
+ * was made with more than one). */
+static int seed_fields(int id)
+{
+	return id >= F_SEEDS && id <= F_SEED_DISK_MAX;
+}
+
 /* A study figure as a cell: "-" when unpublished. */
 static void study_cell(struct bench_table *t, double v)
 {
@@ -453,7 +503,7 @@ void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *
 	const char **hdr = calloc(n + 1, sizeof(*hdr));
 	const struct replay_ref *ref = replay_refs(preset);
 	struct bench_table *t;
-	int bound = 0, i;
+	int bound = 0, seeds = 0, i;
 	size_t k;
 
 	if (!hdr)
@@ -463,10 +513,12 @@ void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *
 		hdr[k + 1] = r[k].label;
 		if (r[k].total_blk && r[k].bound_blk)
 			bound = 1;
+		if (r[k].nseeds > 1)
+			seeds = 1;
 	}
 	t = bench_table_new((unsigned)n + 1, hdr);
 	for (i = 0; i < F_N; i++) {
-		if (trace_fields(i) && !bound)
+		if ((trace_fields(i) && !bound) || (seed_fields(i) && !seeds))
 			continue;
 		bench_table_cell(t, "%s", fields[i].label);
 		for (k = 0; k < n; k++) {
@@ -529,6 +581,19 @@ json_t *replay_result_json(const struct replay_result *r)
 	json_object_set_new(o, "prompt_blocks", json_integer((json_int_t)r->prompt_blocks));
 	json_object_set_new(o, "evicted_bytes", json_integer((json_int_t)r->evicted_bytes));
 	json_object_set_new(o, "simulated_s", bench_json_real(r->sim_s));
+	if (r->nseeds > 1) {
+		json_t *a = json_array();
+		for (unsigned k = 0; k < r->nseeds && k < REPLAY_SEEDS_MAX; k++) {
+			json_t *e = json_object();
+			json_object_set_new(e, "seed", json_integer((json_int_t)r->seeds[k]));
+			json_object_set_new(e, "saved_store", bench_json_real(100.0 * r->seed_saved[k]));
+			json_object_set_new(e, "saved_store_union",
+					    bench_json_real(100.0 * r->seed_union[k]));
+			json_object_set_new(e, "disk_of_saving", bench_json_real(100.0 * r->seed_disk[k]));
+			json_array_append_new(a, e);
+		}
+		json_object_set_new(o, "seed_runs", a);
+	}
 	if (r->store_stats)
 		json_object_set(o, "store_stats", r->store_stats);
 	return o;

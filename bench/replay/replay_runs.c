@@ -1,7 +1,9 @@
 /*
  * replay_runs.c - the runs of "kvbench replay" and "kvbench sweep": one
- * per policy (replay) or per value and policy (sweep); then the table, the
- * JSON and the CSV.
+ * per policy (replay) or per value and policy (sweep), each once per
+ * generator seed asked for (--seeds); the run shown for a point is that of
+ * the seed with the median gross saving, carrying every seed's figures;
+ * then the table, the JSON and the CSV.
  *
  * Knows nothing about the options (replay_cli.c), how a run works inside
  * (replay.c) or how the report is laid out (replay_report.c).
@@ -125,17 +127,128 @@ static int report(struct cli *c, const struct wl *w, int sweep, const struct run
 	return rc;
 }
 
-/* parse -> run -> report: loads the workload, runs every point, reports
- * them; a stop signal ends the run in progress and keeps what was measured. */
+/* Marks run r as made with the generator's seed (none for a trace). */
+static void seed_mark(const struct cli *c, struct replay_result *r)
+{
+	if (c->trace)
+		return;
+	r->nseeds = 1;
+	r->seed = r->seeds[0] = c->gen.seed;
+	r->seed_saved[0] = r->saved_store;
+	r->seed_union[0] = r->saved_store_union;
+	r->seed_disk[0] = r->disk_of_saving;
+}
+
+/*
+ * Folds the runs of nseeds complete seeds (rs->res: seed s's nruns runs at
+ * s * nruns, in run_every's order) into nruns: for each point (a value),
+ * the seed whose run of the first policy has the median gross saving (the
+ * lower of two middles) gives every policy's run shown, which carries every
+ * seed's gross saving and disk share. The other runs are freed.
+ */
+static void seeds_fold(struct runs *rs, size_t nruns, size_t npol, unsigned nseeds)
+{
+	for (size_t p = 0; p < nruns; p += npol) {
+		unsigned order[REPLAY_SEEDS_MAX], i, j;
+
+		for (i = 0; i < nseeds; i++) { /* seeds by the first policy's gross */
+			double x = rs->res[i * nruns + p].saved_store;
+			for (j = i; j > 0 && rs->res[order[j - 1] * nruns + p].saved_store > x; j--)
+				order[j] = order[j - 1];
+			order[j] = i;
+		}
+		unsigned m = order[(nseeds - 1) / 2];
+		for (size_t k = p; k < p + npol; k++) {
+			struct replay_result *shown = &rs->res[m * nruns + k];
+			for (i = 0; i < nseeds; i++) {
+				const struct replay_result *r = &rs->res[i * nruns + k];
+				shown->seeds[i] = r->seed;
+				shown->seed_saved[i] = r->saved_store;
+				shown->seed_union[i] = r->saved_store_union;
+				shown->seed_disk[i] = r->disk_of_saving;
+			}
+			shown->nseeds = nseeds;
+			if (m) {
+				replay_result_free(&rs->res[k]);
+				rs->res[k] = *shown;
+				memset(shown, 0, sizeof(*shown));
+			}
+		}
+	}
+	for (size_t i = nruns; i < (size_t)nseeds * nruns; i++)
+		replay_result_free(&rs->res[i]);
+	rs->n = nruns;
+}
+
+/*
+ * The runs of every seed from the first on (the first's workload is w; the
+ * others are generated here), into rs one seed after another. Returns how
+ * the runs ended; *seeds_done is the seeds whose runs are all complete.
+ */
+static int run_seeds(struct cli *c, const struct wl *w, int sweep, struct runs *rs,
+		     size_t nruns, unsigned *seeds_done)
+{
+	uint64_t seed0 = c->gen.seed;
+	int rc = BENCH_EXIT_OK;
+
+	*seeds_done = 0;
+	for (unsigned s = 0; s < c->nseeds && !rc && !bench_stop_signal(); s++) {
+		struct wl ws;
+		const struct wl *wp = w;
+		size_t first = rs->n;
+
+		memset(&ws, 0, sizeof(ws));
+		c->gen.seed = c->fleet.seed = seed0 + s;
+		if (s > 0) {
+			fprintf(stderr, "kvbench %s: seed %llu (%u of %u)\n", c->cmd,
+				(unsigned long long)c->gen.seed, s + 1, c->nseeds);
+			rc = load_workload(c, &ws);
+			wp = &ws;
+		}
+		if (!rc)
+			rc = run_every(c, wp, sweep, rs);
+		for (size_t i = first; i < rs->n; i++)
+			seed_mark(c, &rs->res[i]);
+		if (rs->n - first == nruns && !rs->res[rs->n - 1].interrupted)
+			(*seeds_done)++;
+		if (s > 0)
+			wl_free(&ws);
+	}
+	c->gen.seed = c->fleet.seed = seed0;
+	return rc;
+}
+
+/* The runs to show: with two seeds or more complete, one per point (the
+ * median seed's); with one, that seed's; before that, those done. */
+static void seeds_settle(struct cli *c, struct runs *rs, size_t nruns, unsigned done)
+{
+	if (c->nseeds > 1 && done < c->nseeds && done > 0)
+		fprintf(stderr, "kvbench %s: stopped at seed %u of %u; the %u complete shown\n",
+			c->cmd, done + 1, c->nseeds, done);
+	if (!done)
+		return;
+	for (size_t i = (size_t)done * nruns; i < rs->n; i++) /* a seed cut short */
+		replay_result_free(&rs->res[i]);
+	rs->n = (size_t)done * nruns;
+	if (done > 1)
+		seeds_fold(rs, nruns, c->npol, done);
+}
+
+/* parse -> run -> report: loads the workload, runs every point (once per
+ * generator seed), reports them; a stop signal ends the run in progress
+ * and keeps what was measured. */
 int run_all(struct cli *c, int sweep)
 {
 	struct runs rs = { 0 };
 	struct wl w;
 	size_t nruns, i;
+	unsigned done = 0;
 	int rc;
 
 	memset(&w, 0, sizeof(w));
 	bench_catch_stop();
+	if (c->trace && c->nseeds > 1)
+		return bench_usage_error(c->cmd, "--seeds needs generated sessions, not --trace");
 	rc = load_workload(c, &w);
 	if (!rc && sweep)
 		rc = sweep_prepare(c);
@@ -144,15 +257,21 @@ int run_all(struct cli *c, int sweep)
 		return rc;
 	}
 	nruns = (sweep ? c->nvalues : 1) * c->npol;
-	rs.res = calloc(nruns, sizeof(*rs.res));
-	rs.xs = calloc(nruns, sizeof(*rs.xs));
+	rs.res = calloc(nruns * c->nseeds, sizeof(*rs.res));
+	rs.xs = calloc(nruns * c->nseeds, sizeof(*rs.xs));
 	if (!rs.res || !rs.xs) {
 		fprintf(stderr, "kvbench %s: out of memory\n", c->cmd);
 		rc = BENCH_EXIT_FAIL;
 	} else {
 		describe(stdout, c, &w);
+		if (c->nseeds > 1)
+			printf("  seeds: every point runs with generator seeds %llu-%llu; each column is the run of the seed whose gross saving (first policy) is the median\n\n",
+			       (unsigned long long)c->gen.seed,
+			       (unsigned long long)(c->gen.seed + c->nseeds - 1));
 		fflush(stdout);
-		rc = report(c, &w, sweep, &rs, run_every(c, &w, sweep, &rs));
+		int ran = run_seeds(c, &w, sweep, &rs, nruns, &done);
+		seeds_settle(c, &rs, nruns, done);
+		rc = report(c, &w, sweep, &rs, ran);
 	}
 	for (i = 0; i < rs.n; i++)
 		replay_result_free(&rs.res[i]);
@@ -161,4 +280,3 @@ int run_all(struct cli *c, int sweep)
 	wl_free(&w);
 	return bench_finish(c->cmd, rc);
 }
-
