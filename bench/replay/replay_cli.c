@@ -390,6 +390,50 @@ static int parse_preset(struct cli *c, int argc, char **argv, int sweep)
 	return 0;
 }
 
+/* The options of the fleet's generated sessions. */
+static int opt_fleet(struct cli *c, int ch, const char *arg)
+{
+	uint64_t u;
+
+	switch (ch) {
+	case O_FLEET_TEXT:
+		if (strcmp(arg, "session") && strcmp(arg, "role"))
+			BAD("fleet-text");
+		c->fleet.role_text = !strcmp(arg, "role");
+		return 0;
+	case O_PAUSE:
+		if (parse_count(arg, 1e6, &c->fleet.pause_s))
+			BAD("pause");
+		return 0;
+	case O_TOOL_CALLS:
+		if (parse_u64(arg, 1, WL_FLEET_MAX_TOOL, &u))
+			BAD("tool-calls");
+		c->fleet.tool_calls = (uint32_t)u;
+		return 0;
+	case O_TOOL_THINK:
+		if (!strcmp(arg, "on"))
+			c->fleet.tool_think = 1;
+		else if (!strcmp(arg, "off"))
+			c->fleet.tool_think = 0;
+		else
+			BAD("tool-think");
+		return 0;
+	case O_TOOL_TOKENS:
+		if (parse_pos(arg, &c->fleet.tool_median))
+			BAD("tool-tokens");
+		return 0;
+	case O_TOOL_ANSWER:
+		if (parse_pos(arg, &c->fleet.tool_answer_median))
+			BAD("tool-answer");
+		return 0;
+	case O_ROLE_TOKENS:
+		if (parse_pos(arg, &c->fleet.role_median))
+			BAD("role-tokens");
+		return 0;
+	}
+	return NOT_MINE;
+}
+
 /* The workload's and the schedule's options. */
 static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_set)
 {
@@ -431,40 +475,6 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 			BAD("shared-tokens");
 		c->gen.shared_tokens = (uint32_t)u;
 		c->fleet.shared_tokens = (uint32_t)u;
-		return 0;
-	case O_FLEET_TEXT:
-		if (strcmp(arg, "session") && strcmp(arg, "role"))
-			BAD("fleet-text");
-		c->fleet.role_text = !strcmp(arg, "role");
-		return 0;
-	case O_PAUSE:
-		if (parse_count(arg, 1e6, &c->fleet.pause_s))
-			BAD("pause");
-		return 0;
-	case O_TOOL_CALLS:
-		if (parse_u64(arg, 1, WL_FLEET_MAX_TOOL, &u))
-			BAD("tool-calls");
-		c->fleet.tool_calls = (uint32_t)u;
-		return 0;
-	case O_TOOL_THINK:
-		if (!strcmp(arg, "on"))
-			c->fleet.tool_think = 1;
-		else if (!strcmp(arg, "off"))
-			c->fleet.tool_think = 0;
-		else
-			BAD("tool-think");
-		return 0;
-	case O_TOOL_TOKENS:
-		if (parse_pos(arg, &c->fleet.tool_median))
-			BAD("tool-tokens");
-		return 0;
-	case O_TOOL_ANSWER:
-		if (parse_pos(arg, &c->fleet.tool_answer_median))
-			BAD("tool-answer");
-		return 0;
-	case O_ROLE_TOKENS:
-		if (parse_pos(arg, &c->fleet.role_median))
-			BAD("role-tokens");
 		return 0;
 	case O_SCHEDULE:
 		*schedule_set = 1;
@@ -694,6 +704,8 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 			return -1;
 		}
 		r = opt_workload(c, ch, optarg, &schedule_set);
+		if (r == NOT_MINE)
+			r = opt_fleet(c, ch, optarg);
 		if (r == NOT_MINE)
 			r = opt_engine(c, ch, optarg);
 		if (r == NOT_MINE)
