@@ -1126,6 +1126,12 @@ static void cli_json_stdout_is_json_alone_for_every_command(void **state)
 			/* kept as the input of plot */
 			FILE *f;
 
+			/* a sweep of generated sessions runs three seeds a point */
+			assert_int_equal(json_integer_value(json_object_get(json_object_get(
+				json_object_get(doc, "config"), "replay"), "seeds")), 3);
+			assert_int_equal(json_number_value(json_object_get(
+				json_array_get(json_object_get(doc, "results"), 0), "seeds")), 3);
+
 			snprintf(sweep_json, sizeof(sweep_json), "%s/sweep.json", dir);
 			f = fopen(sweep_json, "w");
 			assert_non_null(f);

@@ -48,7 +48,8 @@ static const char usage_replay[] =
 	"  --seed N                generator seed (1)\n"
 	"  --seeds N               run each point with the N seeds from --seed on\n"
 	"                          and show the run whose gross saving is the\n"
-	"                          median, with the seeds' range (1; at most 16)\n"
+	"                          median, with the seeds' range (replay 1, sweep\n"
+	"                          3; at most 16)\n"
 	"  --sessions N            keep only the first N sessions (all)\n"
 	"  --shared-tokens N       leading task text common to all sessions (3072;\n"
 	"                          fleet presets 864)\n"	"  --fleet-text T          fleet sessions: role (each role continues a text of\n"
@@ -739,7 +740,7 @@ static void cli_defaults(struct cli *c, const char *cmd)
 	c->trace_block_tokens = 512;
 	c->pol[0] = POL_DEFAULT;
 	c->npol = 1;
-	c->nseeds = 1;
+	c->nseeds = 0; /* run_all: 3 for a sweep of generated sessions, else 1 */
 }
 
 /* Loads or generates the workload and fixes what depends on it. */

@@ -38,7 +38,8 @@ struct cli {
 	double values[MAX_VALUES];
 	size_t nvalues;
 	int per_width;   /* fleet: use max(16, 4 x width) sessions a run */
-	unsigned nseeds; /* generator seeds each point runs with (--seeds) */
+	unsigned nseeds; /* generator seeds each point runs with (--seeds;
+			    0 until run_all: 3 for a sweep, else 1) */
 };
 
 /* Loads or generates the workload (the generator's seed from c) and fixes

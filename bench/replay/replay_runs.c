@@ -249,6 +249,8 @@ int run_all(struct cli *c, int sweep)
 	bench_catch_stop();
 	if (c->trace && c->nseeds > 1)
 		return bench_usage_error(c->cmd, "--seeds needs generated sessions, not --trace");
+	if (!c->nseeds) /* a sweep compares points: one draw each is not enough */
+		c->nseeds = sweep && !c->trace ? 3 : 1;
 	rc = load_workload(c, &w);
 	if (!rc && sweep)
 		rc = sweep_prepare(c);
