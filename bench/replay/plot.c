@@ -55,8 +55,10 @@ static const struct {
 	{ "saved_disk", "disk tier, part of gross" },
 };
 #define NSHARES 5 /* the first five are shares of prompt tokens */
+#define GROSS_COL ((size_t)NSHARES + 2) /* saved_store, the sixth series */
 #define NSERIES (sizeof(series) / sizeof(series[0]))
-#define LABEL_COL "13" /* x, the NSERIES (9) series, study low and high, label */
+#define LABEL_COL "15" /* x, the NSERIES (9) series, study low and high, the
+			    seeds' lowest and highest gross, label */
 
 static double num(json_t *o, const char *k)
 {
@@ -179,8 +181,9 @@ static int plot_load(const char *in, struct plot_data *d)
 	return 0;
 }
 
-/* The data block: x, the series, the study's range, the label. Returns
- * whether any run has the study's range. */
+/* The data block: x, the series, the study's range, the seeds' range of
+ * the gross saving, the label. Returns whether any run has the study's
+ * range (bit 0) and whether any has the seeds' (bit 1). */
 static int plot_data_block(FILE *gp, const struct plot_data *d)
 {
 	int have_study = 0;
@@ -192,14 +195,17 @@ static int plot_data_block(FILE *gp, const struct plot_data *d)
 		const char *label = json_string_value(json_object_get(r, "label"));
 
 		fprintf(gp, "%.17g", d->sweep ? num(r, "sweep_value") : (double)i);
-		for (k = 0; k < NSERIES + 2; k++) {
-			/* then the study's range, where a width sweep has one */
+		for (k = 0; k < NSERIES + 4; k++) {
+			/* then the study's range, where a width sweep has one,
+			 * and the seeds' (--seeds) */
 			double v = k < NSERIES ? num(r, series[k].field)
+				   : k == NSERIES + 2 ? num(r, "saved_store_seeds_min")
+				   : k == NSERIES + 3 ? num(r, "saved_store_seeds_max")
 				   : json_is_object(st) ? num(st, k == NSERIES ? "saved_store_lo"
 									       : "saved_store_hi")
 							: NAN;
 			if (k >= NSERIES && !isnan(v))
-				have_study = 1;
+				have_study |= k < NSERIES + 2 ? 1 : 2;
 			fprintf(gp, " %s", isnan(v) ? "NaN" : "");
 			if (!isnan(v))
 				fprintf(gp, "%.6g", v);
@@ -250,7 +256,11 @@ static void plot_script(FILE *gp, const struct plot_opts *o, const struct plot_d
 	for (k = NSHARES; k < NSERIES; k++)
 		fprintf(gp, "%s$d using 1:%zu%s with linespoints lw 2 pt 7 title '%s'",
 			k > NSHARES ? ", " : "", k + 2, xtic, series[k].title);
-	if (have_study)
+	if (have_study & 2) /* the gross saving's column is saved_store's */
+		fprintf(gp, ", $d using 1:%zu:%zu:%zu with yerrorbars lc rgb 'gray40' lw 1 pt 0 "
+			    "title 'gross, seeds (lowest-highest)'",
+			GROSS_COL, NSERIES + 4, NSERIES + 5);
+	if (have_study & 1)
 		fprintf(gp, ", $d using 1:(($%zu+$%zu)/2):%zu:%zu with yerrorbars lc rgb 'black' lw 2 pt 5 "
 			    "title 'agent-fleet study (range)'",
 			NSERIES + 2, NSERIES + 3, NSERIES + 2, NSERIES + 3);
