@@ -792,9 +792,39 @@ static void bad_engine_options_are_refused(void **state)
 	wl_free(&w);
 }
 
+/* The study's factor: 1 inside its range, else measured over the nearer
+ * end, of the gross over the per-endpoint sum and over the union alike. */
+static void study_factors_of_sum_and_union(void **state)
+{
+	(void)state;
+	json_t *o = json_object();
+
+	json_object_set_new(o, "saved_store", json_real(9.6));
+	json_object_set_new(o, "saved_store_union", json_real(16.88));
+	replay_study_json(o, 12);
+	assert_float_equal(json_number_value(json_object_get(o, "study_factor")), 9.6 / 14.65,
+			   1e-9);
+	assert_float_equal(json_number_value(json_object_get(o, "study_factor_union")),
+			   16.88 / 16.01, 1e-9);
+	json_decref(o);
+	o = json_object();
+	json_object_set_new(o, "saved_store", json_real(15.0));
+	json_object_set_new(o, "saved_store_union", json_real(40.0));
+	replay_study_json(o, 12);
+	assert_float_equal(json_number_value(json_object_get(o, "study_factor")), 1.0, 1e-12);
+	assert_float_equal(json_number_value(json_object_get(o, "study_factor_union")),
+			   40.0 / 16.01, 1e-9);
+	json_decref(o);
+	o = json_object();
+	replay_study_json(o, 7); /* no figure at 7 sessions */
+	assert_true(json_is_null(json_object_get(o, "study")));
+	json_decref(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(study_factors_of_sum_and_union),
 		cmocka_unit_test(tiny_trace_hits_the_gpu_cache_as_worked_out),
 		cmocka_unit_test(tiny_trace_hits_the_ram_tier_as_worked_out),
 		cmocka_unit_test(mooncake_excerpt_replays_to_the_hand_counts),

@@ -235,9 +235,10 @@ struct replay_study_point {
 
 /* The study's figures at width (NULL at a width it did not measure). */
 const struct replay_study_point *replay_study_width(double width);
-/* Adds "study" (the figures above, or null) and "study_factor" (the run's
+/* Adds "study" (the figures above, or null), "study_factor" (the run's
  * saved_store over the study's range: 1 inside, else measured / the nearer
- * end) to a run's JSON object o, which already holds saved_store. */
+ * end) and "study_factor_union" (the same of saved_store_union) to a run's
+ * JSON object o, which already holds both. */
 void replay_study_json(json_t *o, double width);
 
 /* Prints the runs as a table, one column per run; under a sweep over

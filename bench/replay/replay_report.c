@@ -334,6 +334,14 @@ static double study_factor(double measured, const struct replay_study_point *p)
 	return measured < p->gross_lo ? measured / p->gross_lo : measured / p->gross_hi;
 }
 
+/* o's number k, or NAN. */
+static double json_num(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 void replay_study_json(json_t *o, double width)
 {
 	const struct replay_study_point *p = replay_study_width(width);
@@ -352,9 +360,9 @@ void replay_study_json(json_t *o, double width)
 	json_object_set_new(st, "note", json_string(p->note));
 	json_object_set_new(o, "study", st);
 	json_object_set_new(o, "study_factor",
-			    bench_json_real(study_factor(json_is_number(json_object_get(o, "saved_store"))
-							 ? json_number_value(json_object_get(o, "saved_store"))
-							 : NAN, p)));
+			    bench_json_real(study_factor(json_num(o, "saved_store"), p)));
+	json_object_set_new(o, "study_factor_union",
+			    bench_json_real(study_factor(json_num(o, "saved_store_union"), p)));
 }
 static const struct replay_ref refs_lease[] = {
 	{ "refused_share", "refuse", 87.2, FLEET ", writes refused at a 300 s lease (Mooncake Store)" },
@@ -435,9 +443,10 @@ static void study_rows(struct bench_table *t, const struct replay_result *r, siz
 	size_t k;
 	int row;
 
-	for (row = 0; row < 5; row++) {
+	for (row = 0; row < 6; row++) {
 		static const char *const label[] = {
 			"study: gross saved %", "  measured gross / study range (x)",
+			"  measured over the union / study range (x)",
 			"study: net, load / in flight %", "study: net, full load charge %",
 			"study: disk tier's share of gross %",
 		};
@@ -459,9 +468,12 @@ static void study_rows(struct bench_table *t, const struct replay_result *r, siz
 				study_cell(t, study_factor(100.0 * r[k].saved_store, p));
 				break;
 			case 2:
-				study_cell(t, p->net_div);
+				study_cell(t, study_factor(100.0 * r[k].saved_store_union, p));
 				break;
 			case 3:
+				study_cell(t, p->net_div);
+				break;
+			case 4:
 				study_cell(t, p->net_full);
 				break;
 			default:
