@@ -1178,6 +1178,35 @@ static void cli_bad_replay_options_exit_2(void **state)
 			   "replay", "--seeds needs generated sessions, not --trace");
 }
 
+/* A sweep of the default and the ram-only policy gives each width's disk
+ * share by difference, (default - ram-only) / default, under the default's
+ * column and in its JSON result; null under the ram-only ones. */
+static void cli_sweep_gives_the_disk_share_by_difference(void **state)
+{
+	struct proc p;
+	json_t *doc;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "sweep", "--sessions", "4", "--values", "2",
+					       "--seeds", "1", "--policy", "default,ram-only",
+					       "--no-progress", "--json", "-", NULL });
+	doc = assert_json_stdout(&p, "sweep");
+	json_t *res = json_object_get(doc, "results");
+	assert_int_equal(json_array_size(res), 2);
+	json_t *d = json_array_get(res, 0), *m = json_array_get(res, 1);
+	assert_string_equal(json_string_value(json_object_get(d, "policy")), "default");
+	assert_string_equal(json_string_value(json_object_get(m, "policy")), "ram-only");
+	double gd = json_number_value(json_object_get(d, "saved_store"));
+	double gm = json_number_value(json_object_get(m, "saved_store"));
+	assert_true(gd > 0);
+	assert_float_equal(json_number_value(json_object_get(d, "disk_of_saving_by_difference")),
+			   100.0 * (gd - gm) / gd, 1e-3); /* the JSON keeps 6 digits */
+	assert_true(json_is_null(json_object_get(m, "disk_of_saving_by_difference")));
+	assert_non_null(strstr(p.err, "disk tier's share by difference %"));
+	json_decref(doc);
+	proc_free(&p);
+}
+
 /* --seeds N: each point runs once per seed from --seed on, and the run shown
  * is the one whose gross saving is the median of the first policy's, every
  * policy's column from that same seed, each carrying every seed's figures. */
@@ -1574,6 +1603,7 @@ int main(void)
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
 		cmocka_unit_test(cli_interrupted_sweep_keeps_the_run_so_far),
 		cmocka_unit_test(cli_seeds_show_the_median_seed_run),
+		cmocka_unit_test(cli_sweep_gives_the_disk_share_by_difference),
 		cmocka_unit_test(cli_stop_stops_fio),
 		cmocka_unit_test(man_pages_share_one_header),
 	};

@@ -245,6 +245,12 @@ void replay_study_json(json_t *o, double width);
  * width (sweep_param "width", one value per run) the study's figures too. */
 void replay_print(FILE *f, const struct replay_result *r, size_t n,
 		  const char *preset, const char *sweep_param, const double *sweep_values);
+/* The disk tier's share of run k's gross saving as the study measured it:
+ * (saved_store of k - that of a ram-only run) / saved_store of k, percent,
+ * where k runs the default policy and a ram-only run of r[0..n) has the
+ * same sweep value (xs, or any with xs NULL); else NAN. */
+double replay_disk_by_difference(const struct replay_result *r, size_t n, const double *xs,
+				 size_t k);
 /* One JSON object per run. */
 json_t *replay_result_json(const struct replay_result *r);
 /* Writes the runs as CSV (a header line, one line per run). Returns 0 or

@@ -485,6 +485,40 @@ static void study_rows(struct bench_table *t, const struct replay_result *r, siz
 	}
 }
 
+double replay_disk_by_difference(const struct replay_result *r, size_t n, const double *xs,
+				 size_t k)
+{
+	if (r[k].policy != POL_DEFAULT || !(r[k].saved_store > 0))
+		return NAN;
+	for (size_t j = 0; j < n; j++)
+		if (r[j].policy == POL_RAM_ONLY && (!xs || xs[j] == xs[k]))
+			return 100.0 * (r[k].saved_store - r[j].saved_store) / r[k].saved_store;
+	return NAN;
+}
+
+/* Under a sweep run with the default and the ram-only policy: a row of
+ * each default run's disk share by difference. */
+static void difference_row(struct bench_table *t, const struct replay_result *r, size_t n,
+			   const double *xs)
+{
+	int any = 0;
+	size_t k;
+
+	for (k = 0; k < n && !any; k++)
+		any = !isnan(replay_disk_by_difference(r, n, xs, k));
+	if (!any)
+		return;
+	bench_table_cell(t, "%s", "  disk tier's share by difference %");
+	for (k = 0; k < n; k++) {
+		double v = replay_disk_by_difference(r, n, xs, k);
+		if (isnan(v))
+			bench_table_cell(t, "-");
+		else
+			bench_table_cell(t, "%.1f", v);
+	}
+	bench_table_end_row(t);
+}
+
 /* With a default and a ram-only run side by side (a replay, not a sweep):
  * the disk tier's share of the gross saving as the study measured it, the
  * difference between the two runs. */
@@ -542,13 +576,16 @@ void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *
 		}
 		bench_table_end_row(t);
 	}
+	if (sweep_values)
+		difference_row(t, r, n, sweep_values);
 	if (sweep_param && sweep_values && !strcmp(sweep_param, "width"))
 		study_rows(t, r, n, sweep_values);
 	bench_table_print(t, f, 2);
 	bench_table_free(t);
 	free(hdr);
 
-	disk_by_difference(f, r, n);
+	if (!sweep_values) /* a sweep has its row per width above */
+		disk_by_difference(f, r, n);
 	if (!ref)
 		return;
 	fprintf(f, "\n  published beside measured (%s):\n", preset);

@@ -101,6 +101,9 @@ static int write_json(struct cli *c, const struct wl *w, int sweep, const struct
 			json_object_set_new(o, "sweep_value", json_real(rs->xs[i]));
 			if (!strcmp(c->over, "width"))
 				replay_study_json(o, rs->xs[i]);
+			json_object_set_new(o, "disk_of_saving_by_difference",
+					    bench_json_real(replay_disk_by_difference(
+						    rs->res, rs->n, rs->xs, i)));
 		}
 		bench_json_result(doc, o);
 	}
