@@ -399,7 +399,7 @@ static void put_each_fn(void *arg, size_t j)
 
 static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_beside *b,
 		     const struct disk_each *each, const uint64_t *sums,
-		     const uint8_t *has_sum)
+		     const uint8_t *has_sum, size_t nsum)
 {
 	struct wr *w;
 	size_t *map;
@@ -431,7 +431,7 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 		w[m].key = ops[i].key;
 		w[m].data = ops[i].buf;
 		w[m].len = ops[i].len;
-		if (sums && has_sum && has_sum[i]) {
+		if (sums && has_sum && i < nsum && has_sum[i]) {
 			w[m].sum = sums[i];
 			w[m].kept_sum = 1;
 		}
@@ -452,14 +452,14 @@ static int put_batch(struct disk_tier *d, kvt_op *ops, size_t n, struct disk_bes
 
 int disk_put_batch(struct disk_tier *d, kvt_op *ops, size_t n)
 {
-	return put_batch(d, ops, n, NULL, NULL, NULL, NULL);
+	return put_batch(d, ops, n, NULL, NULL, NULL, NULL, 0);
 }
 
 int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 			  void (*fn)(void *), void *arg)
 {
 	struct disk_beside b = { .fn = fn, .arg = arg };
-	int rc = put_batch(d, ops, n, &b, NULL, NULL, NULL);
+	int rc = put_batch(d, ops, n, &b, NULL, NULL, NULL, 0);
 
 	beside_run(&b);
 	return rc;
@@ -468,16 +468,16 @@ int disk_put_batch_beside(struct disk_tier *d, kvt_op *ops, size_t n,
 int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
 			void (*fn)(void *arg, size_t i), void *arg)
 {
-	return disk_put_batch_sums(d, ops, n, NULL, NULL, fn, arg);
+	return disk_put_batch_sums(d, ops, n, NULL, NULL, 0, fn, arg);
 }
 
 int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
-			const uint64_t *sums, const uint8_t *has_sum,
+			const uint64_t *sums, const uint8_t *has_sum, size_t nsum,
 			void (*fn)(void *arg, size_t i), void *arg)
 {
 	struct disk_each each = { .fn = fn, .arg = arg };
 
-	return put_batch(d, ops, n, NULL, fn ? &each : NULL, sums, has_sum);
+	return put_batch(d, ops, n, NULL, fn ? &each : NULL, sums, has_sum, nsum);
 }
 
 /* --- small calls --------------------------------------------------------------- */

@@ -70,14 +70,15 @@ int disk_put_batch_each(struct disk_tier *d, kvt_op *ops, size_t n,
 			void (*fn)(void *arg, size_t i), void *arg);
 
 /*
- * disk_put_batch_each, where sums[i] (for each i with has_sum[i]; either
- * array NULL: none) is the checksum ops[i]'s bytes were kept with (the RAM
- * tier's, computed as it copied them): it is written in the record's
- * header instead of being computed again from the bytes. A block whose
- * bytes changed since reads back as damaged (-EBADMSG), not as good.
+ * disk_put_batch_each, where sums[i] (for each i < nsum with has_sum[i];
+ * either array NULL: none) is the checksum ops[i]'s bytes were kept with
+ * (the RAM tier's, computed as it copied them): it is written in the
+ * record's header instead of being computed again from the bytes. The ops
+ * from nsum on have none. A block whose bytes changed since reads back as
+ * damaged (-EBADMSG), not as good.
  */
 int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
-			const uint64_t *sums, const uint8_t *has_sum,
+			const uint64_t *sums, const uint8_t *has_sum, size_t nsum,
 			void (*fn)(void *arg, size_t i), void *arg);
 
 /*

@@ -397,12 +397,13 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 		sum = &own_sum;
 	} else {
 		memcpy(r->base + off, data, len);
-	}
-	/* A promotion's data may be a caller's buffer: what counts is the copy
-	 * this tier owns, checked against the sum the disk verified. */
-	if (sum != &own_sum && sum && kvt_checksum(r->base + off, len) != *sum) {
-		free_extent(r, (uint64_t)off);
-		return -EBADMSG;
+		/* A promotion's data may be a caller's buffer: what counts is
+		 * the copy this tier owns, checked against the sum the disk
+		 * verified. */
+		if (sum && kvt_checksum(r->base + off, len) != *sum) {
+			free_extent(r, (uint64_t)off);
+			return -EBADMSG;
+		}
 	}
 	/* Another thread may have stored the same key meanwhile: same bytes. */
 	return insert_extent(r, key, (uint64_t)off, len, gen, sum);

@@ -20,9 +20,6 @@ static void store_teardown(kvt_store *s);
 
 /* --- tier glue -------------------------------------------------------------- */
 
-/* The most ops of a spill batch with the write-arounds handed to it. */
-#define ROOM_OPS 256
-
 /* A spill written as one disk batch: the RAM tier's blocks, all[0..sp->n),
  * then the put batch's write-arounds; each block of RAM's is finished
  * (its room freed) as soon as it is on disk. */
@@ -48,7 +45,7 @@ static void spill_to_disk(void *arg, struct ram_spill *sp)
 	kvt_op *all = sp->nextra ? malloc(n * sizeof(*all)) : sp->ops;
 
 	if (!all) { /* the write-arounds in a batch of their own */
-		disk_put_batch_sums(s->disk, sp->ops, sp->n, sp->sums, sp->has_sum,
+		disk_put_batch_sums(s->disk, sp->ops, sp->n, sp->sums, sp->has_sum, sp->n,
 				    NULL, NULL);
 		disk_put_batch(s->disk, sp->extra, sp->nextra);
 		return;
@@ -59,11 +56,7 @@ static void spill_to_disk(void *arg, struct ram_spill *sp)
 	}
 	struct spill_each e = { sp, all };
 	/* RAM's kept sums cover all[0..sp->n), the write-arounds have none */
-	uint8_t has[ROOM_OPS] = { 0 };
-	if (sp->has_sum && sp->n <= ROOM_OPS)
-		memcpy(has, sp->has_sum, sp->n);
-	disk_put_batch_sums(s->disk, all, n, sp->sums, n <= ROOM_OPS ? has : NULL,
-			    spill_each_fn, &e);
+	disk_put_batch_sums(s->disk, all, n, sp->sums, sp->has_sum, sp->n, spill_each_fn, &e);
 	for (size_t j = 0; j < sp->nextra; j++)
 		sp->extra[j].result = all[sp->n + j].result;
 	if (all != sp->ops)

@@ -1123,7 +1123,7 @@ static void put_batch_sums_write_the_given_checksum(void **st)
 		for (int i = 0; i < N; i++)
 			sums[i] = kvt_checksum(ops[i].buf, lens[c]);
 		sums[1] ^= 1; /* not its bytes' */
-		assert_int_equal(disk_put_batch_sums(d, ops, N, sums, has, NULL, NULL), 0);
+		assert_int_equal(disk_put_batch_sums(d, ops, N, sums, has, N, NULL, NULL), 0);
 		disk_close(d);
 		d = open_ok(&f, NULL);
 		assert_int_equal(get_block(d, first + 0, lens[c]), 0);
