@@ -44,6 +44,9 @@ int replay_policy_parse(const char *s, enum replay_policy *out);
 
 #define REPLAY_NODES_MAX 8
 #define REPLAY_SEEDS_MAX 16 /* generator seeds a point runs with (--seeds) */
+/* The figures a run keeps of every seed it was made with (seed_fig):
+ * saved_store, saved_store_union, disk_of_saving. */
+enum { SEED_SAVED, SEED_UNION, SEED_DISK, SEED_FIGS };
 
 struct replay_opts {
 	/* engine model */
@@ -161,15 +164,13 @@ struct replay_result {
 	/* generator seeds (kvbench --seeds; set by the command, not the run):
 	 * nseeds runs were made of this point, one per seed in seeds[], and
 	 * this is the one of seed `seed`, the seed whose run of the point's
-	 * first policy had the median gross saving; seed_saved[],
-	 * seed_union[] and seed_disk[] are each seed's saved_store,
-	 * saved_store_union and disk_of_saving for this run's policy.
+	 * first policy had the median gross saving; seed_fig[f][i] is seed
+	 * seeds[i]'s figure f (SEED_*) for this run's policy.
 	 * nseeds 0: a trace (no seed) */
 	unsigned nseeds;
 	uint64_t seed;
 	uint64_t seeds[REPLAY_SEEDS_MAX];
-	double seed_saved[REPLAY_SEEDS_MAX], seed_union[REPLAY_SEEDS_MAX];
-	double seed_disk[REPLAY_SEEDS_MAX];
+	double seed_fig[SEED_FIGS][REPLAY_SEEDS_MAX];
 	json_t *store_stats;                     /* final kvt_stats_json, or NULL;
 						  * with nodes > 1 an array of
 						  * every node's, node 0 first */

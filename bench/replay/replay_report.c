@@ -154,6 +154,11 @@ static double fget(const struct replay_result *r, int id)
 	double pt = (double)r->prompt_tokens, pb = (double)r->prompt_blocks;
 	double store = (double)(r->tok[T_RAM] + r->tok[T_DISK] + r->tok[T_PEER]);
 
+	if (id >= F_SEED_SAVED_MIN && id <= F_SEED_DISK_MAX) {
+		/* lowest, median, highest of each SEED_* figure, in that order */
+		int k = id - F_SEED_SAVED_MIN;
+		return seeds_q(r->seed_fig[k / 3], r->nseeds, (k % 3) * 0.5);
+	}
 	switch (id) {
 	case F_CALLS: return (double)r->calls;
 	case F_PROMPT_MTOK: return pt / 1e6;
@@ -212,15 +217,6 @@ static double fget(const struct replay_result *r, int id)
 		return r->saved_store > 0 ? 100.0 * r->disk_of_saving : NAN;
 	case F_SEEDS: return r->nseeds ? (double)r->nseeds : NAN;
 	case F_SEED: return r->nseeds ? (double)r->seed : NAN;
-	case F_SEED_SAVED_MIN: return seeds_q(r->seed_saved, r->nseeds, 0);
-	case F_SEED_SAVED_MED: return seeds_q(r->seed_saved, r->nseeds, 0.5);
-	case F_SEED_SAVED_MAX: return seeds_q(r->seed_saved, r->nseeds, 1);
-	case F_SEED_UNION_MIN: return seeds_q(r->seed_union, r->nseeds, 0);
-	case F_SEED_UNION_MED: return seeds_q(r->seed_union, r->nseeds, 0.5);
-	case F_SEED_UNION_MAX: return seeds_q(r->seed_union, r->nseeds, 1);
-	case F_SEED_DISK_MIN: return seeds_q(r->seed_disk, r->nseeds, 0);
-	case F_SEED_DISK_MED: return seeds_q(r->seed_disk, r->nseeds, 0.5);
-	case F_SEED_DISK_MAX: return seeds_q(r->seed_disk, r->nseeds, 1);
 	case F_SAVED_GPU: return 100.0 * r->saved_gpu;
 	case F_TTFT_P50: return r->ttft_p50;
 	case F_TTFT_P90: return r->ttft_p90;
@@ -603,6 +599,12 @@ void replay_print(FILE *f, const struct replay_result *r, size_t n, const char *
 	}
 }
 
+/* The JSON names of the SEED_* figures of a seed's run. */
+static const char *const seed_fig_name[SEED_FIGS] = {
+	[SEED_SAVED] = "saved_store", [SEED_UNION] = "saved_store_union",
+	[SEED_DISK] = "disk_of_saving",
+};
+
 json_t *replay_result_json(const struct replay_result *r)
 {
 	json_t *o = json_object(), *tiers = json_object();
@@ -635,10 +637,9 @@ json_t *replay_result_json(const struct replay_result *r)
 		for (unsigned k = 0; k < r->nseeds && k < REPLAY_SEEDS_MAX; k++) {
 			json_t *e = json_object();
 			json_object_set_new(e, "seed", json_integer((json_int_t)r->seeds[k]));
-			json_object_set_new(e, "saved_store", bench_json_real(100.0 * r->seed_saved[k]));
-			json_object_set_new(e, "saved_store_union",
-					    bench_json_real(100.0 * r->seed_union[k]));
-			json_object_set_new(e, "disk_of_saving", bench_json_real(100.0 * r->seed_disk[k]));
+			for (int f = 0; f < SEED_FIGS; f++)
+				json_object_set_new(e, seed_fig_name[f],
+						    bench_json_real(100.0 * r->seed_fig[f][k]));
 			json_array_append_new(a, e);
 		}
 		json_object_set_new(o, "seed_runs", a);

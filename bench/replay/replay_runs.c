@@ -130,16 +130,23 @@ static int report(struct cli *c, const struct wl *w, int sweep, const struct run
 	return rc;
 }
 
+/* Keeps run from's seed and figures as seed i of run to. */
+static void seed_take(struct replay_result *to, unsigned i, const struct replay_result *from)
+{
+	to->seeds[i] = from->seed;
+	to->seed_fig[SEED_SAVED][i] = from->saved_store;
+	to->seed_fig[SEED_UNION][i] = from->saved_store_union;
+	to->seed_fig[SEED_DISK][i] = from->disk_of_saving;
+}
+
 /* Marks run r as made with the generator's seed (none for a trace). */
 static void seed_mark(const struct cli *c, struct replay_result *r)
 {
 	if (c->trace)
 		return;
 	r->nseeds = 1;
-	r->seed = r->seeds[0] = c->gen.seed;
-	r->seed_saved[0] = r->saved_store;
-	r->seed_union[0] = r->saved_store_union;
-	r->seed_disk[0] = r->disk_of_saving;
+	r->seed = c->gen.seed;
+	seed_take(r, 0, r);
 }
 
 /*
@@ -163,13 +170,8 @@ static void seeds_fold(struct runs *rs, size_t nruns, size_t npol, unsigned nsee
 		unsigned m = order[(nseeds - 1) / 2];
 		for (size_t k = p; k < p + npol; k++) {
 			struct replay_result *shown = &rs->res[m * nruns + k];
-			for (i = 0; i < nseeds; i++) {
-				const struct replay_result *r = &rs->res[i * nruns + k];
-				shown->seeds[i] = r->seed;
-				shown->seed_saved[i] = r->saved_store;
-				shown->seed_union[i] = r->saved_store_union;
-				shown->seed_disk[i] = r->disk_of_saving;
-			}
+			for (i = 0; i < nseeds; i++)
+				seed_take(shown, i, &rs->res[i * nruns + k]);
 			shown->nseeds = nseeds;
 			if (m) {
 				replay_result_free(&rs->res[k]);
