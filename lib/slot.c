@@ -148,6 +148,8 @@ void slot_rec_drop(struct slot_table *t, uint32_t id)
 	struct slot_rec *r = &t->recs[id];
 
 	live_unlink(t, id);
+	if (r->pb)
+		pin_rec_untie(r);
 	t->held_bytes -= r->len;
 	r->state = R_FREE;
 	r->gen = r->gen + 1 ? r->gen + 1 : 1;

@@ -43,6 +43,9 @@ struct slot_rec {
 	uint8_t released;     /* LOADING: unpinned or lapsed; freed by its loader */
 	uint8_t linked;       /* on the live list */
 	uint8_t has_off;      /* LOADING: off is allocated */
+	struct kvt_pin_batch *pb; /* a landed load's batch, which it holds
+				     (a ref) until the record is freed */
+	size_t pbi;               /* the slot's index in pb */
 };
 
 /* Up to LOAD_GROUP disk loads of one pin batch, or (b NULL) what follows
@@ -67,6 +70,8 @@ struct pin_done {
 	void *addr;
 	size_t len;
 	int result;
+	uint8_t cancelled;        /* its record was freed (unpinned, lapsed, the
+				     store closed) before it was reaped */
 };
 
 struct kvt_pin_batch {
@@ -78,6 +83,8 @@ struct kvt_pin_batch {
 				     the caller's slot only by kvt_pin_reap */
 	size_t nloads, ndone, nreaped;
 	int efd;
+	unsigned refs;            /* the caller's (until kvt_pin_free) and one
+				     per record of a landed load (pin_rec) */
 };
 
 struct slot_table {
@@ -137,6 +144,14 @@ static inline int under_cap(const struct slot_table *t, size_t len)
 
 /* slot.c: records, table locked. */
 uint32_t slot_rec_of(const struct slot_table *t, uint64_t ref, unsigned mask);
+/* Ties record id (a landed load) to slot i of batch b, so that freeing the
+ * record before kvt_pin_reap reports the load makes the reap say
+ * -ECANCELED instead of handing out space given back (slot_pin.c). Table
+ * locked. */
+void pin_rec_tie(struct slot_table *t, uint32_t id, struct kvt_pin_batch *b, size_t i);
+/* Unties a freed record from its batch: marks its load cancelled and drops
+ * the record's hold on the batch (the last hold frees it). Table locked. */
+void pin_rec_untie(struct slot_rec *r);
 uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state);
 void slot_rec_drop(struct slot_table *t, uint32_t id);
 void slot_rec_free(struct slot_table *t, uint32_t id);

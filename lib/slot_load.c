@@ -166,6 +166,7 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);
 		if (res[k] == 0) {
 			r->state = R_PIN_OWN;
+			pin_rec_tie(t, j->rec[k], j->b, j->idx[k]);
 			promote(t, r, sum[k]);
 		} else {
 			slot_rec_free(t, j->rec[k]);

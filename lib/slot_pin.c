@@ -33,6 +33,46 @@ static void batch_destroy(struct kvt_pin_batch *b)
 	free(b);
 }
 
+/* Drops a hold on b (b->lock held on entry, released on return); the last
+ * one frees it. */
+static void batch_put_locked(struct kvt_pin_batch *b)
+{
+	unsigned left = --b->refs;
+
+	pthread_mutex_unlock(&b->lock);
+	if (!left)
+		batch_destroy(b);
+}
+
+/*
+ * A landed load stays tied to its batch until its record is freed: an
+ * unpin, a lapse or kvt_close that frees it before kvt_pin_reap reported
+ * the load marks it cancelled there, and the reap says -ECANCELED (the
+ * space may hold another block by then). The record holds the batch, so
+ * kvt_pin_free before the unpin leaves the batch to the record's free.
+ * Lock order: the table's lock, then the batch's.
+ */
+void pin_rec_tie(struct slot_table *t, uint32_t id, struct kvt_pin_batch *b, size_t i)
+{
+	struct slot_rec *r = &t->recs[id];
+
+	pthread_mutex_lock(&b->lock);
+	b->refs++;
+	pthread_mutex_unlock(&b->lock);
+	r->pb = b;
+	r->pbi = i;
+}
+
+void pin_rec_untie(struct slot_rec *r)
+{
+	struct kvt_pin_batch *b = r->pb;
+
+	r->pb = NULL;
+	pthread_mutex_lock(&b->lock);
+	b->res[r->pbi].cancelled = 1;
+	batch_put_locked(b);
+}
+
 /* Pins slots[i] if the block is in RAM (0), or makes a LOADING record for a
  * disk hit or a block a peer owns (-EINPROGRESS), or fails. Table locked. */
 static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
@@ -118,6 +158,7 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 	}
 	b->slots = slots;
 	b->efd = -1;
+	b->refs = 1;
 	pthread_mutex_init(&b->lock, NULL);
 	cond_init_monotonic(&b->cond);
 	if (store_client(s)) {
@@ -205,6 +246,13 @@ KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max, int timeout_
 		for (; k < max && b->nreaped < b->ndone; k++) {
 			size_t i = b->done[b->nreaped++];
 			idx[k] = i;
+			if (b->res[i].cancelled && b->res[i].result == 0) {
+				/* freed before this reap: its space is not the
+				 * caller's any more */
+				b->res[i].result = -ECANCELED;
+				b->res[i].len = 0;
+				b->res[i].addr = NULL;
+			}
 			b->slots[i].result = b->res[i].result;
 			b->slots[i].len = b->res[i].len;
 			b->slots[i].addr = b->res[i].addr;
@@ -237,8 +285,7 @@ KVT_API void kvt_pin_free(kvt_pin_batch *b)
 	pthread_mutex_lock(&b->lock);
 	while (b->ndone < b->nloads)
 		pthread_cond_wait(&b->cond, &b->lock);
-	pthread_mutex_unlock(&b->lock);
-	batch_destroy(b);
+	batch_put_locked(b);
 }
 
 KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n)

@@ -624,6 +624,76 @@ static void test_unpin_while_loading_cancels(void **state)
 	kvt_close(s);
 }
 
+/* Reaps every load of b; each must be result -ECANCELED with no address
+ * (its record was freed before the reap); returns how many were reaped. */
+static size_t reap_all_cancelled(kvt_pin_batch *b, kvt_slot *sl)
+{
+	size_t idx[16], got = 0;
+	int r;
+
+	while ((r = kvt_pin_reap(b, idx, 16, 10000)) > 0)
+		for (int k = 0; k < r; k++, got++) {
+			assert_int_equal(sl[idx[k]].result, -ECANCELED);
+			assert_null(sl[idx[k]].addr);
+			assert_int_equal(sl[idx[k]].len, 0);
+		}
+	assert_int_equal(r, 0);
+	return got;
+}
+
+/* Loads that landed but were not reaped yet when their slots were unpinned,
+ * lapsed or the batch freed: the reap says -ECANCELED and hands out no
+ * address (the space has been given back and may hold another block), and
+ * nothing is held after. Freeing the batch before unpinning its landed
+ * loads is allowed; the unpin then finishes with the batch. */
+static void test_landed_but_unreaped_loads_are_cancelled(void **state)
+{
+	(void)state;
+	const uint64_t n = 8;
+	kvt_store *s = blocks_on_disk_only("unreaped.dat", n, MiB,
+					   ", \"pin_ms\": 300, \"pin_cap\": 1.0", WT ", \"promote\": false");
+	kvt_slot sl[8];
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	/* unpinned after they landed */
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	for (int ms = 0; store_stat(s, "slots", "loads") < (long long)n && ms < 10000; ms += 10)
+		sleep_ms(10);
+	assert_int_equal(store_stat(s, "slots", "loads"), n);
+	assert_int_equal(kvt_unpin(s, sl, n), (int)n);
+	for (uint64_t i = 100; i < 120; i++) /* the space goes to other blocks */
+		store_put_block(s, test_key(i), MiB);
+	assert_int_equal(reap_all_cancelled(b, sl), n);
+	assert_int_equal(kvt_unpin(s, sl, n), 0);
+	kvt_pin_free(b);
+
+	/* lapsed (ram.pin_ms 300) before the reap */
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	int pinned = kvt_get_pin(s, sl, n, 0, &b);
+	for (uint64_t i = 0; i < n; i++)
+		if (sl[i].result != -EINPROGRESS)
+			fail_msg("slot %llu: %d", (unsigned long long)i, sl[i].result);
+	assert_int_equal(pinned, (int)n);
+	sleep_ms(900);
+	assert_true(store_stat(s, "slots", "lapses") >= (long long)n);
+	assert_int_equal(reap_all_cancelled(b, sl), n);
+	kvt_pin_free(b);
+
+	/* the batch freed first, its landed loads unpinned after */
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	kvt_pin_free(b); /* waits for the loads; they stay pinned */
+	assert_int_equal(store_stat(s, "slots", "held"), n);
+	assert_int_equal(kvt_unpin(s, sl, n), (int)n);
+	assert_int_equal(store_stat(s, "slots", "held"), 0);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	kvt_close(s);
+}
+
 static void test_forgotten_pin_and_reservation_lapse(void **state)
 {
 	(void)state;
@@ -852,6 +922,7 @@ int main(void)
 		cmocka_unit_test(test_pin_loads_blocks_a_peer_owns),
 		cmocka_unit_test(test_commit_is_copied_to_the_owner),
 		cmocka_unit_test(test_unpin_while_loading_cancels),
+		cmocka_unit_test(test_landed_but_unreaped_loads_are_cancelled),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
 		cmocka_unit_test(test_pin_survives_remove),
 		cmocka_unit_test(test_pins_race_removals),
