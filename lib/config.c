@@ -796,6 +796,13 @@ static int cross_check(struct kvt_config *c, const struct given *g)
 		why = "the largest block the disk tier holds";
 	}
 	if (!g->max_block) {
+		/* Without a disk tier an evicted block is dropped: one larger
+		 * than the high watermark would start an eviction down to the
+		 * low one as soon as it is put, and be the block it drops. */
+		uint64_t high = (uint64_t)((double)c->ram_capacity * c->high_watermark) /
+				4096 * 4096;
+		if (!c->ndisk && high >= MAX_BLOCK_MIN && high < limit)
+			limit = high;
 		if (c->max_block > limit)
 			c->max_block = limit;
 		return 0;

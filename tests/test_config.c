@@ -453,8 +453,11 @@ static void test_max_block_defaults_to_what_fits(void **state)
 	(void)state;
 	struct kvt_config c;
 
-	/* default 256 MiB, lowered to the RAM capacity ... */
+	/* default 256 MiB, lowered to the RAM capacity, and without a disk
+	 * tier to its high watermark (0.95 by default), in 4 KiB units ... */
 	expect_ok("{\"ram\": {\"capacity\": \"64MiB\"}}", &c);
+	assert_int_equal(c.max_block, (uint64_t)(64 * MiB * 0.95) / 4096 * 4096);
+	expect_ok("{\"ram\": {\"capacity\": \"64MiB\", \"high_watermark\": 1.0}}", &c);
 	assert_int_equal(c.max_block, 64 * MiB);
 	/* ... and to a disk region less its record header */
 	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\"}}", &c);
