@@ -396,8 +396,10 @@ KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len)
 	kvt_op op = { key, (void *)data, len, 0 };
 	uint64_t t0 = kvt_now_ns();
 	int rc = s->client ? local_put_ops(s->client, &op, 1) : store_put_ops_to(s, &op, 1, "kvt_put", 1);
-	hist_record(&s->put_lat, kvt_now_ns() - t0);
-	ctr_add(&s->puts, 1);
+	if (rc != -EINVAL) { /* a put refused for its arguments is not one */
+		hist_record(&s->put_lat, kvt_now_ns() - t0);
+		ctr_add(&s->puts, 1);
+	}
 	return rc;
 }
 
@@ -590,9 +592,13 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 	int rc = s->client ? local_put_ops(s->client, ops, n)
 			   : store_put_ops_to(s, ops, n, "kvt_put_batch", 1);
 	uint64_t dt = n ? (kvt_now_ns() - t0) / n : 0;
+	size_t valid = 0;
 	for (size_t i = 0; i < n; i++)
-		hist_record(&s->put_lat, dt);
-	ctr_add(&s->puts, n);
+		if (ops[i].result != -EINVAL) { /* as kvt_put */
+			hist_record(&s->put_lat, dt);
+			valid++;
+		}
+	ctr_add(&s->puts, valid);
 	ctr_add(&s->batches, 1);
 	return rc;
 }

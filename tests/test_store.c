@@ -139,6 +139,10 @@ static void test_bad_arguments_rejected(void **state)
 	assert_int_equal(kvt_put(s, k, buf, 0), -EINVAL);
 	assert_int_equal(kvt_put(s, k, buf, SIZE_MAX), -EINVAL);
 	assert_non_null(strstr(kvt_last_error(), "max_block"));
+	kvt_op bad = { k, NULL, 16, 0 };
+	assert_int_equal(kvt_put_batch(s, &bad, 1), -EINVAL);
+	/* refused for their arguments: not counted as puts */
+	assert_int_equal(store_stat(s, "store", "puts"), 0);
 	assert_int_equal(kvt_get(NULL, k, buf, 16, &len), -EINVAL);
 	assert_int_equal(kvt_get(s, k, buf, 16, NULL), -EINVAL);
 	assert_int_equal(kvt_get(s, k, NULL, 16, &len), -EINVAL);
