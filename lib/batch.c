@@ -5,6 +5,7 @@
  * about the tiers.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ struct kvt_batch {
 	pthread_cond_t cond;
 	int done;
 	int result;
+	char error[256];          /* the worker's kvt_last_error() of a failure */
 	int efd;
 	struct kvt_batch *qnext;
 };
@@ -35,6 +37,8 @@ static void batch_complete(struct kvt_batch *b, int result)
 {
 	pthread_mutex_lock(&b->lock);
 	b->result = result;
+	if (result < 0) /* said on the worker's thread: kept for the caller's */
+		snprintf(b->error, sizeof(b->error), "%s", kvt_last_error());
 	b->done = 1;
 	if (b->efd >= 0) {
 		uint64_t one = 1;
@@ -201,6 +205,8 @@ KVT_API int kvt_batch_result(kvt_batch *b)
 		return kvt_fail(-EINVAL, "kvt_batch_result: batch is NULL");
 	pthread_mutex_lock(&b->lock);
 	int rc = b->done ? b->result : -EINPROGRESS;
+	if (rc < 0 && rc != -EINPROGRESS)
+		kvt_set_error("%s", b->error[0] ? b->error : kvt_strerror(rc));
 	pthread_mutex_unlock(&b->lock);
 	return rc;
 }

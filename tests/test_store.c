@@ -524,6 +524,16 @@ static void test_async_batch_wait_poll_fd(void **state)
 	assert_int_equal(kvt_batch_submit(s, KVT_OP_GET, ops, N, &b), 0);
 	kvt_batch_free(b);
 
+	/* A failed batch's words, said on a worker thread, reach the caller's
+	 * kvt_last_error() through kvt_batch_result. */
+	kvt_op miss = { test_key(999999), bufs[0], 4096, 0 };
+	assert_int_equal(kvt_batch_submit(s, KVT_OP_GET, &miss, 1, &b), 0);
+	assert_int_equal(kvt_batch_wait(b, -1), 0);
+	assert_int_equal(kvt_put(s, test_key(1), NULL, 16), -EINVAL); /* older words */
+	assert_int_equal(kvt_batch_result(b), -ENOENT);
+	assert_non_null(strstr(kvt_last_error(), "not stored"));
+	kvt_batch_free(b);
+
 	assert_int_equal(kvt_batch_submit(s, 7, ops, N, &b), -EINVAL);
 	assert_int_equal(kvt_batch_submit(NULL, KVT_OP_GET, ops, N, &b), -EINVAL);
 	assert_int_equal(kvt_batch_submit(s, KVT_OP_GET, ops, N, NULL), -EINVAL);
