@@ -409,8 +409,12 @@ static int read_inline(struct peer_tier *p, unsigned m, const struct hdr *h,
 			return e;
 		ctr_add(&p->bytes_in, len);
 		if (kvt_checksum(o->buf, len) != want) {
+			char kb[34];
 			ctr_add(&p->checksum_failures, 1);
 			o->result = -EBADMSG;
+			kvt_set_error("peer: block %s from member %u failed its checksum "
+				      "(damaged in transit or at its owner); not used",
+				      kvt_key_str(o->key, kb), m);
 		} else {
 			o->len = len;
 			o->result = 0;

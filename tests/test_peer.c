@@ -1381,6 +1381,8 @@ static void test_peer_sends_bad_checksum(void **state)
 		fail_msg("a payload with a wrong checksum was returned (%d)", rc);
 	if (rc != -EBADMSG)
 		print_message("note: a bad checksum gave %s, not -EBADMSG\n", kvt_strerror(rc));
+	else if (!strstr(kvt_last_error(), "failed its checksum"))
+		fail_msg("a bad checksum left kvt_last_error() as \"%s\"", kvt_last_error());
 }
 
 /* --- the server, spoken to by hand ----------------------------------------- */
