@@ -32,7 +32,7 @@ static void report(struct slot_table *t, const struct slot_job *j,
 	for (uint32_t k = 0; k < j->n; k++) {
 		struct pin_done *d = &b->res[j->idx[k]];
 		d->result = res[k];
-		d->len = len[k];
+		d->len = res[k] == 0 ? len[k] : 0; /* a failed load holds nothing */
 		d->addr = res[k] == 0 ? t->base + off[k] : NULL;
 		b->done[b->ndone++] = j->idx[k];
 	}

@@ -431,8 +431,10 @@ static void test_load_racing_remove_is_not_promoted(void **state)
 		if (sl.result == 0) {
 			assert_true(check_block(sl.key, sl.addr, 65536));
 			landed++;
-		} else {
+		} else { /* a failed load holds nothing */
 			assert_int_equal(sl.result, -ENOENT);
+			assert_null(sl.addr);
+			assert_int_equal(sl.len, 0);
 		}
 		kvt_unpin(s, &sl, 1);
 		assert_int_equal(kvt_get(s, test_key(i), NULL, 0, &len), -ENOENT);
