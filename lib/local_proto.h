@@ -166,8 +166,9 @@ static inline int lp_spin_readable(int fd, unsigned us)
 
 /* --- bounded waits (local_wait.c) -------------------------------------------------- */
 
-/* How long the client waits for the node store's part of the HELLO
- * exchange, from its connect to the HELLO answer. */
+/* How long each end waits for the other's part of the HELLO exchange: the
+ * client from its connect to the HELLO answer, the node store from the
+ * accept to the HELLO. */
 #define LP_HELLO_MS 5000
 /* The bound in use: LP_HELLO_MS, lowered by the tests. */
 extern _Atomic unsigned lp_hello_ms;

@@ -1,10 +1,12 @@
 /*
  * local_wait.c - reading from the other end of a node store's Unix socket
  * connection (local_proto.h) with a bound on the wait: the HELLO exchange,
- * which the client lets the node store stall for lp_hello_ms at most. A
+ * which neither end lets the other stall for longer than lp_hello_ms. A
  * client attaching to something that accepts its connection but never
  * answers (not a node store, or one that is stopped) fails with
- * -ETIMEDOUT instead of hanging. Also the client's read of a reply and the descriptors
+ * -ETIMEDOUT instead of hanging; the node store drops a connection that
+ * sends no HELLO in time, so idle connections cannot hold the places of
+ * local.max_clients. Also the client's read of a reply and the descriptors
  * passed with it (used for every reply, without a deadline after HELLO).
  */
 #include <errno.h>

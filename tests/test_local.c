@@ -16,9 +16,10 @@
  * blocks through the node store's directory: without a request, counted
  * as hits later, falling back when the directory is full, never wrong
  * while writers remove, replace and evict, and after the node store is
- * killed. The HELLO exchange is bounded: an attach to a
+ * killed. The HELLO exchange is bounded at both ends: an attach to a
  * socket that never answers (or answers half, or cannot queue the connect)
- * fails with -ETIMEDOUT. The example
+ * fails with -ETIMEDOUT, and the node store drops connections that say no
+ * HELLO, so they cannot keep real clients out. The example
  * examples/node_local (a scheduler and two workers) runs against the same
  * kvtierd. Every wait is bounded.
  */
@@ -30,6 +31,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1568,6 +1570,51 @@ static void test_attach_to_a_silent_socket_times_out(void **state)
 	lp_hello_ms = LP_HELLO_MS;
 }
 
+static atomic_int g_no_hello_logged;
+
+static void no_hello_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == KVT_LOG_WARN && strstr(msg, "sent no HELLO"))
+		atomic_fetch_add(&g_no_hello_logged, 1);
+}
+
+/* Defect: connections that never said HELLO held places of
+ * local.max_clients for ever, so a real attach failed with -EUSERS. The
+ * node store now drops each after lp_hello_ms; a real attach then works. */
+static void test_silent_connections_dropped(void **state)
+{
+	(void)state;
+	char sock[256];
+	lp_hello_ms = 1000;
+	kvt_set_log(no_hello_log, NULL, KVT_LOG_WARN);
+	kvt_store *node = open_node(", \"max_clients\": 3", sock, sizeof(sock));
+	int raw[3];
+	long long t0 = now_ms();
+	for (int i = 0; i < 3; i++)
+		raw[i] = connect_to(sock);
+	/* One says half a header, then nothing. */
+	assert_int_equal(send(raw[2], "KL", 2, MSG_NOSIGNAL), 2);
+	kvt_store *c = NULL;
+	char cfg[320];
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	assert_int_equal(kvt_open(cfg, &c), -EUSERS);
+	for (int i = 0; i < 3; i++) {
+		expect_closed(raw[i], 1000 + 5000);
+		close(raw[i]);
+	}
+	assert_true(now_ms() - t0 >= 900);
+	lp_hello_ms = LP_HELLO_MS;
+	kvt_set_log(NULL, NULL, 0);
+	assert_int_equal(atomic_load(&g_no_hello_logged), 3);
+	kvt_store *a = attach_within(sock, 2000);
+	store_put_block(a, test_key(7), 4096);
+	assert_int_equal(store_get_block(a, test_key(7), 4096), 0);
+	expect_stat(a, "local", "clients", 1);
+	kvt_close(a);
+	kvt_close(node);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1673,6 +1720,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stuck_client_and_max_clients),
 		cmocka_unit_test(test_other_users_refused),
 		cmocka_unit_test(test_attach_to_a_silent_socket_times_out),
+		cmocka_unit_test(test_silent_connections_dropped),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
