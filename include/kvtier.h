@@ -153,7 +153,9 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * there (kvtier(7), "One store per node"); it fails with -ENOENT or
  * -ECONNREFUSED when nothing serves PATH, -EACCES when this process may not
  * attach, -EUSERS when local.max_clients are attached, -EPROTO when the
- * other end does not speak the protocol.
+ * other end does not speak the protocol, -ETIMEDOUT when it did not accept
+ * the connection or answer its HELLO within 5 seconds (not a node store,
+ * or a stopped or stuck one).
  */
 KVT_API int kvt_open(const char *config_json, kvt_store **out);
 

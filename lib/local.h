@@ -58,7 +58,8 @@ void local_server_stats(struct local_server *srv, const struct stat_visitor *v);
  * Returns 0, -ENOENT or -ECONNREFUSED (no store there), -EACCES (the
  * socket's permissions or the store's local.uids and local.gids refuse this
  * process), -EUSERS (the store serves local.max_clients processes already),
- * -EPROTONOSUPPORT, -EPROTO, -ENOMEM.
+ * -EPROTONOSUPPORT, -EPROTO, -ETIMEDOUT (no connection or HELLO answer
+ * within lp_hello_ms, local_proto.h), -ENOMEM.
  */
 int local_client_open(const char *path, struct local_client **out);
 void local_client_close(struct local_client *c);

@@ -28,7 +28,9 @@
  * checksum, which the server checks before the block becomes visible; a put
  * that finds no room without spilling sends its bytes in the frame instead.
  * Every reply is bounds-checked: an offset or length outside the mapping is
- * a protocol error, never a copy. Knows nothing about tiers.
+ * a protocol error, never a copy. The connect and the HELLO exchange end
+ * within lp_hello_ms (local_wait.c; -ETIMEDOUT); later replies are waited
+ * for as long as the node store takes. Knows nothing about tiers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -68,6 +70,7 @@ struct local_client {
 	uint32_t ndefer;
 	uint32_t nhits;
 	struct lp_key hits[LC_HITS]; /* gets served from the directory, untold */
+	uint64_t deadline;     /* of the HELLO answer (kvt_now_ns()); 0 after */
 };
 
 /* --- frames -------------------------------------------------------------------- */
@@ -79,6 +82,18 @@ static int broken(struct local_client *c)
 			"broke the protocol", c->path);
 }
 
+/* A read that failed (r, from lp_recv_some or recv_all): the HELLO answer
+ * that did not come in time, else the connection broke. */
+static int lost(struct local_client *c, ssize_t r)
+{
+	if (r != LP_LATE)
+		return broken(c);
+	atomic_store_explicit(&c->broken, 1, memory_order_relaxed);
+	return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not answer in "
+			"time (%u ms; not a node store, or a stopped or stuck one)",
+			c->path, (unsigned)lp_hello_ms);
+}
+
 static int send_all(int fd, struct iovec *iov, int n)
 {
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
@@ -86,55 +101,13 @@ static int send_all(int fd, struct iovec *iov, int n)
 	return lp_send_all(fd, &m);
 }
 
-/*
- * Reads at least need and at most cap bytes of a reply into p (with fds
- * non-NULL, also the descriptors passed along, at most 2, into fds[0] and
- * fds[1], which start at -1): the bytes read, or -1.
- */
-static ssize_t recv_some(int sock, void *p, size_t need, size_t cap, int *fds)
+/* Reads len bytes (until deadline, 0: no bound); with fds non-NULL, also
+ * the descriptors passed along: 0, -1 or LP_LATE. */
+static int recv_all(int sock, void *p, size_t len, int *fds, uint64_t deadline)
 {
-	size_t got = 0;
+	ssize_t r = len ? lp_recv_some(sock, p, len, len, fds, deadline) : 0;
 
-	while (got < need) {
-		union {
-			char buf[CMSG_SPACE(2 * sizeof(int))];
-			struct cmsghdr align;
-		} u;
-		struct iovec iov = { (char *)p + got, cap - got };
-		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-		if (fds) {
-			m.msg_control = u.buf;
-			m.msg_controllen = sizeof(u.buf);
-		}
-		ssize_t r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		for (struct cmsghdr *cm = fds ? CMSG_FIRSTHDR(&m) : NULL; cm;
-		     cm = CMSG_NXTHDR(&m, cm)) {
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-			    cm->cmsg_len < CMSG_LEN(sizeof(int)))
-				continue;
-			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (size_t i = 0; i < k; i++) {
-				int fd;
-				memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-				if (i < 2 && fds[i] < 0)
-					fds[i] = fd;
-				else
-					close(fd); /* more than a HELLO answer has */
-			}
-		}
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
-/* Reads len bytes; with fd non-NULL, also a descriptor passed along. */
-static int recv_all(int sock, void *p, size_t len, int *fd)
-{
-	return len && recv_some(sock, p, len, len, fd) < 0 ? -1 : 0;
+	return r < 0 ? (int)r : 0;
 }
 
 /* Bytes of a reply read at once: its header, status and a short body. */
@@ -227,9 +200,9 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	 * for waking a sleeping CPU: tens of microseconds on an idle virtual
 	 * machine, more than the request itself. */
 	lp_spin_readable(c->fd, c->spin_us);
-	ssize_t got = recv_some(c->fd, first, sizeof(h) + 4, most, fds);
+	ssize_t got = lp_recv_some(c->fd, first, sizeof(h) + 4, most, fds, c->deadline);
 	if (got < 0)
-		return broken(c);
+		return lost(c, got);
 	memcpy(&h, first, sizeof(h));
 	memcpy(&status, first + sizeof(h), 4);
 	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
@@ -243,8 +216,8 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		if (body > LP_TEXT_MAX)
 			return broken(c);
 		memcpy(t, first + 12, have);
-		if (recv_all(c->fd, t + have, body - have, NULL))
-			return broken(c);
+		if ((got = recv_all(c->fd, t + have, body - have, NULL, c->deadline)))
+			return lost(c, got);
 		t[body] = 0;
 		kvt_set_error("%s", t);
 		return status;
@@ -253,8 +226,9 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		return broken(c);
 	if (have)
 		memcpy(out, first + 12, have);
-	if (body > have && recv_all(c->fd, (char *)out + have, body - have, NULL))
-		return broken(c);
+	if (body > have &&
+	    (got = recv_all(c->fd, (char *)out + have, body - have, NULL, c->deadline)))
+		return lost(c, got);
 	if (olen)
 		*olen = body;
 	return status;
@@ -271,9 +245,38 @@ static int rpc(struct local_client *c, int type, const void *a, size_t alen,
 
 /* --- open and close ------------------------------------------------------------- */
 
-int local_client_open(const char *path, struct local_client **out)
+/* Connects c->fd to the node store at c->path; the connect and the HELLO
+ * exchange that follows end by c->deadline (SO_SNDTIMEO bounds a connect
+ * that waits for room in the backlog of a store that accepts no more).
+ * 0 or the error. */
+static int attach_connect(struct local_client *c)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	unsigned ms = lp_hello_ms;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", c->path);
+	c->deadline = lp_hello_deadline();
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return kvt_fail(-errno, "attach: socket: %s", strerror(errno));
+	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+		return kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
+	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
+		int e = errno;
+		if (e == EAGAIN || e == EINPROGRESS)
+			return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not "
+					"accept the connection in time (%u ms; a stopped or "
+					"stuck store)", c->path, ms);
+		return kvt_fail(-e, "attach: cannot connect to the node store at %s: %s%s",
+				c->path, strerror(e), e == EACCES ?
+				" (the socket's permissions do not let this process in)" : "");
+	}
+	return 0;
+}
+
+int local_client_open(const char *path, struct local_client **out)
+{
 	struct local_client *c = calloc(1, sizeof(*c));
 	struct lp_hello hl;
 	int fds[2] = { -1, -1 }, rc;
@@ -282,24 +285,17 @@ int local_client_open(const char *path, struct local_client **out)
 	if (!c)
 		return kvt_fail(-ENOMEM, "attach: out of memory");
 	snprintf(c->path, sizeof(c->path), "%s", path);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
 	pthread_mutex_init(&c->lock, NULL);
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0) {
-		rc = kvt_fail(-errno, "attach: socket: %s", strerror(errno));
+	if ((rc = attach_connect(c)))
 		goto fail;
-	}
-	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
-		int e = errno;
-		rc = kvt_fail(-e, "attach: cannot connect to the node store at %s: %s%s",
-			      path, strerror(e), e == EACCES ?
-			      " (the socket's permissions do not let this process in)" : "");
-		goto fail;
-	}
 	uint32_t v = LP_VERSION;
 	pthread_mutex_lock(&c->lock);
 	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
+	c->deadline = 0; /* later requests wait as long as the store takes */
 	pthread_mutex_unlock(&c->lock);
+	struct timeval none = { 0, 0 };
+	if (rc >= 0 && setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none)))
+		rc = kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
 	if (rc < 0) {
 		if (rc == -ENOTCONN)
 			rc = kvt_fail(-EPROTO, "attach: %s answered no HELLO (not a node "

@@ -30,7 +30,9 @@
 #include <errno.h>
 #include <stdint.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "internal.h"
 
@@ -161,5 +163,31 @@ static inline int lp_spin_readable(int fd, unsigned us)
 	}
 	return 0;
 }
+
+/* --- bounded waits (local_wait.c) -------------------------------------------------- */
+
+/* How long each end waits for the other's part of the HELLO exchange: the
+ * client from its connect to the HELLO answer, the node store from the
+ * accept to the HELLO. */
+#define LP_HELLO_MS 5000
+/* The bound in use: LP_HELLO_MS, lowered by the tests. */
+extern _Atomic unsigned lp_hello_ms;
+/* kvt_now_ns() + lp_hello_ms: the deadline of a HELLO exchange that starts
+ * now. */
+uint64_t lp_hello_deadline(void);
+/* Waits until fd is readable (or failed: the read that follows says how)
+ * or the deadline (kvt_now_ns() time; 0: none) passes: 1, or 0 when the
+ * time ran out. */
+int lp_wait_readable(int fd, uint64_t deadline);
+/* What lp_recv_some returns when the deadline passed first. */
+#define LP_LATE (-2)
+/*
+ * Reads at least need and at most cap bytes into p (with fds non-NULL, also
+ * the descriptors passed along, at most 2, into fds[0] and fds[1], which
+ * start at -1), waiting until deadline at most (0: no bound): the bytes
+ * read, -1 at end of file or on error, LP_LATE when the time ran out.
+ */
+ssize_t lp_recv_some(int sock, void *p, size_t need, size_t cap, int *fds,
+		     uint64_t deadline);
 
 #endif

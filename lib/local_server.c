@@ -5,7 +5,8 @@
  *
  * Owns the socket and the threads: binding (taking over a socket file
  * nobody listens on any more), one acceptor thread that checks each
- * process's credentials and local.max_clients, and one thread per client,
+ * process's credentials and local.max_clients, and one thread per client
+ * (which closes the connection when no HELLO comes within lp_hello_ms),
  * so a client that is slow to send or to read its replies holds up nobody
  * else; reading and checking frame headers, the HELLO, writing replies;
  * open, close and counters. A client's thread hands each request to
@@ -137,14 +138,42 @@ static int read_header(struct conn *c, int *type, size_t *len)
 	return 0;
 }
 
+/* Waits until the HELLO's header and version are in c->rb, for
+ * lp_hello_ms from the accept at most: 0, -1 at end of file or on error,
+ * LP_LATE when the time ran out (the connection is dropped, so processes
+ * that connect and say nothing cannot hold the places of
+ * local.max_clients). */
+static int hello_wait(struct conn *c)
+{
+	const size_t need = sizeof(struct lp_hdr) + 4;
+
+	while (c->rend < need) {
+		if (!lp_wait_readable(c->fd, c->hello_deadline))
+			return LP_LATE;
+		ssize_t r = recv(c->fd, c->rb + c->rend, sizeof(c->rb) - c->rend, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		c->rend += (size_t)r;
+	}
+	return 0;
+}
+
 /* The HELLO: the client's version, answered with the arena's memfd. */
 static int hello(struct conn *c)
 {
 	uint32_t version;
 	size_t len;
-	int type, r = read_header(c, &type, &len);
+	int type, r = hello_wait(c);
 
-	if (r)
+	if (r == LP_LATE) {
+		kvt_log(KVT_LOG_WARN, "local: process %d (uid %u) sent no HELLO within %u ms; "
+			"its connection is closed", (int)c->pid, (unsigned)c->uid,
+			(unsigned)lp_hello_ms);
+		return -1;
+	}
+	if (r || (r = read_header(c, &type, &len)))
 		return r;
 	if (type != LP_HELLO || len != 4 || conn_read(c, &version, 4))
 		return -2;
@@ -307,6 +336,7 @@ static void accept_one(struct local_server *srv)
 		c->uid = cr.uid;
 		c->pid = cr.pid;
 		c->free_head = NIL;
+		c->hello_deadline = lp_hello_deadline();
 		if (pthread_create(&c->th, NULL, conn_main, c) == 0) {
 			c->next = srv->conns;
 			srv->conns = c;

@@ -16,7 +16,10 @@
  * blocks through the node store's directory: without a request, counted
  * as hits later, falling back when the directory is full, never wrong
  * while writers remove, replace and evict, and after the node store is
- * killed. The example
+ * killed. The HELLO exchange is bounded at both ends: an attach to a
+ * socket that never answers (or answers half, or cannot queue the connect)
+ * fails with -ETIMEDOUT, and the node store drops connections that say no
+ * HELLO, so they cannot keep real clients out. The example
  * examples/node_local (a scheduler and two workers) runs against the same
  * kvtierd. Every wait is bounded.
  */
@@ -28,6 +31,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +54,7 @@
 
 #include "kvtier.h"
 #include "local.h"
+#include "local_proto.h"
 #include "util.h"
 
 #define START_MS 30000 /* kvtierd start-up, generous for TSan */
@@ -1426,6 +1431,190 @@ static void test_directory_after_the_node_store_is_killed(void **state)
 	free(dir);
 }
 
+/* --- bounded HELLO ---------------------------------------------------------------- */
+
+/* kvt_open with attach in a thread of its own, so that a hang fails the
+ * test instead of stopping it. */
+struct timed_attach {
+	char sock[200];
+	int rc;
+	char err[512];
+	kvt_store *s;
+};
+
+static void *timed_attach_main(void *p)
+{
+	struct timed_attach *t = p;
+	t->rc = attach(t->sock, &t->s);
+	snprintf(t->err, sizeof(t->err), "%s", kvt_last_error());
+	return NULL;
+}
+
+/* Attaches to sock, expecting -ETIMEDOUT after lp_hello_ms and within ms. */
+static void expect_attach_times_out(const char *sock, int ms)
+{
+	struct timed_attach t = { .rc = 1 };
+	pthread_t th;
+	snprintf(t.sock, sizeof(t.sock), "%s", sock);
+	long long t0 = now_ms();
+	assert_int_equal(pthread_create(&th, NULL, timed_attach_main, &t), 0);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	if (pthread_timedjoin_np(th, NULL, &ts))
+		fail_msg("kvt_open attach to %s still waits after %d ms", sock, ms);
+	long long took = now_ms() - t0;
+	assert_null(t.s);
+	if (t.rc != -ETIMEDOUT)
+		fail_msg("attach to %s: %s: %s", sock, kvt_strerror(t.rc), t.err);
+	assert_true(took >= (long long)lp_hello_ms - 50);
+	assert_non_null(strstr(t.err, sock));
+	assert_non_null(strstr(t.err, "in time"));
+}
+
+/* The address of the socket at path sock. */
+static struct sockaddr_un sun_of(const char *sock)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	size_t n = strlen(sock);
+	assert_true(n < sizeof(a.sun_path));
+	memcpy(a.sun_path, sock, n + 1);
+	return a;
+}
+
+static int listen_at(const char *sock, int backlog)
+{
+	struct sockaddr_un a = sun_of(sock);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, backlog), 0);
+	return fd;
+}
+
+static int connect_to(const char *sock)
+{
+	struct sockaddr_un a = sun_of(sock);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* A fake node store: accepts one connection, reads the HELLO and answers
+ * with a refusal whose header announces 1000 bytes of text, then sends
+ * nothing more until the client goes (or 10 s pass). */
+static void *half_answer_main(void *p)
+{
+	int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
+	unsigned char q[12], h[12];
+	if (fd < 0)
+		return NULL;
+	if (recv(fd, q, sizeof(q), MSG_WAITALL) == (ssize_t)sizeof(q)) {
+		uint16_t magic = W_MAGIC;
+		uint32_t len = 4 + 1000;
+		int32_t st = -EIO;
+		memcpy(h, &magic, 2);
+		h[2] = W_VERSION;
+		h[3] = W_HELLO | W_REPLY;
+		memcpy(h + 4, &len, 4);
+		memcpy(h + 8, &st, 4);
+		ssize_t w = send(fd, h, sizeof(h), MSG_NOSIGNAL);
+		(void)w;
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, 10000) > 0)
+			w = recv(fd, q, sizeof(q), 0);
+	}
+	close(fd);
+	return NULL;
+}
+
+/* Defect: kvt_open with attach hung for ever when the other end accepted
+ * (or the kernel queued) the connection but never answered HELLO, sent a
+ * header and then nothing, or had no room left to queue the connect (a
+ * stopped node store). Each now fails with -ETIMEDOUT after lp_hello_ms,
+ * naming the path. */
+static void test_attach_to_a_silent_socket_times_out(void **state)
+{
+	(void)state;
+	char sock[256];
+	lp_hello_ms = 300;
+	/* Queued by the kernel, never accepted, never answered. */
+	snprintf(sock, sizeof(sock), "%s/silent.sock", g_dir);
+	int lfd = listen_at(sock, 8);
+	expect_attach_times_out(sock, 5000);
+	close(lfd);
+	unlink(sock);
+	/* A header announcing a body that never comes. */
+	snprintf(sock, sizeof(sock), "%s/half.sock", g_dir);
+	lfd = listen_at(sock, 8);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, half_answer_main, &lfd), 0);
+	expect_attach_times_out(sock, 5000);
+	pthread_join(th, NULL);
+	close(lfd);
+	unlink(sock);
+	/* The backlog is full: the connect itself would wait. */
+	snprintf(sock, sizeof(sock), "%s/full.sock", g_dir);
+	lfd = listen_at(sock, 0);
+	int q1 = connect_to(sock);
+	expect_attach_times_out(sock, 5000);
+	close(q1);
+	close(lfd);
+	unlink(sock);
+	lp_hello_ms = LP_HELLO_MS;
+}
+
+static atomic_int g_no_hello_logged;
+
+static void no_hello_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == KVT_LOG_WARN && strstr(msg, "sent no HELLO"))
+		atomic_fetch_add(&g_no_hello_logged, 1);
+}
+
+/* Defect: connections that never said HELLO held places of
+ * local.max_clients for ever, so a real attach failed with -EUSERS. The
+ * node store now drops each after lp_hello_ms; a real attach then works. */
+static void test_silent_connections_dropped(void **state)
+{
+	(void)state;
+	char sock[256];
+	lp_hello_ms = 1000;
+	kvt_set_log(no_hello_log, NULL, KVT_LOG_WARN);
+	kvt_store *node = open_node(", \"max_clients\": 3", sock, sizeof(sock));
+	int raw[3];
+	long long t0 = now_ms();
+	for (int i = 0; i < 3; i++)
+		raw[i] = connect_to(sock);
+	/* One says half a header, then nothing. */
+	assert_int_equal(send(raw[2], "KL", 2, MSG_NOSIGNAL), 2);
+	kvt_store *c = NULL;
+	char cfg[320];
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	assert_int_equal(kvt_open(cfg, &c), -EUSERS);
+	for (int i = 0; i < 3; i++) {
+		expect_closed(raw[i], 1000 + 5000);
+		close(raw[i]);
+	}
+	assert_true(now_ms() - t0 >= 900);
+	lp_hello_ms = LP_HELLO_MS;
+	kvt_set_log(NULL, NULL, 0);
+	assert_int_equal(atomic_load(&g_no_hello_logged), 3);
+	kvt_store *a = attach_within(sock, 2000);
+	store_put_block(a, test_key(7), 4096);
+	assert_int_equal(store_get_block(a, test_key(7), 4096), 0);
+	expect_stat(a, "local", "clients", 1);
+	kvt_close(a);
+	kvt_close(node);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1530,6 +1719,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_commit_checks_the_checksum),
 		cmocka_unit_test(test_stuck_client_and_max_clients),
 		cmocka_unit_test(test_other_users_refused),
+		cmocka_unit_test(test_attach_to_a_silent_socket_times_out),
+		cmocka_unit_test(test_silent_connections_dropped),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
