@@ -138,8 +138,10 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * no peers). On success returns 0 and sets *out. Fails with -EINVAL for a
  * malformed document, an unknown key, a wrong type or an impossible value,
  * naming it in kvt_last_error(); -ENOMEM when the RAM arena cannot be
- * allocated or locked as required; -ENOTSUP for configured features this
- * build does not have (peers.transport "rdma"); -EBUSY when a disk.path
+ * allocated or locked as required; with peers.transport "rdma", -ENODEV
+ * when no RDMA device serves this node's own address (the message names the
+ * address and why, e.g. "is rdma_ucm loaded?"; "auto" falls back to TCP
+ * instead, with a log line); -EBUSY when a disk.path
  * device is in use by another store (of any process; each device is opened
  * exclusively until kvt_close) and -EINVAL when two entries of disk.path
  * reach the same file or block device; -EIO and others from opening disk
@@ -512,9 +514,14 @@ KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max);
  * or a store attached to a node store, whose batches run in the node
  * store's process), the range is still registered and its I/O takes the
  * plain path; the disk tier's statistics
- * count mem_register_refusals, mem_fixed_ios and mem_plain_ios. The range
- * is not registered with an RDMA device: this build has no RDMA transport
- * for peers. On success returns 0 and sets *id. Returns -EINVAL for a NULL
+ * count mem_register_refusals, mem_fixed_ios and mem_plain_ios. With peers
+ * over RDMA (peers.transport "rdma", or "auto" where a device serves this
+ * node) the range is also registered with the RDMA device, for local writes
+ * only (never exposed to other members), and a peer get whose buffer lies in
+ * it READs the block straight there instead of through staging (counted as
+ * peer.rdma.direct_reads); a device that refuses, or 64 ranges registered
+ * with it already, leaves the range working through staging (logged).
+ * On success returns 0 and sets *id. Returns -EINVAL for a NULL
  * store, base or id, len 0, base or len not 4096 aligned, flags non-zero,
  * or a range overlapping the RAM arena (the library registers that
  * itself); -EEXIST when it overlaps a registered range; -ENOSPC past 64
@@ -525,12 +532,15 @@ KVT_API int kvt_mem_register(kvt_store *s, void *base, size_t len,
 
 /*
  * Ends the registration id returned by kvt_mem_register(); the memory is
- * the caller's again. It never waits: while a batch of this store has disk
- * I/O into or out of the range in flight, it fails with -EBUSY and the
- * range stays registered (call again once the batches using it have
- * completed). Returns 0; -ENOENT when id is not a live registration of
- * this store (never registered, or deregistered already); -EBUSY; -EINVAL
- * for a NULL store. kvt_close() ends every registration.
+ * the caller's again. It never waits for disk I/O: while a batch of this
+ * store has disk I/O into or out of the range in flight, it fails with
+ * -EBUSY and the range stays registered (call again once the batches using
+ * it have completed). With peers over RDMA it does wait for the peer
+ * tier's RDMA READs in flight, each bounded by its request deadline, before
+ * it takes the range off the RDMA device. Returns 0; -ENOENT when id is
+ * not a live registration of this store (never registered, or
+ * deregistered already); -EBUSY; -EINVAL for a NULL store. kvt_close()
+ * ends every registration.
  */
 KVT_API int kvt_mem_deregister(kvt_store *s, uint64_t id);
 
