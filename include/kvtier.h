@@ -138,8 +138,10 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * no peers). On success returns 0 and sets *out. Fails with -EINVAL for a
  * malformed document, an unknown key, a wrong type or an impossible value,
  * naming it in kvt_last_error(); -ENOMEM when the RAM arena cannot be
- * allocated or locked as required; -ENOTSUP for configured features this
- * build does not have (peers.transport "rdma"); -EBUSY when a disk.path
+ * allocated or locked as required; with peers.transport "rdma", -ENODEV
+ * when no RDMA device serves this node's own address (the message names the
+ * address and why, e.g. "is rdma_ucm loaded?"; "auto" falls back to TCP
+ * instead, with a log line); -EBUSY when a disk.path
  * device is in use by another store (of any process; each device is opened
  * exclusively until kvt_close) and -EINVAL when two entries of disk.path
  * reach the same file or block device; -EIO and others from opening disk
@@ -386,9 +388,16 @@ typedef struct kvt_pin_batch kvt_pin_batch;
  * KVT_SLOT_STORED (the key is stored already: skip its copy), -EAGAIN (no
  * space now, or ram.pin_cap of the RAM tier is held in slots), -EINVAL (len
  * 0 or above ram.max_block, or flags not 0). A reservation not committed or
- * aborted within ram.pin_ms lapses and its space is reused. Returns the
- * number of slots reserved; -EINVAL for a NULL store, slots NULL with n
- * non-zero, or flags non-zero.
+ * aborted within ram.pin_ms is taken to be forgotten: from then on it may
+ * lapse at any moment, which the store does when it next sweeps its slots
+ * (at each kvt_put_reserve() of a block not stored yet, each kvt_get_pin()
+ * and kvt_stats_json(), and in the background on a loader thread once the
+ * store has started its loaders). A lapse gives the space back for reuse,
+ * and a commit or abort after it gets -ESTALE; a commit after ram.pin_ms
+ * but before the lapse still publishes. Only a copy and commit that finish
+ * within ram.pin_ms are sure to publish, and the caller must not write into
+ * a slot past ram.pin_ms. Returns the number of slots reserved; -EINVAL
+ * for a NULL store, slots NULL with n non-zero, or flags non-zero.
  */
 KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
 			    unsigned flags);
@@ -405,7 +414,8 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
  * whose result is not 0 are skipped. Per
  * slot, result becomes 0 (published, or the key was stored meanwhile),
  * -ESTALE (not a live reservation of this store: aborted, committed, or
- * lapsed after ram.pin_ms) or -ENOMEM; ref and addr are cleared. Returns
+ * lapsed, which a reservation older than ram.pin_ms may have done; see
+ * kvt_put_reserve()) or -ENOMEM; ref and addr are cleared. Returns
  * the number of slots published; -EINVAL for a NULL store, or slots NULL
  * with n non-zero.
  */
@@ -433,7 +443,9 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * that another member owns is read from it the same way (its slot is
  * ram.max_block bytes until it lands). Other results: -ENOENT (stored
  * nowhere on this node and owned by no other member), -EAGAIN (ram.pin_cap
- * of the RAM tier is held in slots), -EINVAL. A pinned block is never evicted, moved or reused, even
+ * of the RAM tier is held in slots), -EINVAL; a slot whose result is
+ * negative has addr NULL and len unspecified. A pinned block is never
+ * evicted, moved or reused, even
  * when kvt_remove() removes its key meanwhile (the bytes stay until the
  * unpin). A pin not released within ram.pin_ms of its call is taken to be
  * forgotten and lapses, like a lease. flags must be 0. Returns the number of
@@ -447,10 +459,11 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
  * Reports loads of a pin batch that finished since the last call: writes up
  * to max slot indexes to idx (each slot is reported once, with its result,
  * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC,
- * -ETIMEDOUT, -ECANCELED) and returns how many. Waits up to timeout_ms
+ * -ETIMEDOUT, -ECANCELED; a failed load holds nothing, its addr is NULL and
+ * its len unspecified) and returns how many. Waits up to timeout_ms
  * milliseconds (0: not at all; negative: forever) for one to finish. Returns 0 once every load of the
  * batch has been reported, -ETIMEDOUT when the time ran out first, -EINVAL
- * for a NULL batch, or idx NULL with max non-zero.
+ * for a NULL batch, idx NULL, or max 0.
  */
 KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max,
 			 int timeout_ms);
@@ -514,9 +527,14 @@ KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max);
  * or a store attached to a node store, whose batches run in the node
  * store's process), the range is still registered and its I/O takes the
  * plain path; the disk tier's statistics
- * count mem_register_refusals, mem_fixed_ios and mem_plain_ios. The range
- * is not registered with an RDMA device: this build has no RDMA transport
- * for peers. On success returns 0 and sets *id. Returns -EINVAL for a NULL
+ * count mem_register_refusals, mem_fixed_ios and mem_plain_ios. With peers
+ * over RDMA (peers.transport "rdma", or "auto" where a device serves this
+ * node) the range is also registered with the RDMA device, for local writes
+ * only (never exposed to other members), and a peer get whose buffer lies in
+ * it READs the block straight there instead of through staging (counted as
+ * peer.rdma.direct_reads); a device that refuses, or 64 ranges registered
+ * with it already, leaves the range working through staging (logged).
+ * On success returns 0 and sets *id. Returns -EINVAL for a NULL
  * store, base or id, len 0, base or len not 4096 aligned, flags non-zero,
  * or a range overlapping the RAM arena (the library registers that
  * itself); -EEXIST when it overlaps a registered range; -ENOSPC past 64
@@ -527,12 +545,15 @@ KVT_API int kvt_mem_register(kvt_store *s, void *base, size_t len,
 
 /*
  * Ends the registration id returned by kvt_mem_register(); the memory is
- * the caller's again. It never waits: while a batch of this store has disk
- * I/O into or out of the range in flight, it fails with -EBUSY and the
- * range stays registered (call again once the batches using it have
- * completed). Returns 0; -ENOENT when id is not a live registration of
- * this store (never registered, or deregistered already); -EBUSY; -EINVAL
- * for a NULL store. kvt_close() ends every registration.
+ * the caller's again. It never waits for disk I/O: while a batch of this
+ * store has disk I/O into or out of the range in flight, it fails with
+ * -EBUSY and the range stays registered (call again once the batches using
+ * it have completed). With peers over RDMA it does wait for the peer
+ * tier's RDMA READs in flight, each bounded by its request deadline, before
+ * it takes the range off the RDMA device. Returns 0; -ENOENT when id is
+ * not a live registration of this store (never registered, or
+ * deregistered already); -EBUSY; -EINVAL for a NULL store. kvt_close()
+ * ends every registration.
  */
 KVT_API int kvt_mem_deregister(kvt_store *s, uint64_t id);
 
