@@ -444,7 +444,7 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * ram.max_block bytes until it lands). Other results: -ENOENT (stored
  * nowhere on this node and owned by no other member), -EAGAIN (ram.pin_cap
  * of the RAM tier is held in slots), -EINVAL; a slot whose result is
- * negative has addr NULL and len unspecified. A pinned block is never
+ * negative has addr NULL (and, reaped, len 0). A pinned block is never
  * evicted, moved or reused, even
  * when kvt_remove() removes its key meanwhile (the bytes stay until the
  * unpin). A pin not released within ram.pin_ms of its call is taken to be
@@ -460,7 +460,7 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
  * to max slot indexes to idx (each slot is reported once, with its result,
  * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC,
  * -ETIMEDOUT, -ECANCELED; a failed load holds nothing, its addr is NULL and
- * its len unspecified) and returns how many. Waits up to timeout_ms
+ * its len 0) and returns how many. Waits up to timeout_ms
  * milliseconds (0: not at all; negative: forever) for one to finish. Returns 0 once every load of the
  * batch has been reported, -ETIMEDOUT when the time ran out first, -EINVAL
  * for a NULL batch, idx NULL, or max 0.
