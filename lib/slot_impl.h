@@ -163,6 +163,7 @@ int slot_check_args(kvt_store *s, const kvt_slot *slots, size_t n, const char *f
 
 /* slot_load.c: loader threads and their queue, table locked. */
 int slot_start_loaders(struct slot_table *t);
+void slot_start_timer(struct slot_table *t);
 int slot_queue_loads(struct slot_table *t, struct kvt_pin_batch *b,
 		     const size_t *load, const uint32_t *rec, size_t n);
 /* Queues what follows the commit of key's RAM block (with RAM generation

@@ -261,9 +261,11 @@ static void *loader_main(void *arg)
 }
 
 /* Starts the loaders if none run yet. Table locked. */
-int slot_start_loaders(struct slot_table *t)
+/* Starts loader threads until want of them run (the first also lapses
+ * forgotten slots). Table locked. */
+static int start_loaders_upto(struct slot_table *t, unsigned want)
 {
-	while (t->nth < t->want_th) {
+	while (t->nth < want) {
 		struct loader_arg *a = malloc(sizeof(*a));
 		if (a) {
 			a->t = t;
@@ -276,6 +278,22 @@ int slot_start_loaders(struct slot_table *t)
 		t->nth++;
 	}
 	return 0;
+}
+
+int slot_start_loaders(struct slot_table *t)
+{
+	return start_loaders_upto(t, t->want_th);
+}
+
+/* The first loader alone, whose timer lapses forgotten slots: started with
+ * the first pin or reservation, so that a store without loads (its pins all
+ * RAM hits) still lapses them without a call from anyone. Failing to start
+ * it leaves lapses to the calls that sweep. Table locked. */
+void slot_start_timer(struct slot_table *t)
+{
+	if (!t->nth && start_loaders_upto(t, 1))
+		kvt_log(KVT_LOG_WARN, "slots: no thread to lapse forgotten slots: "
+			"they lapse at the next reservation, pin or statistics call");
 }
 
 int slot_queue_write(struct slot_table *t, kvt_key key, uint64_t gen, int disk, int owner)

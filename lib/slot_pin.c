@@ -198,6 +198,8 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 			kvt_set_error("kvt_get_pin: slot %zu (%s): ram.pin_cap is held in slots",
 				      i, kvt_key_str(sl->key, kb));
 	}
+	if (pinned)
+		slot_start_timer(t);
 	rc = nload ? slot_start_loaders(t) : 0;
 	if (!rc)
 		rc = slot_queue_loads(t, b, load, rec, nload);

@@ -54,6 +54,7 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned fl
 		if (id != NIL) {
 			t->recs[id].off = (uint64_t)off;
 			sl->ref = handle_of(t, id);
+			slot_start_timer(t);
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (off >= 0 && id == NIL) {

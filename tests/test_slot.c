@@ -726,6 +726,29 @@ static void test_forgotten_pin_and_reservation_lapse(void **state)
 	kvt_close(s);
 }
 
+/* A store whose pins all hit RAM runs no loads, and still a forgotten pin
+ * lapses with nobody calling anything that sweeps (kvt_put and kvt_get do
+ * not): the pinned block becomes evictable again. */
+static void test_forgotten_ram_pin_lapses_without_sweeping_calls(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram(4, ", \"pin_ms\": 50, \"pin_cap\": 1.0");
+	kvt_slot pin = slot_of(test_key(1), 0);
+	kvt_pin_batch *b = NULL;
+	size_t len;
+
+	store_put_block(s, test_key(1), MiB);
+	assert_int_equal(kvt_get_pin(s, &pin, 1, 0, &b), 1);
+	kvt_pin_free(b);
+	sleep_ms(400);
+	/* the oldest block, evictable once its pin lapsed */
+	for (uint64_t i = 10; i < 14; i++)
+		store_put_block(s, test_key(i), MiB);
+	assert_int_equal(kvt_get(s, test_key(1), NULL, 0, &len), -ENOENT);
+	assert_int_equal(store_stat(s, "slots", "lapses"), 1);
+	kvt_close(s);
+}
+
 static void test_pin_survives_remove(void **state)
 {
 	(void)state;
@@ -926,6 +949,7 @@ int main(void)
 		cmocka_unit_test(test_unpin_while_loading_cancels),
 		cmocka_unit_test(test_landed_but_unreaped_loads_are_cancelled),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
+		cmocka_unit_test(test_forgotten_ram_pin_lapses_without_sweeping_calls),
 		cmocka_unit_test(test_pin_survives_remove),
 		cmocka_unit_test(test_pins_race_removals),
 		cmocka_unit_test(test_arena_regions),
