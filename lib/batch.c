@@ -5,9 +5,9 @@
  * about the tiers.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>

@@ -260,7 +260,6 @@ static void *loader_main(void *arg)
 	return NULL;
 }
 
-/* Starts the loaders if none run yet. Table locked. */
 /* Starts loader threads until want of them run (the first also lapses
  * forgotten slots). Table locked. */
 static int start_loaders_upto(struct slot_table *t, unsigned want)
