@@ -32,13 +32,30 @@ KVT_API const char *kvt_version(void)
 #define ERRNO_TEXTS 1024 /* errno values are small; larger codes are unknown */
 static _Atomic(char *) errno_texts[ERRNO_TEXTS];
 
+/*
+ * Whether err is an errno value the C library knows. GNU strerror_r() does
+ * not fail for others but formats "Unknown error N", which must read as
+ * "unknown error" as kvt_strerror(3) promises; glibc 2.32 and later tell
+ * by strerrorname_np(). XSI strerror_r() fails for them instead.
+ */
+static int is_errno_value(int err)
+{
+#if defined(__GLIBC__) && defined(_GNU_SOURCE) && \
+	(__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+	return strerrorname_np(err) != NULL;
+#else
+	(void)err;
+	return 1;
+#endif
+}
+
 static const char *libc_text(int err)
 {
 	char buf[256];
 	const char *t;
 	char *copy, *none = NULL;
 
-	if (err <= 0 || err >= ERRNO_TEXTS)
+	if (err <= 0 || err >= ERRNO_TEXTS || !is_errno_value(err))
 		return NULL;
 	copy = atomic_load_explicit(&errno_texts[err], memory_order_acquire);
 	if (copy)

@@ -610,6 +610,10 @@ static void test_strerror_falls_back_to_the_c_library(void **state)
 	}
 	assert_string_equal(kvt_strerror(-1000000), "unknown error");
 	assert_string_equal(kvt_strerror(-2147483647 - 1), "unknown error");
+	/* Small numbers that are no errno value are unknown too, not the C
+	 * library's "Unknown error N" (GNU strerror_r formats one for them). */
+	assert_string_equal(kvt_strerror(-500), "unknown error");
+	assert_string_equal(kvt_strerror(1000), "unknown error");
 }
 
 static int log_lines;
