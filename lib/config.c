@@ -876,8 +876,7 @@ int config_parse(const char *json, struct kvt_config *cfg)
 	json_t *root = json_loads(json, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
 	if (!root) {
 		set_defaults(cfg);
-		return kvt_fail(-EINVAL, "config: malformed JSON at line %d, column %d: %s",
-				e.line, e.column, e.text);
+		return config_json_error(json, &e);
 	}
 	int r = apply(root, &c);
 	json_decref(root);

@@ -90,6 +90,15 @@ int config_parse(const char *json, struct kvt_config *cfg);
 void config_free(struct kvt_config *cfg);
 
 /*
+ * Sets kvt_last_error() for text, which jansson refused with e, and returns
+ * -EINVAL: malformed JSON by line and column; a key given twice, or an
+ * integer beyond 64 bits, under the key path of its member (config_path.c).
+ * The json_error_t of <jansson.h>, which a caller of it includes.
+ */
+struct json_error_t;
+int config_json_error(const char *text, const struct json_error_t *e);
+
+/*
  * Parses a size: a non-negative integer of bytes, or a string "N", "N B",
  * "N K|M|G|T", "N KB|MB|GB|TB" (powers of 1024, as are KiB..TiB), with an
  * optional fraction ("1.5GiB"). Returns 0 or -EINVAL (negative, empty,

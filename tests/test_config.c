@@ -513,8 +513,30 @@ static void test_malformed_json_reports_line_and_column(void **state)
 	expect_fail("{\"ram\": {}", -EINVAL, "malformed JSON");
 	expect_fail("{\"ram\": {}} trailing", -EINVAL, "malformed JSON");
 	expect_fail("   ", -EINVAL, "malformed JSON");
-	/* a key given twice is ambiguous */
-	expect_fail("{\"threads\": 2, \"threads\": 3}", -EINVAL, "duplicate");
+	expect_fail("{\"ram\": {\"capacity\": }}", -EINVAL, "config: malformed JSON at line 1");
+}
+
+/* jansson refuses a key given twice and an integer past 64 bits as it
+ * parses, but both concern one member of a well-formed document: the error
+ * starts with that member's key path, as every other refused value's does
+ * (kvtier-config(5)), not with "config: malformed JSON". */
+static void test_json_refusals_of_a_member_name_its_key(void **state)
+{
+	(void)state;
+	expect_fail("{\"threads\": 2, \"threads\": 3}", -EINVAL,
+		    "threads: key given twice (line 1, column");
+	expect_fail("{\"ram\": {\"capacity\": \"4M\", \"capacity\": \"8M\"}}", -EINVAL,
+		    "ram.capacity: key given twice");
+	expect_fail("{\"ram\": {\"capacity\": 18446744073709551615}}", -EINVAL,
+		    "ram.capacity: 18446744073709551615 is out of range (line 1, column");
+	expect_fail("{\"ram\": {\"lease_ms\": 5, \"pin_ms\": -99999999999999999999}}", -EINVAL,
+		    "ram.pin_ms: -99999999999999999999 is out of range");
+	expect_fail("{\"disk\": {\"path\": [\"/a\", \"/b\"],\n \"capacity\": 99999999999999999999}}",
+		    -EINVAL, "disk.capacity: 99999999999999999999 is out of range (line 2, column");
+	expect_fail("{\"ram\": {\"lease_cap\": 1e999}}", -EINVAL, "ram.lease_cap: 1e999 is out of range");
+	expect_fail("{\"peers\": {\"members\": [{\"name\": \"a\"}, {\"name\": \"b\", \"addr\": \"x\", "
+		    "\"addr\": \"y\"}]}}", -EINVAL, "peers.members[1].addr: key given twice");
+	expect_fail("{\"r\\\"m\": {\"a\": [1, {}], \"a\": 2}}", -EINVAL, "r\\\"m.a: key given twice");
 }
 
 static void test_top_level_must_be_an_object(void **state)
@@ -719,6 +741,7 @@ int main(void)
 		cmocka_unit_test(test_max_block_defaults_to_what_fits),
 		cmocka_unit_test(test_max_block_is_what_the_disk_can_hold),
 		cmocka_unit_test(test_malformed_json_reports_line_and_column),
+		cmocka_unit_test(test_json_refusals_of_a_member_name_its_key),
 		cmocka_unit_test(test_top_level_must_be_an_object),
 		cmocka_unit_test(test_unknown_keys_are_named),
 		cmocka_unit_test(test_wrong_types_are_named),
