@@ -200,8 +200,11 @@ static int size_parse(const char *s, uint64_t *out, char *why, size_t whylen)
 			}
 		}
 	}
+	const char *gap = p;
 	while (*p == ' ')
 		p++;
+	if (!*p)
+		p = gap; /* spaces only separate a unit: "1 " is as bad as "1G " */
 	uint64_t mult = unit_multiplier(p);
 	if (!mult) {
 		snprintf(why, whylen,
