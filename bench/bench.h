@@ -80,7 +80,8 @@ enum { BENCH_OPT_JSON = 0x100, BENCH_OPT_REPS, BENCH_OPT_FIRST_FREE = 0x180 };
 	{ "reps", required_argument, NULL, BENCH_OPT_REPS },         \
 	{ "help", no_argument, NULL, 'h' }
 
-/* Default --reps: BENCHMARKS.md asks for at least five repetitions. */
+/* Default --reps: the method (kvbench(1), MEASUREMENT) takes the median of at
+ * least five repetitions. */
 #define BENCH_DEFAULT_REPS 5u
 
 /* Resets getopt's state (so a process may parse several argv) and turns off
@@ -238,7 +239,7 @@ int bench_parallel(unsigned nthreads, int pin, bench_thread_fn fn, void *arg,
 /* --- the machine's limit: memcpy ------------------------------------------- */
 
 /*
- * The memcpy limit a RAM-tier figure is divided by (BENCHMARKS.md): copies
+ * The memcpy limit a RAM-tier figure is divided by (kvbench(1), MEASUREMENT): copies
  * of block bytes from a source region like the RAM arena (mmap'd, anonymous,
  * prefaulted by writing, mlock'd when allowed) into malloc'd, prefaulted
  * destination buffers, on the same number of threads as the figure.
