@@ -17,7 +17,10 @@
  * the connection, a truncated one by the end alone) and expects LOOKUP_R,
  * GET_R and PUT_R and RELEASE_R frames with the right types, counts, flags,
  * lengths and statuses (cut short only where the server closes with input
- * unread, which resets the connection: see pw_walk). A block served in a
+ * unread, which resets the connection: see pw_walk). The frames of the RDMA
+ * transport are read as well: an UNPIN is not answered, and a PUT with flags
+ * bit 0 (offers) gets -ENOTSUP for each offer from this store, which opened
+ * without RDMA; a GET with flags bit 0 is answered inline. A block served in a
  * GET_R must match its checksum, fit the capacity asked, and be a block that
  * some PUT sent under that key: the harness records every PUT item it sends
  * that the server could store (its checksum right), and nothing else puts
@@ -64,8 +67,10 @@
 #define PW_ITEM 32u              /* PUT item header, GET_R item header */
 #define PW_KEYS_MAX 4096u        /* keys or items in one frame */
 #define PW_ERR_MAX 255u          /* an ERROR message from this server */
+#define PW_OFFER 48u              /* PUT offer (flags bit 0, RDMA TRANSPORT) */
+#define PW_F_RDMA 1u              /* flags bit 0 of GET, GET_R and PUT */
 enum { PW_T_HELLO = 1, PW_T_LOOKUP = 2, PW_T_GET = 3, PW_T_PUT = 4, PW_T_RELEASE = 5,
-       PW_T_REPLY = 0x80, PW_T_ERROR = 0xff };
+       PW_T_UNPIN = 6, PW_T_REPLY = 0x80, PW_T_ERROR = 0xff };
 
 /* The store under test. */
 #define PW_MAX_BLOCK (64u << 10) /* ram.max_block */
@@ -328,6 +333,44 @@ static int pw_want_hdr(struct pw_rd *out, size_t at, unsigned t, uint32_t count,
 	return 0;
 }
 
+/*
+ * PUT with flags bit 0 is an offer of count 48-byte items (key, u64 len,
+ * u64 sum, u64 address, u32 rkey, u32 0) whose blocks the owner would READ
+ * over RDMA (kvtier-peer(7), RDMA TRANSPORT). The server reads the whole
+ * body, then refuses the frame if an offer's len is 0 or past max_block:
+ * 1 then. Otherwise 0.
+ */
+static int pw_offer_refused(const uint8_t *body, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t len = pw_get64(body + PW_OFFER * i + 16);
+
+		if (len == 0 || len > PW_MAX_BLOCK)
+			return 1;
+	}
+	return 0;
+}
+
+/* The PUT_R of count offers: this store opened without RDMA, so it pulls
+ * nothing and answers each -ENOTSUP. 1 when the answer was cut. */
+static int pw_want_offer_r(struct pw_rd *out, size_t at, uint32_t count)
+{
+	const uint8_t *res;
+	struct pw_hdr a;
+
+	if (pw_want_hdr(out, at, PW_T_PUT | PW_T_REPLY, count, &a))
+		return 1;
+	PW_CHECK(a.body_len == 4ull * count, "PUT_R body_len %" PRIu64 " for %u offers",
+		 a.body_len, count);
+	if (!(res = pw_answer(out, a.body_len, at, "PUT_R of offers")))
+		return 1;
+	for (uint32_t i = 0; i < count; i++)
+		PW_CHECK((int32_t)pw_get32(res + 4 * i) == -ENOTSUP, "PUT offer %u at input "
+			 "offset %zu: status %d from a store without RDMA", i, at,
+			 (int32_t)pw_get32(res + 4 * i));
+	return 0;
+}
+
 /* Where the server stops: refusing the frame at `at`, or at the input's end. */
 #define PW_REFUSE(why)                                  \
 	do {                                            \
@@ -450,9 +493,27 @@ static size_t pw_walk(const uint8_t *data, size_t size, struct pw_rd *out)
 				}
 			}
 			break;
+		case PW_T_UNPIN: /* pin ids; not answered */
+			if (h.body_len != 8ull * h.count)
+				PW_REFUSE("UNPIN body_len");
+			if (!pw_take(&in, h.body_len))
+				PW_END("a truncated UNPIN");
+			break;
 		case PW_T_PUT: {
 			uint64_t left = h.body_len;
 			int32_t want[PW_KEYS_MAX];
+
+			if (h.flags & PW_F_RDMA) {
+				if (h.body_len != (uint64_t)PW_OFFER * h.count)
+					PW_REFUSE("PUT offers body_len");
+				if (!(body = pw_take(&in, h.body_len)))
+					PW_END("truncated PUT offers");
+				if (pw_offer_refused(body, h.count))
+					PW_REFUSE("PUT offer length");
+				if (out && pw_want_offer_r(out, at, h.count))
+					return 0;
+				break;
+			}
 
 			for (uint32_t i = 0; i < h.count; i++) {
 				const uint8_t *ih, *block;
