@@ -115,9 +115,21 @@ static int lw_connect(void)
 	q[3] = LW_HELLO;
 	memcpy(q + 4, &len, 4);
 	memcpy(q + 8, &v, 4);
-	LW_CHECK(send(fd, q, sizeof(q), MSG_NOSIGNAL) == (ssize_t)sizeof(q), "HELLO not sent");
-	ssize_t got = recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-	LW_CHECK(got == (ssize_t)sizeof(r), "HELLO answer of %zd bytes", got);
+	/* a signal (libFuzzer's -timeout alarm, no SA_RESTART) may cut any of
+	 * these calls short: that is no fault of the server's */
+	ssize_t got;
+	while ((got = send(fd, q, sizeof(q), MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	LW_CHECK(got == (ssize_t)sizeof(q), "HELLO not sent: %s", strerror(errno));
+	while ((got = recvmsg(fd, &m, MSG_WAITALL | MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	LW_CHECK(got > 0, "no HELLO answer: %s", got ? strerror(errno) : "closed");
+	while (got < (ssize_t)sizeof(r)) { /* the rest, after the memfds came */
+		ssize_t g = recv(fd, r + got, sizeof(r) - (size_t)got, MSG_WAITALL);
+		LW_CHECK(g > 0 || (g < 0 && errno == EINTR), "HELLO answer of %zd bytes: %s",
+			 got, g ? strerror(errno) : "closed");
+		got += g > 0 ? g : 0;
+	}
 	int32_t st;
 	memcpy(&magic, r, 2);
 	memcpy(&len, r + 4, 4);
@@ -150,6 +162,8 @@ static void lw_exchange(int fd, const uint8_t *data, size_t size, uint8_t **out,
 		}
 		struct pollfd pf = { fd, (short)(POLLIN | (shut ? 0 : POLLOUT)), 0 };
 		int r = poll(&pf, 1, LW_SILENCE_MS);
+		if (r < 0 && errno == EINTR)
+			continue;
 		LW_CHECK(r > 0, "the server said nothing for %d ms and did not close",
 			 LW_SILENCE_MS);
 		if (pf.revents & POLLOUT && !shut) {

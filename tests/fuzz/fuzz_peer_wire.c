@@ -611,13 +611,27 @@ static void pw_setup(void)
 	atexit(pw_teardown);
 }
 
+/*
+ * Waits up to PW_HELLO_MS for events on fd. A signal only restarts the wait:
+ * libFuzzer's -timeout alarm (SIGALRM, no SA_RESTART) lands in these polls
+ * and in connect() now and then, which must not read as a silent server.
+ */
+static void pw_wait(int fd, short events, const char *what)
+{
+	struct pollfd pf = { .fd = fd, .events = events };
+	int pr;
+
+	while ((pr = poll(&pf, 1, PW_HELLO_MS)) < 0 && errno == EINTR)
+		;
+	PW_CHECK(pr == 1, "%s within %d ms (%s)", what, PW_HELLO_MS,
+		 pr < 0 ? strerror(errno) : "timed out");
+}
+
 /* Sends all n bytes within PW_HELLO_MS (for the HELLO). */
 static void pw_send_hello(int fd, const uint8_t *b, size_t n)
 {
 	while (n) {
-		struct pollfd pf = { .fd = fd, .events = POLLOUT };
-		PW_CHECK(poll(&pf, 1, PW_HELLO_MS) == 1, "HELLO not sent within %d ms",
-			 PW_HELLO_MS);
+		pw_wait(fd, POLLOUT, "HELLO not sent");
 		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
 		PW_CHECK(w > 0 || errno == EAGAIN || errno == EINTR, "sending HELLO: %s",
 			 strerror(errno));
@@ -632,8 +646,7 @@ static void pw_send_hello(int fd, const uint8_t *b, size_t n)
 static void pw_recv_hello(int fd, uint8_t *b, size_t n)
 {
 	while (n) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		PW_CHECK(poll(&pf, 1, PW_HELLO_MS) == 1, "no HELLO_R within %d ms", PW_HELLO_MS);
+		pw_wait(fd, POLLIN, "no HELLO_R");
 		ssize_t r = recv(fd, b, n, 0);
 		PW_CHECK(r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR)),
 			 "the server refused a valid HELLO from b: %s",
@@ -659,9 +672,17 @@ static int pw_connect(void)
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	PW_CHECK(fd >= 0, "socket: %s", strerror(errno));
-	PW_CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0,
-		 "connect to a at 127.0.0.1:%d: %s", pw_port, strerror(errno));
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		int err = errno;
+		socklen_t el = sizeof(err);
+
+		PW_CHECK(err == EINPROGRESS || err == EINTR, "connect to a at 127.0.0.1:%d: %s",
+			 pw_port, strerror(err));
+		pw_wait(fd, POLLOUT, "not connected");
+		PW_CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0,
+			 "connect to a at 127.0.0.1:%d: %s", pw_port, strerror(err));
+	}
 
 	pw_put32(b, PW_MAGIC);
 	pw_put16(b + 4, PW_VERSION);
