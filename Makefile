@@ -219,7 +219,9 @@ clean:
 # --- fuzzing ---
 # Coverage-guided fuzz targets of tests/fuzz/ (config parser, trace readers,
 # disk-tier recovery, peer and local socket frames) under libFuzzer with ASan+UBSan; needs clang.
-#   make fuzz                  each target for FUZZ_SECONDS (default 60)
+#   make fuzz                  each target for FUZZ_SECONDS (default 60); a target
+#                              that stops on a finding does not keep the others from
+#                              running, and make fails at the end naming it
 #   make fuzz-build            just build them (build/fuzz/fuzz_*)
 #   make fuzz-replay           the seed corpora through tests/fuzz/driver.c,
 #                              built with $(CC) (no clang needed); `make check`
@@ -257,14 +259,16 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libfuzzkv.a
 fuzz-build: $(FUZZ_BIN)
 
 fuzz: $(FUZZ_BIN)
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@failed=; for t in $(FUZZ_TARGETS); do \
 		mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 		dict=; [ ! -f tests/fuzz/$$t.dict ] || dict=-dict=tests/fuzz/$$t.dict; \
 		echo "fuzz_$$t for $(FUZZ_SECONDS)s"; \
 		$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 			-artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $$dict \
-			$(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t; \
-	done
+			$(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: stopped with a finding:$$failed" \
+		"(inputs in $(FUZZ_BUILD)/crash-<target>-*)"; exit 1; fi
 
 # The stand-alone driver, with the compiler and sanitizers of a normal build.
 # Only the trace readers are kvbench's code; the others need common/ at most.
