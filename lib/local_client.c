@@ -860,6 +860,8 @@ int local_release(struct local_client *c, const kvt_key *keys, size_t n)
 		free(q);
 		if (rc < 0)
 			return rc;
+		if ((uint32_t)rc > k) /* more leases ended than keys asked */
+			return broken(c);
 		total += rc;
 	}
 	return total;

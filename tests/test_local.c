@@ -1615,6 +1615,94 @@ static void test_silent_connections_dropped(void **state)
 	kvt_close(node);
 }
 
+/* Sends a reply frame of type (| LP_REPLY) with status and body, and fd
+ * (if >= 0) beside it. */
+static void fake_reply(int fd, int type, int32_t status, const void *body, size_t blen,
+		       int pass)
+{
+	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)(type | LP_REPLY),
+			    (uint32_t)(4 + blen) };
+	struct iovec iov[3] = { { &h, sizeof(h) }, { &status, 4 }, { (void *)body, blen } };
+	union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 3 };
+
+	if (pass >= 0) {
+		memset(&u, 0, sizeof(u));
+		m.msg_control = u.buf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int));
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+	}
+	ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+	(void)w;
+}
+
+/* A hostile node store: answers HELLO as a real one does (a 1 MiB arena),
+ * then every RELEASE of k keys with a count of k + 1000, and anything else
+ * with status 0 and no body, until the client goes. */
+static void *lying_release_main(void *p)
+{
+	int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
+	unsigned char body[8192];
+	struct lp_hdr h;
+
+	if (fd < 0)
+		return NULL;
+	while (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+		if (h.len > sizeof(body) ||
+		    (h.len && recv(fd, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
+			break;
+		int type = h.type & ~LP_NOREPLY;
+		if (type == LP_HELLO) {
+			struct lp_hello hl = { .version = LP_VERSION, .lease_ms = 5000,
+					       .arena_len = 1u << 20, .max_block = 1u << 20,
+					       .pin_ms = 10000, .max_keys = LP_KEYS_MAX };
+			int mfd = memfd_create("fake-node-arena", MFD_CLOEXEC);
+			if (mfd < 0 || ftruncate(mfd, (off_t)1 << 20))
+				break;
+			fake_reply(fd, type, 0, &hl, sizeof(hl), mfd);
+			close(mfd);
+		} else if (!(h.type & LP_NOREPLY)) {
+			uint32_t k = 0;
+			if (type == LP_RELEASE && h.len >= 4)
+				memcpy(&k, body, 4);
+			fake_reply(fd, type, type == LP_RELEASE ? (int32_t)k + 1000 : 0, NULL, 0,
+				   -1);
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+/* Defect: kvt_release() through an attached store added up whatever counts
+ * the node store answered, so a node store that claimed more leases ended
+ * than keys asked made it return a count past n (and, summed over long
+ * arrays, could overflow). A count past the keys asked is now a protocol
+ * error, like a lookup's. */
+static void test_release_count_past_the_keys_is_refused(void **state)
+{
+	(void)state;
+	char sock[256], cfg[320];
+	snprintf(sock, sizeof(sock), "%s/lying.sock", g_dir);
+	int lfd = listen_at(sock, 8);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lying_release_main, &lfd), 0);
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	kvt_store *c = NULL;
+	assert_int_equal(kvt_open(cfg, &c), 0);
+	kvt_key keys[3] = { test_key(1), test_key(2), test_key(3) };
+	int rc = kvt_release(c, keys, 3);
+	assert_true(rc < 0);
+	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
+	kvt_close(c);
+	pthread_join(th, NULL);
+	close(lfd);
+	unlink(sock);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1721,6 +1809,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_other_users_refused),
 		cmocka_unit_test(test_attach_to_a_silent_socket_times_out),
 		cmocka_unit_test(test_silent_connections_dropped),
+		cmocka_unit_test(test_release_count_past_the_keys_is_refused),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
