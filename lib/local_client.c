@@ -440,6 +440,8 @@ static int slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n
 			rc = broken(c);
 			goto out;
 		}
+	if ((size_t)rc > n) /* more slots counted than asked */
+		rc = broken(c);
 out:
 	if (q != qs)
 		free(q);

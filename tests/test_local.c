@@ -1640,17 +1640,12 @@ static void fake_reply(int fd, int type, int32_t status, const void *body, size_
 	(void)w;
 }
 
-/* A hostile node store: answers HELLO as a real one does (a 1 MiB arena),
- * then every RELEASE of k keys with a count of k + 1000, and anything else
- * with status 0 and no body, until the client goes. */
-static void *lying_release_main(void *p)
+/* Answers one connection as lying_counts_main says. */
+static void lying_counts_serve(int fd)
 {
-	int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
-	unsigned char body[8192];
+	unsigned char body[8192], out[4 + 64 * sizeof(struct lp_slot)];
 	struct lp_hdr h;
 
-	if (fd < 0)
-		return NULL;
 	while (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
 		if (h.len > sizeof(body) ||
 		    (h.len && recv(fd, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
@@ -1667,35 +1662,69 @@ static void *lying_release_main(void *p)
 			close(mfd);
 		} else if (!(h.type & LP_NOREPLY)) {
 			uint32_t k = 0;
-			if (type == LP_RELEASE && h.len >= 4)
+			if (h.len >= 4)
 				memcpy(&k, body, 4);
-			fake_reply(fd, type, type == LP_RELEASE ? (int32_t)k + 1000 : 0, NULL, 0,
-				   -1);
+			if (type == LP_RESERVE && k <= 64) { /* each refused, -EAGAIN */
+				memcpy(out, &k, 4);
+				for (uint32_t i = 0; i < k; i++) {
+					struct lp_slot sl = { .result = -EAGAIN };
+					memcpy(out + 4 + i * sizeof(sl), &sl, sizeof(sl));
+				}
+				fake_reply(fd, type, (int32_t)k + 1000, out,
+					   4 + k * sizeof(struct lp_slot), -1);
+			} else {
+				fake_reply(fd, type, type == LP_RELEASE ? (int32_t)k + 1000 : 0,
+					   NULL, 0, -1);
+			}
 		}
 	}
-	close(fd);
+}
+
+/* A hostile node store for two connections in turn: answers HELLO as a
+ * real one does (a 1 MiB arena), then every RELEASE or RESERVE of k keys
+ * with a count of k + 1000 (a RESERVE's slots each refused), and anything
+ * else with status 0 and no body, until the client goes. */
+static void *lying_counts_main(void *p)
+{
+	int lfd = *(int *)p;
+
+	for (int i = 0; i < 2; i++) {
+		int fd = accept(lfd, NULL, NULL);
+		if (fd < 0)
+			return NULL;
+		lying_counts_serve(fd);
+		close(fd);
+	}
 	return NULL;
 }
 
-/* Defect: kvt_release() through an attached store added up whatever counts
- * the node store answered, so a node store that claimed more leases ended
- * than keys asked made it return a count past n (and, summed over long
- * arrays, could overflow). A count past the keys asked is now a protocol
- * error, like a lookup's. */
-static void test_release_count_past_the_keys_is_refused(void **state)
+/* Defect: kvt_release() and kvt_put_reserve() (and kvt_get_pin()) through
+ * an attached store returned whatever count the node store answered, so a
+ * node store that claimed more leases ended or slots reserved than keys
+ * asked made them return a count past n (and, summed over long arrays,
+ * could overflow). A count past the keys asked is now a protocol error, as
+ * a lookup's was. */
+static void test_counts_past_the_keys_are_refused(void **state)
 {
 	(void)state;
 	char sock[256], cfg[320];
 	snprintf(sock, sizeof(sock), "%s/lying.sock", g_dir);
 	int lfd = listen_at(sock, 8);
 	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, lying_release_main, &lfd), 0);
+	assert_int_equal(pthread_create(&th, NULL, lying_counts_main, &lfd), 0);
 	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
 	kvt_store *c = NULL;
 	assert_int_equal(kvt_open(cfg, &c), 0);
 	kvt_key keys[3] = { test_key(1), test_key(2), test_key(3) };
-	int rc = kvt_release(c, keys, 3);
-	assert_true(rc < 0);
+	assert_true(kvt_release(c, keys, 3) < 0);
+	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
+	kvt_close(c);
+	c = NULL;
+	assert_int_equal(kvt_open(cfg, &c), 0);
+	kvt_slot sl[3];
+	for (int i = 0; i < 3; i++)
+		sl[i] = (kvt_slot){ .key = keys[i], .len = 4096 };
+	assert_true(kvt_put_reserve(c, sl, 3, 0) < 0);
 	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
 	kvt_close(c);
 	pthread_join(th, NULL);
@@ -1809,7 +1838,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_other_users_refused),
 		cmocka_unit_test(test_attach_to_a_silent_socket_times_out),
 		cmocka_unit_test(test_silent_connections_dropped),
-		cmocka_unit_test(test_release_count_past_the_keys_is_refused),
+		cmocka_unit_test(test_counts_past_the_keys_are_refused),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
