@@ -568,8 +568,8 @@ static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n)
 	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
 		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
 		int rc = rpc(c, LP_UNPIN, &k, 4, refs + i, (size_t)k * 8, NULL, 0, NULL);
-		if (rc < 0)
-			return rc;
+		if (rc < 0 || (uint32_t)rc > k) /* more unpinned than asked */
+			return rc < 0 ? rc : broken(c);
 		total += rc;
 	}
 	return total;
@@ -860,10 +860,8 @@ int local_release(struct local_client *c, const kvt_key *keys, size_t n)
 		int rc = rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key), NULL, 0,
 			     NULL, 0, NULL);
 		free(q);
-		if (rc < 0)
-			return rc;
-		if ((uint32_t)rc > k) /* more leases ended than keys asked */
-			return broken(c);
+		if (rc < 0 || (uint32_t)rc > k) /* more leases ended than keys asked */
+			return rc < 0 ? rc : broken(c);
 		total += rc;
 	}
 	return total;

@@ -1673,22 +1673,22 @@ static void lying_counts_serve(int fd)
 				fake_reply(fd, type, (int32_t)k + 1000, out,
 					   4 + k * sizeof(struct lp_slot), -1);
 			} else {
-				fake_reply(fd, type, type == LP_RELEASE ? (int32_t)k + 1000 : 0,
-					   NULL, 0, -1);
+				int lie = type == LP_RELEASE || type == LP_UNPIN;
+				fake_reply(fd, type, lie ? (int32_t)k + 1000 : 0, NULL, 0, -1);
 			}
 		}
 	}
 }
 
-/* A hostile node store for two connections in turn: answers HELLO as a
- * real one does (a 1 MiB arena), then every RELEASE or RESERVE of k keys
+/* A hostile node store for three connections in turn: answers HELLO as a
+ * real one does (a 1 MiB arena), then every RELEASE, RESERVE or UNPIN of k keys
  * with a count of k + 1000 (a RESERVE's slots each refused), and anything
  * else with status 0 and no body, until the client goes. */
 static void *lying_counts_main(void *p)
 {
 	int lfd = *(int *)p;
 
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		int fd = accept(lfd, NULL, NULL);
 		if (fd < 0)
 			return NULL;
@@ -1698,12 +1698,12 @@ static void *lying_counts_main(void *p)
 	return NULL;
 }
 
-/* Defect: kvt_release() and kvt_put_reserve() (and kvt_get_pin()) through
- * an attached store returned whatever count the node store answered, so a
- * node store that claimed more leases ended or slots reserved than keys
- * asked made them return a count past n (and, summed over long arrays,
- * could overflow). A count past the keys asked is now a protocol error, as
- * a lookup's was. */
+/* Defect: kvt_release(), kvt_put_reserve(), kvt_get_pin() and kvt_unpin()
+ * through an attached store returned whatever count the node store
+ * answered, so a node store that claimed more leases ended or slots
+ * reserved or unpinned than keys asked made them return a count past n (and,
+ * summed over long arrays, could overflow). A count past the keys asked is
+ * now a protocol error, as a lookup's was. */
 static void test_counts_past_the_keys_are_refused(void **state)
 {
 	(void)state;
@@ -1725,6 +1725,13 @@ static void test_counts_past_the_keys_are_refused(void **state)
 	for (int i = 0; i < 3; i++)
 		sl[i] = (kvt_slot){ .key = keys[i], .len = 4096 };
 	assert_true(kvt_put_reserve(c, sl, 3, 0) < 0);
+	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
+	kvt_close(c);
+	c = NULL;
+	assert_int_equal(kvt_open(cfg, &c), 0);
+	for (int i = 0; i < 3; i++)
+		sl[i].ref = (uint64_t)i + 1;
+	assert_true(kvt_unpin(c, sl, 3) < 0);
 	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
 	kvt_close(c);
 	pthread_join(th, NULL);
