@@ -82,7 +82,7 @@ static int broken(struct local_client *c)
 			"broke the protocol", c->path);
 }
 
-/* A read that failed (r, from lp_recv_some or recv_all): the HELLO answer
+/* A read that failed (r, from lp_recv_some): the HELLO answer
  * that did not come in time, else the connection broke. */
 static int lost(struct local_client *c, ssize_t r)
 {
@@ -94,20 +94,18 @@ static int lost(struct local_client *c, ssize_t r)
 			c->path, (unsigned)lp_hello_ms);
 }
 
+/* rc, a count the node store answered for asked keys (or an error), or a
+ * protocol error where it counts more than were asked. */
+static int counted(struct local_client *c, int rc, size_t asked)
+{
+	return rc >= 0 && (size_t)rc > asked ? broken(c) : rc;
+}
+
 static int send_all(int fd, struct iovec *iov, int n)
 {
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
 
 	return lp_send_all(fd, &m);
-}
-
-/* Reads len bytes (until deadline, 0: no bound); with fds non-NULL, also
- * the descriptors passed along: 0, -1 or LP_LATE. */
-static int recv_all(int sock, void *p, size_t len, int *fds, uint64_t deadline)
-{
-	ssize_t r = len ? lp_recv_some(sock, p, len, len, fds, deadline) : 0;
-
-	return r < 0 ? (int)r : 0;
 }
 
 /* Bytes of a reply read at once: its header, status and a short body. */
@@ -216,7 +214,8 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		if (body > LP_TEXT_MAX)
 			return broken(c);
 		memcpy(t, first + 12, have);
-		if ((got = recv_all(c->fd, t + have, body - have, NULL, c->deadline)))
+		got = lp_recv_some(c->fd, t + have, body - have, body - have, NULL, c->deadline);
+		if (got < 0)
 			return lost(c, got);
 		t[body] = 0;
 		kvt_set_error("%s", t);
@@ -226,8 +225,8 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		return broken(c);
 	if (have)
 		memcpy(out, first + 12, have);
-	if (body > have &&
-	    (got = recv_all(c->fd, (char *)out + have, body - have, NULL, c->deadline)))
+	if (body > have && (got = lp_recv_some(c->fd, (char *)out + have, body - have,
+					       body - have, NULL, c->deadline)) < 0)
 		return lost(c, got);
 	if (olen)
 		*olen = body;
@@ -440,8 +439,7 @@ static int slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n
 			rc = broken(c);
 			goto out;
 		}
-	if ((size_t)rc > n) /* more slots counted than asked */
-		rc = broken(c);
+	rc = counted(c, rc, n);
 out:
 	if (q != qs)
 		free(q);
@@ -519,8 +517,8 @@ static int end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publ
 	}
 	uint32_t n32 = (uint32_t)k;
 	memcpy(q, &n32, 4);
-	rc = k ? rpc(c, publish ? LP_COMMIT : LP_ABORT, q, 4 + k * each, NULL, 0, r,
-		     4 + k * 4, &got) : 0;
+	rc = k ? counted(c, rpc(c, publish ? LP_COMMIT : LP_ABORT, q, 4 + k * each, NULL, 0,
+				r, 4 + k * 4, &got), k) : 0;
 	if (rc < 0 || !k)
 		goto out;
 	memcpy(&n32, r, 4);
@@ -567,9 +565,10 @@ static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n)
 
 	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
 		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
-		int rc = rpc(c, LP_UNPIN, &k, 4, refs + i, (size_t)k * 8, NULL, 0, NULL);
-		if (rc < 0 || (uint32_t)rc > k) /* more unpinned than asked */
-			return rc < 0 ? rc : broken(c);
+		int rc = counted(c, rpc(c, LP_UNPIN, &k, 4, refs + i, (size_t)k * 8, NULL, 0,
+					NULL), k);
+		if (rc < 0)
+			return rc;
 		total += rc;
 	}
 	return total;
@@ -857,11 +856,11 @@ int local_release(struct local_client *c, const kvt_key *keys, size_t n)
 		memcpy(q, &k, 4);
 		for (uint32_t j = 0; j < k; j++)
 			put_key(q + 4 + (size_t)j * sizeof(struct lp_key), keys[i + j]);
-		int rc = rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key), NULL, 0,
-			     NULL, 0, NULL);
+		int rc = counted(c, rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key),
+					NULL, 0, NULL, 0, NULL), k);
 		free(q);
-		if (rc < 0 || (uint32_t)rc > k) /* more leases ended than keys asked */
-			return rc < 0 ? rc : broken(c);
+		if (rc < 0)
+			return rc;
 		total += rc;
 	}
 	return total;

@@ -179,8 +179,10 @@ uint64_t lp_hello_deadline(void);
  * or the deadline (kvt_now_ns() time; 0: none) passes: 1, or 0 when the
  * time ran out. */
 int lp_wait_readable(int fd, uint64_t deadline);
-/* What lp_recv_some returns when the deadline passed first. */
-#define LP_LATE (-2)
+/* What lp_recv_some (and the node store's reads) return when the deadline
+ * passed first: apart from -1 (end of file, error) and the node store's -2
+ * (a malformed frame). */
+#define LP_LATE (-3)
 /*
  * Reads at least need and at most cap bytes into p (with fds non-NULL, also
  * the descriptors passed along, at most 2, into fds[0] and fds[1], which

@@ -51,7 +51,8 @@ static int read_full(int fd, void *p, size_t len)
 }
 
 /* Reads exactly len bytes of the client's frames, taking first what an
- * earlier read brought: 0, or -1 at end of file or on error. */
+ * earlier read brought: 0, -1 at end of file or on error, or LP_LATE when
+ * the HELLO's deadline (c->hello_deadline, 0 once it is in) passed first. */
 static int conn_read(struct conn *c, void *p, size_t len)
 {
 	while (len) {
@@ -68,6 +69,8 @@ static int conn_read(struct conn *c, void *p, size_t len)
 		}
 		if (len >= sizeof(c->rb)) /* a large payload: straight there */
 			return read_full(c->fd, p, len);
+		if (c->hello_deadline && !lp_wait_readable(c->fd, c->hello_deadline))
+			return LP_LATE;
 		lp_spin_readable(c->fd, c->srv->spin_us);
 		ssize_t r = recv(c->fd, c->rb, sizeof(c->rb), 0);
 		if (r < 0 && errno == EINTR)
@@ -123,13 +126,15 @@ int lsrv_send_error(int sock, int type, int err)
 	return lsrv_send_reply(sock, type, err, t, n > LP_TEXT_MAX ? LP_TEXT_MAX : n, -1);
 }
 
-/* Reads a frame header and checks it; the payload's length in *len. */
+/* Reads a frame header and checks it; the payload's length in *len. 0, -2
+ * for a malformed header, or conn_read's failure. */
 static int read_header(struct conn *c, int *type, size_t *len)
 {
 	struct lp_hdr h;
+	int r = conn_read(c, &h, sizeof(h));
 
-	if (conn_read(c, &h, sizeof(h)))
-		return -1;
+	if (r)
+		return r;
 	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
 	    h.len > lp_payload_max(c->srv->max_block))
 		return -2;
@@ -138,45 +143,32 @@ static int read_header(struct conn *c, int *type, size_t *len)
 	return 0;
 }
 
-/* Waits until the HELLO's header and version are in c->rb, for
- * lp_hello_ms from the accept at most: 0, -1 at end of file or on error,
- * LP_LATE when the time ran out (the connection is dropped, so processes
- * that connect and say nothing cannot hold the places of
- * local.max_clients). */
-static int hello_wait(struct conn *c)
-{
-	const size_t need = sizeof(struct lp_hdr) + 4;
-
-	while (c->rend < need) {
-		if (!lp_wait_readable(c->fd, c->hello_deadline))
-			return LP_LATE;
-		ssize_t r = recv(c->fd, c->rb + c->rend, sizeof(c->rb) - c->rend, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		c->rend += (size_t)r;
-	}
-	return 0;
-}
-
-/* The HELLO: the client's version, answered with the arena's memfd. */
+/* The HELLO: the client's version, answered with the arena's memfd. It
+ * must be in within lp_hello_ms of the accept (c->hello_deadline), or the
+ * connection is dropped, so processes that connect and say nothing cannot
+ * hold the places of local.max_clients. */
 static int hello(struct conn *c)
 {
 	uint32_t version;
 	size_t len;
-	int type, r = hello_wait(c);
+	int type, r = read_header(c, &type, &len);
 
+	if (!r) {
+		if (type != LP_HELLO || len != 4)
+			return -2;
+		r = conn_read(c, &version, 4);
+		if (r && r != LP_LATE)
+			return -2;
+	}
 	if (r == LP_LATE) {
 		kvt_log(KVT_LOG_WARN, "local: process %d (uid %u) sent no HELLO within %u ms; "
 			"its connection is closed", (int)c->pid, (unsigned)c->uid,
 			(unsigned)lp_hello_ms);
 		return -1;
 	}
-	if (r || (r = read_header(c, &type, &len)))
+	if (r)
 		return r;
-	if (type != LP_HELLO || len != 4 || conn_read(c, &version, 4))
-		return -2;
+	c->hello_deadline = 0; /* later frames wait as long as the client takes */
 	if (version != LP_VERSION) {
 		kvt_set_error("the node store at %s speaks version %u of the local "
 			      "protocol, this client %u", c->srv->path, LP_VERSION, version);

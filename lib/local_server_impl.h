@@ -54,7 +54,7 @@ struct conn {
 	struct conn *next;
 	uid_t uid;
 	pid_t pid;
-	uint64_t hello_deadline; /* kvt_now_ns() by which HELLO must be in */
+	uint64_t hello_deadline; /* kvt_now_ns() by which HELLO must be in; 0 once in */
 	/* the connection's own thread only */
 	struct held *held;
 	uint32_t nheld, capheld, free_head;
