@@ -136,6 +136,13 @@ struct kvt_dev_ops {
 	 * split into several requests. 0 when not known.
 	 */
 	uint64_t (*max_request)(int fd);
+	/*
+	 * Optional (NULL: the implementation takes no vectored ios, and the
+	 * disk tier sends it none). The memory segments one request to the
+	 * device under fd carries (its max_segments): a transfer into more
+	 * scattered pages than that is split. 0 when not known.
+	 */
+	unsigned (*max_segments)(int fd);
 };
 
 /* Bytes each registered buffer covers (the kernel caps one at 1 GiB). */

@@ -587,6 +587,7 @@ void disk_stats(struct disk_tier *d, const struct stat_visitor *v)
 	stat_int(v, "devices", (int64_t)d->ndev);
 	stat_int(v, "fixed_buffers", (int64_t)d->nfixed);
 	stat_int(v, "staged_reads", (int64_t)ctr_get(&d->staged_reads));
+	stat_int(v, "vectored_reads", (int64_t)ctr_get(&d->vectored_reads));
 	stat_int(v, "staged_writes", (int64_t)ctr_get(&d->staged_writes));
 	stat_int(v, "mem_fixed_ios", (int64_t)ctr_get(&d->mem_fixed_ios));
 	stat_int(v, "mem_plain_ios", (int64_t)ctr_get(&d->mem_plain_ios));
@@ -677,6 +678,11 @@ static int open_devices(struct disk_tier *d, const struct disk_opts *o)
 		bytes = bytes ? bytes : DEFAULT_MAX_REQ;
 		if (!d->max_req || bytes < d->max_req)
 			d->max_req = bytes;
+		/* a seam without the op may not take vectored ios: 1, none */
+		unsigned segs = d->ops->max_segments ? d->ops->max_segments(fd) : 1;
+		segs = segs ? segs : DEFAULT_MAX_SEGS;
+		if (!d->max_segs || segs < d->max_segs)
+			d->max_segs = segs;
 	}
 	return 0;
 }

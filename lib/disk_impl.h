@@ -48,6 +48,9 @@
 #define VERIFIERS_MAX 4u          /* verifier threads a tier starts, at most */
 #define DEFAULT_MAX_REQ (512u << 10) /* bytes per device request where the
 					device's limit is not known */
+#define DEFAULT_MAX_SEGS 127u     /* memory segments per device request where
+				     the device's limit is not known (NVMe's
+				     usual) */
 
 struct rec_hdr {
 	uint64_t magic;
@@ -121,6 +124,12 @@ struct disk_tier {
 	 * devices): a record no longer than that is read whole into a
 	 * huge-page stage, one request (disk_read.c) */
 	uint64_t max_req;
+	/* the memory segments one device request carries (the fewest over
+	 * the devices): a record that fits one request and whose payload's
+	 * pages, with its header's, are no more than that is read into the
+	 * caller's page-aligned buffer by one vectored request, uncopied */
+	unsigned max_segs;
+	_Atomic uint64_t vectored_reads; /* records read so (disk_read.c) */
 	/* everything below is under lock */
 	pthread_mutex_t lock;
 	struct region *regions;

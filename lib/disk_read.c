@@ -19,9 +19,9 @@
 
 /* Where a record is read: whole into a stage of the tier's own
  * (RD_STAGED), its header into a stage and its payload straight into the
- * op's buffer (RD_DIRECT), or whole, in one request, into a huge-page
- * stage of the tier's own (RD_HUGE). Staged payloads are verified there
- * and copied out. */
+ * op's buffer (RD_DIRECT: two reads, or with vec one vectored read), or
+ * whole, in one request, into a huge-page stage of the tier's own
+ * (RD_HUGE). Staged payloads are verified there and copied out. */
 enum { RD_STAGED = 0, RD_DIRECT = 1, RD_HUGE = 2 };
 
 struct rd {
@@ -29,6 +29,7 @@ struct rd {
 	uint64_t w;
 	int active;
 	int mode;                 /* RD_* */
+	int vec;                  /* RD_DIRECT as one vectored read */
 	int alone;                /* op's buffer is shared with no other op */
 	unsigned mr;              /* hold on a caller range, or 0 */
 	void *stage;
@@ -319,7 +320,10 @@ static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int mode
 		return 0;
 	disk_io_set(&r->io[0], DEV_READ, dev, off, r->stage, (uint32_t)r->stage_bytes, -1);
 	r->nio = 1;
-	if (mode == RD_DIRECT) {
+	if (mode == RD_DIRECT && r->vec) {
+		struct iovec v[2] = { { r->stage, PAGE }, { op->buf, (size_t)pad } };
+		dev_io_setv(&r->io[0], v, 2); /* two segments, under 4 GiB */
+	} else if (mode == RD_DIRECT) {
 		disk_io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
 		       disk_buf_fixed(d, op->buf, pad, &r->mr));
 		r->nio = 2;
@@ -485,29 +489,38 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
 }
 
 /*
- * How block i is read: whole, in one request, into a huge-page stage,
- * verified there and copied out (the copy runs while the batch's other
- * reads are in flight), where the record is no longer than one device
- * request carries; a header read beside a payload read straight into the
- * caller's buffer is two requests wherever the block layer does not merge
- * them, and a payload in scattered 4 KiB pages past the device's segment
- * count is split again. Straight into the caller's buffer where it may
+ * How block i is read. Straight into the caller's buffer where it may
  * (page-aligned, long enough, shared with no other op) and the record is
  * longer than a request (split wherever it is read) or the buffer lies in
  * the registered arena's huge pages or in a caller range registered for
- * such I/O, or where no stage is left; else staged with its header in
- * plain memory.
+ * such I/O. Else, where it may and the record is one request whose
+ * payload pages and header page fit the device's segments, header and
+ * payload by one vectored read, the payload into the caller's buffer
+ * uncopied (a 256 KiB payload in 4 KiB pages is 65 segments; a 1 MiB one,
+ * 257, is past the usual 127-254 and would be split). Else whole, in one
+ * request, into a huge-page stage, verified there and copied out (the copy
+ * runs while the batch's other reads are in flight). Where no stage is
+ * left, straight into the caller's buffer if it may, else staged with its
+ * header in plain memory.
  */
 static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
 {
 	uint64_t pad = pad_up(w_len(r->w), PAGE);
 	int may = alone && ((uintptr_t)op->buf % PAGE) == 0 && op->len >= pad;
 
+	r->vec = 0;
 	/* staging helps only where the record is then one request: one
 	 * longer than a request is split wherever it is read */
 	if (may && (PAGE + pad > d->max_req || disk_fixed_index(d, op->buf, pad) >= 0 ||
 		    disk_registered(d, op->buf, pad)))
 		return RD_DIRECT;
+	/* header and payload in one request without a copy, where the
+	 * payload's pages (each a segment at worst) and the header's fit one */
+	if (may && 1 + pad / PAGE <= d->max_segs) {
+		r->vec = 1;
+		ctr_add(&d->vectored_reads, 1);
+		return RD_DIRECT;
+	}
 	r->hstage_bytes = PAGE + pad;
 	r->hstage = disk_hstage_get(d, r->hstage_bytes);
 	if (r->hstage) {

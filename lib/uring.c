@@ -589,26 +589,42 @@ static unsigned long sysfs_num(const char *dir, const char *name)
 	return v;
 }
 
-/* The bytes one request carries to the block device under fd (the device
- * itself, or the one holding the file system of a file; a partition's
- * request queue is its disk's): max_sectors_kb. 0 when not known. */
-static uint64_t uring_max_request(int fd)
+/* A number from the request queue of the block device under fd (the
+ * device itself, or the one holding the file system of a file; a
+ * partition's request queue is its disk's). 0 when not known. */
+static unsigned long queue_num(int fd, const char *name)
 {
 	struct stat st;
 	char dir[128];
-	unsigned long kb;
+	unsigned long v;
 
 	if (fstat(fd, &st) < 0)
 		return 0;
 	dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
 	snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/queue", major(dev), minor(dev));
-	kb = sysfs_num(dir, "max_sectors_kb");
-	if (!kb) {
+	v = sysfs_num(dir, name);
+	if (!v) {
 		snprintf(dir, sizeof(dir), "/sys/dev/block/%u:%u/../queue", major(dev),
 			 minor(dev));
-		kb = sysfs_num(dir, "max_sectors_kb");
+		v = sysfs_num(dir, name);
 	}
+	return v;
+}
+
+/* The bytes one request carries: max_sectors_kb. 0 when not known. */
+static uint64_t uring_max_request(int fd)
+{
+	unsigned long kb = queue_num(fd, "max_sectors_kb");
+
 	return kb > (1ul << 30) ? 1ull << 40 : (uint64_t)kb * 1024;
+}
+
+/* The memory segments one request carries: max_segments. 0 when not known. */
+static unsigned uring_max_segments(int fd)
+{
+	unsigned long n = queue_num(fd, "max_segments");
+
+	return n > 65535 ? 65535u : (unsigned)n;
 }
 
 const struct kvt_dev_ops uring_dev_ops = {
@@ -621,4 +637,5 @@ const struct kvt_dev_ops uring_dev_ops = {
 	.reap = uring_reap,
 	.buf_update = uring_buf_update,
 	.max_request = uring_max_request,
+	.max_segments = uring_max_segments,
 };

@@ -50,9 +50,12 @@ static struct {
 	_Atomic int broken_used;  /* submissions to a queue after it broke */
 	_Atomic int closes;       /* queues closed */
 	_Atomic int scribble_len; /* the next read of this length: its first
-				     byte changed after it completes (another
-				     writer of the buffer) */
+				     byte (a vectored read: its last
+				     segment's) changed after it completes
+				     (another writer of the buffer) */
 	_Atomic uint64_t max_req;   /* the bytes the device says one request
+				       carries (0: the real device's) */
+	_Atomic unsigned max_segs;  /* the memory segments it says one request
 				       carries (0: the real device's) */
 	_Atomic int writes;       /* writes submitted to the device */
 	_Atomic int reads_out;    /* reads submitted to the device, not reaped */
@@ -168,7 +171,8 @@ static int f_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 			int sl = (int)io->len;
 			if (io->op == DEV_READ && io->res == sl &&
 			    atomic_compare_exchange_strong(&faults.scribble_len, &sl, 0))
-				((unsigned char *)io->buf)[0] ^= 0xff;
+				((unsigned char *)(io->nseg ? io->seg[io->nseg - 1].iov_base :
+						   io->buf))[0] ^= 0xff;
 		}
 		got += (unsigned)r;
 	}
@@ -187,6 +191,13 @@ static uint64_t f_max_request(int fd)
 	uint64_t m = atomic_load(&faults.max_req);
 
 	return m ? m : uring_dev_ops.max_request(fd);
+}
+
+static unsigned f_max_segments(int fd)
+{
+	unsigned m = atomic_load(&faults.max_segs);
+
+	return m ? m : uring_dev_ops.max_segments(fd);
 }
 
 /* uring_dev_ops with the queue calls wrapped; filled in main(). */
@@ -264,13 +275,20 @@ static struct disk_tier *open_ok(struct fix *f, const struct kvt_dev_ops *ops)
 }
 
 /* open_ok with the fault layer, its device saying one request carries
- * max_req bytes */
-static struct disk_tier *open_max_req(struct fix *f, uint64_t max_req)
+ * max_req bytes in at most max_segs memory segments (0: the real one's) */
+static struct disk_tier *open_limits(struct fix *f, uint64_t max_req, unsigned max_segs)
 {
 	atomic_store(&faults.max_req, max_req);
+	atomic_store(&faults.max_segs, max_segs);
 	struct disk_tier *d = open_ok(f, &fops);
 	atomic_store(&faults.max_req, 0);
+	atomic_store(&faults.max_segs, 0);
 	return d;
+}
+
+static struct disk_tier *open_max_req(struct fix *f, uint64_t max_req)
+{
+	return open_limits(f, max_req, 0);
 }
 
 static long long stat_of(struct disk_tier *d, const char *name)
@@ -833,19 +851,20 @@ static void overwritten_direct_read_is_read_again(void **st)
 	fix_done(&f);
 }
 
-/* Records no longer than one device request are read whole, in one
- * request, into the tier's huge-page stages, verified there and copied
- * into the caller's buffer; longer ones go straight into it. A record
- * changed after its read is damaged (it was read into the tier's own
- * memory). While the stages are spent, reads go straight to the caller. */
+/* Records no longer than one device request but in more pages than it
+ * carries segments are read whole, in one request, into the tier's
+ * huge-page stages, verified there and copied into the caller's buffer;
+ * longer ones go straight into it. A record changed after its read is
+ * damaged (it was read into the tier's own memory). While the stages are
+ * spent, reads go straight to the caller. */
 static void long_payloads_are_staged_whole_and_verified(void **st)
 {
 	(void)st;
 	struct fix f;
 	enum { N = 12, LEN = 100000, SHORT = 16384, STRIDE = 50 * 4096 };
 	fix_init(&f, 32 * MiB, 4 * MiB);
-	/* requests of 1 MiB: every record here is staged */
-	struct disk_tier *d = open_max_req(&f, MiB);
+	/* requests of 1 MiB in 4 segments: every record here is staged */
+	struct disk_tier *d = open_limits(&f, MiB, 4);
 	kvt_op ops[N];
 	char *bufs = NULL;
 
@@ -884,13 +903,85 @@ static void long_payloads_are_staged_whole_and_verified(void **st)
 
 	/* requests of 64 KiB: a long record is split wherever it is read, so
 	 * it goes straight into the caller's buffer; the short ones are staged */
-	d = open_max_req(&f, 64 * 1024);
+	d = open_limits(&f, 64 * 1024, 4);
 	for (int i = 0; i < N; i++)
 		ops[i].len = STRIDE;
 	assert_int_equal(disk_get_batch(d, ops + 1, N - 1), 0);
 	for (int i = 1; i < N; i++)
 		assert_true(check_block(ops[i].key, ops[i].buf, ops[i].len));
 	assert_int_equal(stat_of(d, "staged_reads"), 2);
+	free(bufs);
+	disk_close(d);
+	fix_done(&f);
+}
+
+/* A record that fits one request, its payload's pages and its header's
+ * no more than the device's segments, is read by one vectored request:
+ * the header into the tier's memory, the payload straight into the
+ * caller's page-aligned buffer; longer ones in more pages are staged. A
+ * payload overwritten in the caller's buffer after its read is read again
+ * into the tier's memory, not called damaged; a record damaged on disk is
+ * refused (-EBADMSG) and dropped. */
+static void fitting_records_are_one_vectored_read_uncopied(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 8, LEN = 100000, LONG = 300000, STRIDE = 80 * 4096 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	/* requests of 1 MiB in 64 segments: 26 fit, 75 do not */
+	struct disk_tier *d = open_limits(&f, MiB, 64);
+	kvt_op ops[N];
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)N * STRIDE), 0);
+	for (int i = 0; i < N; i++) {
+		ops[i] = (kvt_op){ test_key(700 + (uint64_t)i), bufs + (size_t)i * STRIDE,
+				   i < N - 2 ? LEN : LONG, 0 };
+		fill_block(ops[i].key, ops[i].buf, ops[i].len);
+	}
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	memset(bufs, 0, (size_t)N * STRIDE);
+	for (int i = 0; i < N; i++)
+		ops[i].len = STRIDE;
+	int r0 = atomic_load(&faults.nread_log);
+	assert_int_equal(disk_get_batch(d, ops, N), 0);
+	assert_int_equal(atomic_load(&faults.nread_log) - r0, N); /* one read each */
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].len, i < N - 2 ? LEN : LONG);
+		assert_true(check_block(ops[i].key, ops[i].buf, ops[i].len));
+	}
+	assert_int_equal(stat_of(d, "vectored_reads"), N - 2);
+	assert_int_equal(stat_of(d, "staged_reads"), 2);
+
+	/* the caller's copy overwritten right after the read: read again */
+	atomic_store(&faults.scribble_len, (int)(4096 + pad_to(LEN, 4096)));
+	assert_int_equal(get_block(d, 700, LEN), 0);
+	assert_int_equal(atomic_load(&faults.scribble_len), 0); /* it happened */
+	assert_int_equal(stat_of(d, "checksum_failures"), 0);
+	disk_close(d);
+
+	/* a payload damaged on disk: one byte of the record's last page */
+	char *file = malloc(32 * MiB), *want = malloc(LEN);
+	int fd = open(f.path, O_RDWR);
+	assert_true(file && want && fd >= 0);
+	ssize_t got = pread(fd, file, 32 * MiB, 0);
+	assert_true(got > 0);
+	fill_block(test_key(701), want, LEN);
+	char *at = memmem(file, (size_t)got, want, LEN);
+	assert_non_null(at);
+	off_t bad = (off_t)(at - file) + LEN - 1;
+	char c = (char)(at[LEN - 1] ^ 0x5a);
+	assert_int_equal(pwrite(fd, &c, 1, bad), 1);
+	fsync(fd);
+	close(fd);
+	free(file);
+	free(want);
+	d = open_limits(&f, MiB, 64);
+	assert_int_equal(get_block(d, 701, LEN), -EBADMSG);
+	assert_int_equal(stat_of(d, "checksum_failures"), 1);
+	assert_int_equal(get_block(d, 701, LEN), -ENOENT); /* dropped */
+	assert_int_equal(get_block(d, 702, LEN), 0);
 	free(bufs);
 	disk_close(d);
 	fix_done(&f);
@@ -1645,7 +1736,7 @@ static void stats_report_every_counter(void **st)
 	static const char *names[] = { "capacity", "bytes_used", "objects", "hits",
 		"misses", "puts", "spills", "reclaims", "reinsertions",
 		"checksum_failures", "io_errors", "queue_failures", "queue_depth", "inflight",
-		"staged_reads", "staged_writes", "index_bytes_per_block" };
+		"staged_reads", "vectored_reads", "staged_writes", "index_bytes_per_block" };
 
 	for (uint64_t i = 0; i < 40; i++)
 		assert_int_equal(put_block(d, i, 60000), 0);
@@ -1727,6 +1818,7 @@ int main(void)
 	fops.reap = f_reap;
 	fops.buf_update = f_buf_update;
 	fops.max_request = f_max_request;
+	fops.max_segments = f_max_segments;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(put_get_round_trip_many_sizes),
@@ -1744,6 +1836,7 @@ int main(void)
 		cmocka_unit_test(injected_faults_fail_cleanly),
 		cmocka_unit_test(overwritten_direct_read_is_read_again),
 		cmocka_unit_test(long_payloads_are_staged_whole_and_verified),
+		cmocka_unit_test(fitting_records_are_one_vectored_read_uncopied),
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
 		cmocka_unit_test(each_hook_runs_once_per_verified_block),

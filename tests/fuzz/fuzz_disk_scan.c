@@ -158,10 +158,20 @@ static int ds_submit(void *q, struct dev_io *const *ios, unsigned n)
 			 "%s of %u bytes at %" PRIu64 " is past the device's %" PRIu64,
 			 io->op == DEV_READ ? "read" : "write", io->len, io->off,
 			 ds_dev_want);
-		if (io->op == DEV_READ)
-			memcpy(io->buf, ds_dev + io->off, io->len);
-		else
-			memcpy(ds_dev + io->off, io->buf, io->len);
+		struct iovec v[DEV_SEG_MAX];
+		unsigned nv = dev_io_iov(io, v);
+		uint64_t at = io->off;
+
+		DS_CHECK(nv > 0, "vectored io of %u segments short of its %u bytes",
+			 io->nseg, io->len);
+		for (unsigned k = 0; k < nv; at += v[k].iov_len, k++) {
+			DS_CHECK((uintptr_t)v[k].iov_base % DS_PAGE == 0 &&
+				 v[k].iov_len % DS_PAGE == 0, "unaligned segment %u", k);
+			if (io->op == DEV_READ)
+				memcpy(v[k].iov_base, ds_dev + at, v[k].iov_len);
+			else
+				memcpy(ds_dev + at, v[k].iov_base, v[k].iov_len);
+		}
 		io->res = (int32_t)io->len;
 		dq->done[(dq->head + dq->n++) % dq->cap] = io;
 	}
@@ -183,6 +193,13 @@ static int ds_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 	return (int)got;
 }
 
+/* Vectored ios taken (header and payload of a record in one read). */
+static unsigned ds_max_segments(int fd)
+{
+	(void)fd;
+	return 64;
+}
+
 static const struct kvt_dev_ops ds_ops = {
 	.dev_open = ds_dev_open,
 	.dev_close = ds_dev_close,
@@ -191,6 +208,7 @@ static const struct kvt_dev_ops ds_ops = {
 	.queue_close = ds_queue_close,
 	.submit = ds_submit,
 	.reap = ds_reap,
+	.max_segments = ds_max_segments,
 };
 
 /* --- blocks: content derived from the key ------------------------------------ */
