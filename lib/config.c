@@ -1,7 +1,7 @@
 /*
  * config.c - the store's configuration: defaults, the JSON document of
- * kvtier-config(5) parsed with jansson, size strings ("1.5GiB"), and the
- * validation of every value with an error text naming its key path
+ * kvtier-config(5) parsed with jansson (size strings such as "1.5GiB" in
+ * config_size.c), and the validation of every value with an error text naming its key path
  * ("ram.capacity: ..."). Owns the ranges and cross-checks listed in
  * kvtier-config(5); knows nothing about how the tiers use the values.
  */
@@ -122,126 +122,6 @@ void config_free(struct kvt_config *cfg)
 	cfg->local_nuids = cfg->local_ngids = 0;
 }
 
-/* --- sizes ------------------------------------------------------------------ */
-
-static int is_letter(char ch, char upper)
-{
-	return ch == upper || ch == upper + ('a' - 'A');
-}
-
-/*
- * Multiplier of a unit: "" or "B" is 1; K, M, G, T alone or followed by "B"
- * or "iB" are powers of 1024. Letters match in either case. 0 if unknown.
- */
-static uint64_t unit_multiplier(const char *u)
-{
-	static const char prefixes[] = "KMGT";
-	size_t n = strlen(u);
-	uint64_t mult = 0;
-
-	if (n == 0 || (n == 1 && is_letter(u[0], 'B')))
-		return 1;
-	for (int i = 0; i < 4; i++)
-		if (is_letter(u[0], prefixes[i]))
-			mult = 1ull << (10 * (i + 1));
-	if (!mult)
-		return 0;
-	if (n == 1 || (n == 2 && is_letter(u[1], 'B')) ||
-	    (n == 3 && is_letter(u[1], 'I') && is_letter(u[2], 'B')))
-		return mult;
-	return 0;
-}
-
-/*
- * The parser behind parse_size(): on failure returns -EINVAL and writes the
- * reason (without the input) into why.
- */
-static int size_parse(const char *s, uint64_t *out, char *why, size_t whylen)
-{
-	const char *p = s;
-	uint64_t ip = 0, frac = 0, scale = 1;
-	int has_frac = 0;
-
-	if (!s) {
-		snprintf(why, whylen, "no size given");
-		return -EINVAL;
-	}
-	if (*p == '\0') {
-		snprintf(why, whylen, "empty size");
-		return -EINVAL;
-	}
-	if (*p == '-') {
-		snprintf(why, whylen, "negative size");
-		return -EINVAL;
-	}
-	if (*p < '0' || *p > '9') {
-		snprintf(why, whylen, "not a number (expected digits, e.g. \"4GiB\")");
-		return -EINVAL;
-	}
-	for (; *p >= '0' && *p <= '9'; p++) {
-		if (__builtin_mul_overflow(ip, 10, &ip) ||
-		    __builtin_add_overflow(ip, (uint64_t)(*p - '0'), &ip)) {
-			snprintf(why, whylen, "too large for 64 bits");
-			return -EINVAL;
-		}
-	}
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9') {
-			snprintf(why, whylen, "expected digits after the decimal point");
-			return -EINVAL;
-		}
-		has_frac = 1;
-		/* 18 digits are exact in 64 bits; later ones are below a byte */
-		for (int nd = 0; *p >= '0' && *p <= '9'; p++, nd++) {
-			if (nd < 18) {
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				scale *= 10;
-			}
-		}
-	}
-	const char *gap = p;
-	while (*p == ' ')
-		p++;
-	if (!*p)
-		p = gap; /* spaces only separate a unit: "1 " is as bad as "1G " */
-	uint64_t mult = unit_multiplier(p);
-	if (!mult) {
-		snprintf(why, whylen,
-			 "unknown unit \"%.*s\" (use B, K/KB/KiB, M/MB/MiB, G/GB/GiB or T/TB/TiB)",
-			 QUOTE_MAX, p);
-		return -EINVAL;
-	}
-	if (has_frac && mult == 1) {
-		snprintf(why, whylen, "a fraction needs a unit (K, M, G or T): bytes are whole");
-		return -EINVAL;
-	}
-	unsigned __int128 v = (unsigned __int128)ip * mult +
-			      (unsigned __int128)frac * mult / scale;
-	if (v > UINT64_MAX) {
-		snprintf(why, whylen, "too large for 64 bits");
-		return -EINVAL;
-	}
-	*out = (uint64_t)v;
-	return 0;
-}
-
-int parse_size(const char *s, uint64_t *out)
-{
-	char why[160];
-	uint64_t v;
-
-	if (!out)
-		return kvt_fail(-EINVAL, "parse_size: out is NULL");
-	if (size_parse(s, &v, why, sizeof(why)) < 0) {
-		if (!s)
-			return kvt_fail(-EINVAL, "parse_size: %s", why);
-		return kvt_fail(-EINVAL, "size \"%.*s\": %s", QUOTE_MAX, s, why);
-	}
-	*out = v;
-	return 0;
-}
-
 /* --- typed getters; each names its key path on failure ----------------------- */
 
 static const char *json_type_name(const json_t *v)
@@ -278,7 +158,7 @@ static int get_size(const char *key, const json_t *v, uint64_t *out)
 	if (json_is_string(v)) {
 		char why[160];
 		const char *s = json_string_value(v);
-		if (size_parse(s, out, why, sizeof(why)) < 0)
+		if (config_size_parse(s, out, why, sizeof(why)) < 0)
 			return kvt_fail(-EINVAL, "%s: \"%.*s\": %s", key,
 					QUOTE_MAX, s, why);
 		return 0;

@@ -105,5 +105,8 @@ int config_json_error(const char *text, const struct json_error_t *e);
  * unknown unit, overflow).
  */
 int parse_size(const char *s, uint64_t *out);
+/* The parser behind parse_size() (config_size.c): 0, or -EINVAL with the
+ * reason (without the input) written into why. */
+int config_size_parse(const char *s, uint64_t *out, char *why, size_t whylen);
 
 #endif
