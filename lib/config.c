@@ -43,6 +43,8 @@
 #define PEER_ADDR_MAX     255u
 #define PEER_MS_MAX       600000u
 #define PEER_CONNS_MAX    1024u   /* a server's connections, all members */
+#define ATTACH_MS_DEFAULT 60000u
+#define ATTACH_MS_MAX     3600000u
 
 /* Longest piece of user text quoted in an error message. */
 #define QUOTE_MAX 64
@@ -79,6 +81,7 @@ static void set_defaults(struct kvt_config *c)
 	c->promote = 1;
 	c->peer_connect_ms = 500;
 	c->peer_request_ms = 2000;
+	c->attach_timeout_ms = ATTACH_MS_DEFAULT;
 	c->peer_down_ms = 2000;
 	c->peer_log_ms = 10000;
 	c->peer_idle_ms = 60000;
@@ -726,21 +729,28 @@ static int apply(const json_t *root, struct kvt_config *c)
 			r = parse_local(v, c);
 		} else if (!strcmp(k, "attach")) {
 			r = get_socket_path("attach", v, &c->attach);
+		} else if (!strcmp(k, "attach_timeout_ms")) {
+			r = get_int("attach_timeout_ms", v, 0, ATTACH_MS_MAX, &i);
+			if (!r)
+				c->attach_timeout_ms = (uint32_t)i;
 		} else {
-			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, peers, local, attach)",
-				     QUOTE_MAX, k);
+			r = kvt_fail(-EINVAL, "%.*s: unknown key (known: ram, threads, disk, "
+				     "peers, local, attach, attach_timeout_ms)", QUOTE_MAX, k);
 		}
 		if (r)
 			return r;
 	}
 	/* An attached store is the node store's: its own tiers are configured
 	 * there, never here. */
-	if (c->attach && json_object_size(root) > 1)
+	if (c->attach)
 		json_object_foreach((json_t *)root, k, v)
-			if (strcmp(k, "attach"))
+			if (strcmp(k, "attach") && strcmp(k, "attach_timeout_ms"))
 				return kvt_fail(-EINVAL, "%.*s: not allowed beside \"attach\" (an "
 						"attached store uses the node store's configuration)",
 						QUOTE_MAX, k);
+	if (!c->attach && json_object_get(root, "attach_timeout_ms"))
+		return kvt_fail(-EINVAL, "attach_timeout_ms: only beside \"attach\" (it bounds "
+				"an attached store's requests to its node store)");
 	return cross_check(c, &g);
 }
 

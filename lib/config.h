@@ -74,6 +74,10 @@ struct kvt_config {
 				     64 KiB of ram.capacity */
 	/* attach: this store is a client of the node store at this socket */
 	char *attach;             /* "attach" */
+	uint32_t attach_timeout_ms; /* "attach_timeout_ms", default 60000: how
+				     long an attached store waits for the
+				     node store's answer to a request (0: no
+				     bound) */
 };
 
 /*

@@ -59,9 +59,11 @@ void local_server_stats(struct local_server *srv, const struct stat_visitor *v);
  * socket's permissions or the store's local.uids and local.gids refuse this
  * process), -EUSERS (the store serves local.max_clients processes already),
  * -EPROTONOSUPPORT, -EPROTO, -ETIMEDOUT (no connection or HELLO answer
- * within lp_hello_ms, local_proto.h), -ENOMEM.
+ * within lp_hello_ms, local_proto.h), -ENOMEM. Each later request waits
+ * timeout_ms at most for its answer (0: as long as the node store takes):
+ * past that it fails with -ETIMEDOUT and every later call with -ENOTCONN.
  */
-int local_client_open(const char *path, struct local_client **out);
+int local_client_open(const char *path, unsigned timeout_ms, struct local_client **out);
 void local_client_close(struct local_client *c);
 
 /* The public calls, for an attached store: the same arguments (already

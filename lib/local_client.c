@@ -30,7 +30,10 @@
  * Every reply is bounds-checked: an offset or length outside the mapping is
  * a protocol error, never a copy. The connect and the HELLO exchange end
  * within lp_hello_ms (local_wait.c; -ETIMEDOUT); later replies are waited
- * for as long as the node store takes. Knows nothing about tiers.
+ * for attach_timeout_ms (0: as long as the node store takes), after which
+ * the call fails with -ETIMEDOUT and the store is cut off from the node
+ * store (every later call -ENOTCONN) but keeps its connection, and so what
+ * it holds, until kvt_close(). Knows nothing about tiers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,7 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -71,6 +74,9 @@ struct local_client {
 	uint32_t nhits;
 	struct lp_key hits[LC_HITS]; /* gets served from the directory, untold */
 	uint64_t deadline;     /* of the HELLO answer (kvt_now_ns()); 0 after */
+	unsigned timeout_ms;   /* attach_timeout_ms: how long a request's
+				  answer is waited for after HELLO (0: no
+				  bound) */
 };
 
 /* --- frames -------------------------------------------------------------------- */
@@ -82,16 +88,32 @@ static int broken(struct local_client *c)
 			"broke the protocol", c->path);
 }
 
-/* A read that failed (r, from lp_recv_some): the HELLO answer
- * that did not come in time, else the connection broke. */
+/* A read or send that failed (r, from lp_recv_some; LP_LATE for a send
+ * that timed out): an answer that did not come in time, else the connection
+ * broke. A request that timed out leaves the connection open, so that what
+ * this process holds (pins whose bytes it may be copying) stays held until
+ * kvt_close(), but the store is cut off: a late answer cannot be told from
+ * the next one. */
 static int lost(struct local_client *c, ssize_t r)
 {
 	if (r != LP_LATE)
 		return broken(c);
 	atomic_store_explicit(&c->broken, 1, memory_order_relaxed);
-	return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not answer in "
-			"time (%u ms; not a node store, or a stopped or stuck one)",
-			c->path, (unsigned)lp_hello_ms);
+	if (c->deadline)
+		return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not answer "
+				"in time (%u ms; not a node store, or a stopped or stuck one)",
+				c->path, (unsigned)lp_hello_ms);
+	return kvt_fail(-ETIMEDOUT, "the node store at %s did not answer a request within "
+			"%u ms (attach_timeout_ms; a stopped or stuck store): this store "
+			"is cut off from it; close it and attach again", c->path,
+			c->timeout_ms);
+}
+
+/* The failure of a send: timed out (SO_SNDTIMEO, a node store that reads
+ * no more), else the connection broke. */
+static int send_failed(struct local_client *c)
+{
+	return lost(c, errno == EAGAIN || errno == EWOULDBLOCK ? LP_LATE : -1);
 }
 
 /* rc, a count the node store answered for asked keys (or an error), or a
@@ -152,7 +174,7 @@ static int send_waiting(struct local_client *c)
 	if (!k || atomic_load_explicit(&c->broken, memory_order_relaxed))
 		return 0;
 	if (send_all(c->fd, iov, k))
-		return broken(c);
+		return send_failed(c);
 	c->ndefer = c->nhits = 0;
 	return 0;
 }
@@ -187,10 +209,12 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	/* A refused HELLO may find the server gone already; its refusal is
 	 * still there to read. */
 	if (send_all(c->fd, iov, k) && type != LP_HELLO)
-		return broken(c);
+		return send_failed(c);
 	c->ndefer = c->nhits = 0;
 	if (type & LP_NOREPLY)
 		return 0;
+	uint64_t dl = c->deadline ? c->deadline : c->timeout_ms ?
+		      kvt_now_ns() + (uint64_t)c->timeout_ms * 1000000ull : 0;
 	size_t most = sizeof(h) + 4 + (cap < FIRST_READ - 12 ? cap : FIRST_READ - 12);
 	/* The reply usually follows within microseconds: poll for it for up
 	 * to local.spin_us before sleeping (the node store's connection thread
@@ -198,7 +222,7 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	 * for waking a sleeping CPU: tens of microseconds on an idle virtual
 	 * machine, more than the request itself. */
 	lp_spin_readable(c->fd, c->spin_us);
-	ssize_t got = lp_recv_some(c->fd, first, sizeof(h) + 4, most, fds, c->deadline);
+	ssize_t got = lp_recv_some(c->fd, first, sizeof(h) + 4, most, fds, dl);
 	if (got < 0)
 		return lost(c, got);
 	memcpy(&h, first, sizeof(h));
@@ -214,7 +238,7 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		if (body > LP_TEXT_MAX)
 			return broken(c);
 		memcpy(t, first + 12, have);
-		got = lp_recv_some(c->fd, t + have, body - have, body - have, NULL, c->deadline);
+		got = lp_recv_some(c->fd, t + have, body - have, body - have, NULL, dl);
 		if (got < 0)
 			return lost(c, got);
 		t[body] = 0;
@@ -226,7 +250,7 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	if (have)
 		memcpy(out, first + 12, have);
 	if (body > have && (got = lp_recv_some(c->fd, (char *)out + have, body - have,
-					       body - have, NULL, c->deadline)) < 0)
+					       body - have, NULL, dl)) < 0)
 		return lost(c, got);
 	if (olen)
 		*olen = body;
@@ -244,37 +268,7 @@ static int rpc(struct local_client *c, int type, const void *a, size_t alen,
 
 /* --- open and close ------------------------------------------------------------- */
 
-/* Connects c->fd to the node store at c->path; the connect and the HELLO
- * exchange that follows end by c->deadline (SO_SNDTIMEO bounds a connect
- * that waits for room in the backlog of a store that accepts no more).
- * 0 or the error. */
-static int attach_connect(struct local_client *c)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	unsigned ms = lp_hello_ms;
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", c->path);
-	c->deadline = lp_hello_deadline();
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0)
-		return kvt_fail(-errno, "attach: socket: %s", strerror(errno));
-	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
-		return kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
-	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a))) {
-		int e = errno;
-		if (e == EAGAIN || e == EINPROGRESS)
-			return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not "
-					"accept the connection in time (%u ms; a stopped or "
-					"stuck store)", c->path, ms);
-		return kvt_fail(-e, "attach: cannot connect to the node store at %s: %s%s",
-				c->path, strerror(e), e == EACCES ?
-				" (the socket's permissions do not let this process in)" : "");
-	}
-	return 0;
-}
-
-int local_client_open(const char *path, struct local_client **out)
+int local_client_open(const char *path, unsigned timeout_ms, struct local_client **out)
 {
 	struct local_client *c = calloc(1, sizeof(*c));
 	struct lp_hello hl;
@@ -284,16 +278,22 @@ int local_client_open(const char *path, struct local_client **out)
 	if (!c)
 		return kvt_fail(-ENOMEM, "attach: out of memory");
 	snprintf(c->path, sizeof(c->path), "%s", path);
+	c->timeout_ms = timeout_ms;
 	pthread_mutex_init(&c->lock, NULL);
-	if ((rc = attach_connect(c)))
+	c->deadline = lp_hello_deadline();
+	c->fd = lp_connect(path);
+	if (c->fd < 0) {
+		rc = c->fd;
 		goto fail;
+	}
 	uint32_t v = LP_VERSION;
 	pthread_mutex_lock(&c->lock);
 	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
-	c->deadline = 0; /* later requests wait as long as the store takes */
+	c->deadline = 0; /* later requests wait timeout_ms (0: as long as it takes) */
 	pthread_mutex_unlock(&c->lock);
-	struct timeval none = { 0, 0 };
-	if (rc >= 0 && setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none)))
+	struct timeval tv = { .tv_sec = timeout_ms / 1000,
+			      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
+	if (rc >= 0 && setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
 		rc = kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
 	if (rc < 0) {
 		if (rc == -ENOTCONN)

@@ -175,6 +175,11 @@ extern _Atomic unsigned lp_hello_ms;
 /* kvt_now_ns() + lp_hello_ms: the deadline of a HELLO exchange that starts
  * now. */
 uint64_t lp_hello_deadline(void);
+/* A Unix stream socket connected to the node store at path, the connect
+ * waiting lp_hello_ms at most for room in a backlog (SO_SNDTIMEO, which
+ * stays set for the HELLO that follows): the socket, or -errno with the
+ * error text (-ETIMEDOUT for a store that accepts no more). */
+int lp_connect(const char *path);
 /* Waits until fd is readable (or failed: the read that follows says how)
  * or the deadline (kvt_now_ns() time; 0: none) passes: 1, or 0 when the
  * time ran out. */

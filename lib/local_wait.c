@@ -6,16 +6,21 @@
  * answers (not a node store, or one that is stopped) fails with
  * -ETIMEDOUT instead of hanging; the node store drops a connection that
  * sends no HELLO in time, so idle connections cannot hold the places of
- * local.max_clients. Also the client's read of a reply and the descriptors
- * passed with it (used for every reply, without a deadline after HELLO).
+ * local.max_clients. Also the client's connect, bounded as its HELLO is,
+ * and its read of a reply and the descriptors passed with it (used for every
+ * reply; after HELLO bounded by the attached store's attach_timeout_ms).
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "local_proto.h"
 
 _Atomic unsigned lp_hello_ms = LP_HELLO_MS;
@@ -25,6 +30,35 @@ uint64_t lp_hello_deadline(void)
 	unsigned ms = atomic_load_explicit(&lp_hello_ms, memory_order_relaxed);
 
 	return kvt_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+int lp_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	unsigned ms = atomic_load_explicit(&lp_hello_ms, memory_order_relaxed);
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	int fd, e;
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return kvt_fail(-errno, "attach: socket: %s", strerror(errno));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv))) {
+		e = errno;
+		close(fd);
+		return kvt_fail(-e, "attach: SO_SNDTIMEO: %s", strerror(e));
+	}
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+		return fd;
+	e = errno;
+	close(fd);
+	if (e == EAGAIN || e == EINPROGRESS)
+		return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not "
+				"accept the connection in time (%u ms; a stopped or "
+				"stuck store)", path, ms);
+	return kvt_fail(-e, "attach: cannot connect to the node store at %s: %s%s",
+			path, strerror(e), e == EACCES ?
+			" (the socket's permissions do not let this process in)" : "");
 }
 
 int lp_wait_readable(int fd, uint64_t deadline)

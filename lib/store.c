@@ -289,7 +289,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 	memreg_init(&s->mreg);
 
 	if (s->cfg.attach) {
-		rc = local_client_open(s->cfg.attach, &s->client);
+		rc = local_client_open(s->cfg.attach, s->cfg.attach_timeout_ms, &s->client);
 		if (rc)
 			goto fail;
 		goto workers;

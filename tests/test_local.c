@@ -796,6 +796,10 @@ static void test_config(void **state)
 		{ "{\"local\": {\"socket\": \"/tmp/x\", \"directory\": \"8\"}}", -EINVAL, "local.directory" },
 		{ "{\"attach\": \"/tmp/x\", \"ram\": {}}", -EINVAL, "ram" },
 		{ "{\"attach\": 3}", -EINVAL, "attach" },
+		{ "{\"attach_timeout_ms\": 1000}", -EINVAL, "attach_timeout_ms" },
+		{ "{\"attach\": \"/tmp/x\", \"attach_timeout_ms\": -1}", -EINVAL, "attach_timeout_ms" },
+		{ "{\"attach\": \"/tmp/x\", \"attach_timeout_ms\": 3600001}", -EINVAL, "attach_timeout_ms" },
+		{ "{\"attach\": \"/tmp/x\", \"attach_timeout_ms\": \"5s\"}", -EINVAL, "attach_timeout_ms" },
 		{ "{\"attach\": \"/nonexistent/kvtier.sock\"}", -ENOENT, "/nonexistent/kvtier.sock" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -1739,6 +1743,75 @@ static void test_counts_past_the_keys_are_refused(void **state)
 	unlink(sock);
 }
 
+/* A fake node store that answers HELLO as a real one does (a 1 MiB arena)
+ * and then reads every request without answering any (a stopped or stuck
+ * node store), until the client goes. One connection. */
+static void *silent_after_hello_main(void *p)
+{
+	int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
+	unsigned char body[8192];
+	struct lp_hdr h;
+
+	if (fd < 0)
+		return NULL;
+	while (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
+		if (h.len > sizeof(body) ||
+		    (h.len && recv(fd, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
+			break;
+		if ((h.type & ~LP_NOREPLY) != LP_HELLO)
+			continue;
+		struct lp_hello hl = { .version = LP_VERSION, .lease_ms = 5000,
+				       .arena_len = 1u << 20, .max_block = 1u << 20,
+				       .pin_ms = 10000, .max_keys = LP_KEYS_MAX };
+		int mfd = memfd_create("fake-node-arena", MFD_CLOEXEC);
+		if (mfd < 0 || ftruncate(mfd, (off_t)1 << 20))
+			break;
+		fake_reply(fd, LP_HELLO, 0, &hl, sizeof(hl), mfd);
+		close(mfd);
+	}
+	close(fd);
+	return NULL;
+}
+
+/* Defect: after HELLO an attached store waited for each answer as long as
+ * the node store took, so a stopped or stuck node store hung every call of
+ * every thread for good. A request unanswered within attach_timeout_ms now
+ * fails with -ETIMEDOUT naming the key to raise; later calls fail at once with
+ * -ENOTCONN; kvt_close() returns. */
+static void test_unanswered_request_times_out(void **state)
+{
+	(void)state;
+	char sock[256], cfg[400];
+	snprintf(sock, sizeof(sock), "%s/silent-after-hello.sock", g_dir);
+	int lfd = listen_at(sock, 8);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, silent_after_hello_main, &lfd), 0);
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\", \"attach_timeout_ms\": 300}", sock);
+	kvt_store *c = NULL;
+	assert_int_equal(kvt_open(cfg, &c), 0);
+	kvt_key keys[2] = { test_key(1), test_key(2) };
+	size_t found = 7;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(kvt_lookup(c, keys, 2, KVT_LEASE, &found), -ETIMEDOUT);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long long ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms >= 250 && ms < 5000);
+	assert_non_null(strstr(kvt_last_error(), "attach_timeout_ms"));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(kvt_remove(c, keys[0]), -ENOTCONN);
+	char buf[64];
+	size_t len = 0;
+	assert_int_equal(kvt_get(c, keys[1], buf, sizeof(buf), &len), -ENOTCONN);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms < 250); /* at once */
+	kvt_close(c);
+	pthread_join(th, NULL);
+	close(lfd);
+	unlink(sock);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1846,6 +1919,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attach_to_a_silent_socket_times_out),
 		cmocka_unit_test(test_silent_connections_dropped),
 		cmocka_unit_test(test_counts_past_the_keys_are_refused),
+		cmocka_unit_test(test_unanswered_request_times_out),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
