@@ -1644,26 +1644,46 @@ static void fake_reply(int fd, int type, int32_t status, const void *body, size_
 	(void)w;
 }
 
+/* Reads one request frame: its header into h, its body into body (room
+ * for cap bytes). 1, or 0 when the client went or sent a longer body. */
+static int fake_request(int fd, struct lp_hdr *h, unsigned char *body, size_t cap)
+{
+	if (recv(fd, h, sizeof(*h), MSG_WAITALL) != (ssize_t)sizeof(*h))
+		return 0;
+	return h->len <= cap &&
+	       (!h->len || recv(fd, body, h->len, MSG_WAITALL) == (ssize_t)h->len);
+}
+
+/* Answers a HELLO as a real node store does, with a 1 MiB arena: 0, or -1
+ * where no memfd could be had. */
+static int fake_hello(int fd)
+{
+	struct lp_hello hl = { .version = LP_VERSION, .lease_ms = 5000,
+			       .arena_len = 1u << 20, .max_block = 1u << 20,
+			       .pin_ms = 10000, .max_keys = LP_KEYS_MAX };
+	int mfd = memfd_create("fake-node-arena", MFD_CLOEXEC);
+
+	if (mfd < 0 || ftruncate(mfd, (off_t)1 << 20)) {
+		if (mfd >= 0)
+			close(mfd);
+		return -1;
+	}
+	fake_reply(fd, LP_HELLO, 0, &hl, sizeof(hl), mfd);
+	close(mfd);
+	return 0;
+}
+
 /* Answers one connection as lying_counts_main says. */
 static void lying_counts_serve(int fd)
 {
 	unsigned char body[8192], out[4 + 64 * sizeof(struct lp_slot)];
 	struct lp_hdr h;
 
-	while (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
-		if (h.len > sizeof(body) ||
-		    (h.len && recv(fd, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
-			break;
+	while (fake_request(fd, &h, body, sizeof(body))) {
 		int type = h.type & ~LP_NOREPLY;
 		if (type == LP_HELLO) {
-			struct lp_hello hl = { .version = LP_VERSION, .lease_ms = 5000,
-					       .arena_len = 1u << 20, .max_block = 1u << 20,
-					       .pin_ms = 10000, .max_keys = LP_KEYS_MAX };
-			int mfd = memfd_create("fake-node-arena", MFD_CLOEXEC);
-			if (mfd < 0 || ftruncate(mfd, (off_t)1 << 20))
+			if (fake_hello(fd))
 				break;
-			fake_reply(fd, type, 0, &hl, sizeof(hl), mfd);
-			close(mfd);
 		} else if (!(h.type & LP_NOREPLY)) {
 			uint32_t k = 0;
 			if (h.len >= 4)
@@ -1754,21 +1774,9 @@ static void *silent_after_hello_main(void *p)
 
 	if (fd < 0)
 		return NULL;
-	while (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h)) {
-		if (h.len > sizeof(body) ||
-		    (h.len && recv(fd, body, h.len, MSG_WAITALL) != (ssize_t)h.len))
+	while (fake_request(fd, &h, body, sizeof(body)))
+		if ((h.type & ~LP_NOREPLY) == LP_HELLO && fake_hello(fd))
 			break;
-		if ((h.type & ~LP_NOREPLY) != LP_HELLO)
-			continue;
-		struct lp_hello hl = { .version = LP_VERSION, .lease_ms = 5000,
-				       .arena_len = 1u << 20, .max_block = 1u << 20,
-				       .pin_ms = 10000, .max_keys = LP_KEYS_MAX };
-		int mfd = memfd_create("fake-node-arena", MFD_CLOEXEC);
-		if (mfd < 0 || ftruncate(mfd, (off_t)1 << 20))
-			break;
-		fake_reply(fd, LP_HELLO, 0, &hl, sizeof(hl), mfd);
-		close(mfd);
-	}
 	close(fd);
 	return NULL;
 }
