@@ -453,6 +453,8 @@ static void test_threads_sharing_buffers_lose_no_block(void **state)
 {
 	(void)state;
 #if defined(__SANITIZE_THREAD__)
+	print_message("skipped: under ThreadSanitizer the callers' shared buffers are "
+		      "a race it reports\n");
 	skip();
 #else
 	kvt_store *s = open_tiered("xshare.dat", 4, 0.5, "");
