@@ -428,7 +428,7 @@ struct xshare_arg {
 
 enum { XS_BLOCKS = 48, XS_LEN = 256 * 1024, XS_OPS = 4 };
 
-static void *xshare(void *p)
+static __attribute__((unused)) void *xshare(void *p)
 {
 	struct xshare_arg *a = p;
 	uint64_t x = a->id * 104729 + 7;
