@@ -46,8 +46,6 @@
 #define ATTACH_MS_DEFAULT 60000u
 #define ATTACH_MS_MAX     3600000u
 
-/* Longest piece of user text quoted in an error message. */
-#define QUOTE_MAX 64
 
 /* Which optional keys the document set, for defaults that depend on others. */
 struct given {

@@ -109,6 +109,8 @@ int config_json_error(const char *text, const struct json_error_t *e);
  * unknown unit, overflow).
  */
 int parse_size(const char *s, uint64_t *out);
+/* Longest piece of user text quoted in a configuration error message. */
+#define QUOTE_MAX 64
 /* The parser behind parse_size() (config_size.c): 0, or -EINVAL with the
  * reason (without the input) written into why. */
 int config_size_parse(const char *s, uint64_t *out, char *why, size_t whylen);

@@ -12,9 +12,6 @@
 #include "config.h"
 #include "internal.h"
 
-/* Longest piece of user text quoted in an error message (as config.c). */
-#define QUOTE_MAX 64
-
 static int is_letter(char ch, char upper)
 {
 	return ch == upper || ch == upper + ('a' - 'A');

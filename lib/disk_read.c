@@ -323,6 +323,7 @@ static unsigned rd_setup(struct disk_tier *d, struct rd *r, kvt_op *op, int mode
 	if (mode == RD_DIRECT && r->vec) {
 		struct iovec v[2] = { { r->stage, PAGE }, { op->buf, (size_t)pad } };
 		dev_io_setv(&r->io[0], v, 2); /* two segments, under 4 GiB */
+		ctr_add(&d->vectored_reads, 1);
 	} else if (mode == RD_DIRECT) {
 		disk_io_set(&r->io[1], DEV_READ, dev, off + PAGE, op->buf, (uint32_t)pad,
 		       disk_buf_fixed(d, op->buf, pad, &r->mr));
@@ -518,7 +519,6 @@ static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alon
 	 * payload's pages (each a segment at worst) and the header's fit one */
 	if (may && 1 + pad / PAGE <= d->max_segs) {
 		r->vec = 1;
-		ctr_add(&d->vectored_reads, 1);
 		return RD_DIRECT;
 	}
 	r->hstage_bytes = PAGE + pad;

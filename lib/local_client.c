@@ -43,7 +43,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -291,10 +290,8 @@ int local_client_open(const char *path, unsigned timeout_ms, struct local_client
 	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
 	c->deadline = 0; /* later requests wait timeout_ms (0: as long as it takes) */
 	pthread_mutex_unlock(&c->lock);
-	struct timeval tv = { .tv_sec = timeout_ms / 1000,
-			      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
-	if (rc >= 0 && setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
-		rc = kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
+	if (rc >= 0)
+		rc = lp_send_timeout(c->fd, timeout_ms);
 	if (rc < 0) {
 		if (rc == -ENOTCONN)
 			rc = kvt_fail(-EPROTO, "attach: %s answered no HELLO (not a node "

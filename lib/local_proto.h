@@ -175,6 +175,9 @@ extern _Atomic unsigned lp_hello_ms;
 /* kvt_now_ns() + lp_hello_ms: the deadline of a HELLO exchange that starts
  * now. */
 uint64_t lp_hello_deadline(void);
+/* Bounds each send on fd to ms milliseconds (SO_SNDTIMEO; 0: no bound):
+ * 0, or -errno with the error text. */
+int lp_send_timeout(int fd, unsigned ms);
 /* A Unix stream socket connected to the node store at path, the connect
  * waiting lp_hello_ms at most for room in a backlog (SO_SNDTIMEO, which
  * stays set for the HELLO that follows): the socket, or -errno with the

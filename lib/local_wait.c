@@ -32,21 +32,29 @@ uint64_t lp_hello_deadline(void)
 	return kvt_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
+int lp_send_timeout(int fd, unsigned ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000,
+			      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+		return kvt_fail(-errno, "attach: SO_SNDTIMEO: %s", strerror(errno));
+	return 0;
+}
+
 int lp_connect(const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	unsigned ms = atomic_load_explicit(&lp_hello_ms, memory_order_relaxed);
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
 	int fd, e;
 
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return kvt_fail(-errno, "attach: socket: %s", strerror(errno));
-	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv))) {
-		e = errno;
+	if ((e = lp_send_timeout(fd, ms))) {
 		close(fd);
-		return kvt_fail(-e, "attach: SO_SNDTIMEO: %s", strerror(e));
+		return e;
 	}
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
 		return fd;
