@@ -1673,6 +1673,29 @@ static int fake_hello(int fd)
 	return 0;
 }
 
+/* A fake node store listening at g_dir/name (its path into sock, cap
+ * bytes), served by fn on a thread of its own (th), which is handed the
+ * listening socket: the socket's descriptor. fn reads it through a pointer,
+ * so it lives in a static until fake_node_stop. */
+static int fake_lfd;
+
+static int fake_node_start(const char *name, void *(*fn)(void *), char *sock, size_t cap,
+			   pthread_t *th)
+{
+	snprintf(sock, cap, "%s/%s", g_dir, name);
+	fake_lfd = listen_at(sock, 8);
+	assert_int_equal(pthread_create(th, NULL, fn, &fake_lfd), 0);
+	return fake_lfd;
+}
+
+/* Waits for the fake node store's thread and removes its socket. */
+static void fake_node_stop(int lfd, pthread_t th, const char *sock)
+{
+	pthread_join(th, NULL);
+	close(lfd);
+	unlink(sock);
+}
+
 /* Answers one connection as lying_counts_main says. */
 static void lying_counts_serve(int fd)
 {
@@ -1732,10 +1755,8 @@ static void test_counts_past_the_keys_are_refused(void **state)
 {
 	(void)state;
 	char sock[256], cfg[320];
-	snprintf(sock, sizeof(sock), "%s/lying.sock", g_dir);
-	int lfd = listen_at(sock, 8);
 	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, lying_counts_main, &lfd), 0);
+	int lfd = fake_node_start("lying.sock", lying_counts_main, sock, sizeof(sock), &th);
 	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
 	kvt_store *c = NULL;
 	assert_int_equal(kvt_open(cfg, &c), 0);
@@ -1758,9 +1779,7 @@ static void test_counts_past_the_keys_are_refused(void **state)
 	assert_true(kvt_unpin(c, sl, 3) < 0);
 	assert_non_null(strstr(kvt_last_error(), "broke the protocol"));
 	kvt_close(c);
-	pthread_join(th, NULL);
-	close(lfd);
-	unlink(sock);
+	fake_node_stop(lfd, th, sock);
 }
 
 /* A fake node store that answers HELLO as a real one does (a 1 MiB arena)
@@ -1790,10 +1809,9 @@ static void test_unanswered_request_times_out(void **state)
 {
 	(void)state;
 	char sock[256], cfg[400];
-	snprintf(sock, sizeof(sock), "%s/silent-after-hello.sock", g_dir);
-	int lfd = listen_at(sock, 8);
 	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, silent_after_hello_main, &lfd), 0);
+	int lfd = fake_node_start("silent-after-hello.sock", silent_after_hello_main, sock,
+				  sizeof(sock), &th);
 	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\", \"attach_timeout_ms\": 300}", sock);
 	kvt_store *c = NULL;
 	assert_int_equal(kvt_open(cfg, &c), 0);
@@ -1815,9 +1833,7 @@ static void test_unanswered_request_times_out(void **state)
 	ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 	assert_true(ms < 250); /* at once */
 	kvt_close(c);
-	pthread_join(th, NULL);
-	close(lfd);
-	unlink(sock);
+	fake_node_stop(lfd, th, sock);
 }
 
 static int group_setup(void **state)
