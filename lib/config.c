@@ -77,6 +77,7 @@ static void set_defaults(struct kvt_config *c)
 	c->queue_depth = 32;
 	c->write_policy = KVT_WRITE_ON_EVICT;
 	c->promote = 1;
+	c->stage_reads = KVT_STAGE_AUTO;
 	c->peer_connect_ms = 500;
 	c->peer_request_ms = 2000;
 	c->attach_timeout_ms = ATTACH_MS_DEFAULT;
@@ -211,6 +212,23 @@ static int get_tri(const char *key, const json_t *v, enum kvt_tri *out)
 		return kvt_fail(-EINVAL, "%s: \"%.*s\" is not true, false or \"try\"",
 				key, QUOTE_MAX, json_string_value(v));
 	return bad_type(key, "true, false or \"try\"", v);
+}
+
+/* "disk.stage_reads": true, false or "auto". */
+static int get_stage_reads(const json_t *v, enum kvt_stage_reads *out)
+{
+	if (json_is_boolean(v)) {
+		*out = json_is_true(v) ? KVT_STAGE_ON : KVT_STAGE_OFF;
+		return 0;
+	}
+	if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
+		*out = KVT_STAGE_AUTO;
+		return 0;
+	}
+	if (json_is_string(v))
+		return kvt_fail(-EINVAL, "disk.stage_reads: \"%.*s\" is not true, false or \"auto\"",
+				QUOTE_MAX, json_string_value(v));
+	return bad_type("disk.stage_reads", "true, false or \"auto\"", v);
 }
 
 /* --- sections ----------------------------------------------------------------- */
@@ -370,8 +388,10 @@ static int parse_disk(const json_t *disk, struct kvt_config *c, struct given *g)
 					     QUOTE_MAX, s);
 		} else if (!strcmp(k, "promote")) {
 			r = get_bool("disk.promote", v, &c->promote);
+		} else if (!strcmp(k, "stage_reads")) {
+			r = get_stage_reads(v, &c->stage_reads);
 		} else {
-			r = kvt_fail(-EINVAL, "disk.%.*s: unknown key (known: path, capacity, region_size, queue_depth, write_policy, promote)",
+			r = kvt_fail(-EINVAL, "disk.%.*s: unknown key (known: path, capacity, region_size, queue_depth, write_policy, promote, stage_reads)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

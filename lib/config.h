@@ -10,6 +10,8 @@
 
 enum kvt_tri { KVT_OFF = 0, KVT_TRY = 1, KVT_REQUIRE = 2 };
 enum kvt_write_policy { KVT_WRITE_ON_EVICT = 0, KVT_WRITE_THROUGH = 1 };
+/* "disk.stage_reads": "auto" (0, the default), true, false */
+enum kvt_stage_reads { KVT_STAGE_AUTO = 0, KVT_STAGE_ON = 1, KVT_STAGE_OFF = 2 };
 
 struct kvt_config {
 	/* ram */
@@ -37,6 +39,7 @@ struct kvt_config {
 	unsigned queue_depth;     /* "disk.queue_depth", default 32 */
 	enum kvt_write_policy write_policy; /* "disk.write_policy" */
 	int promote;              /* "disk.promote": copy disk hits to RAM, default true */
+	enum kvt_stage_reads stage_reads; /* "disk.stage_reads", default "auto" */
 	/* peers (npeers == 0: no peer tier) */
 	unsigned npeers;          /* entries of "peers.members" */
 	char **peer_names;        /* "peers.members[i].name" */

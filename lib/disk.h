@@ -17,6 +17,11 @@
 struct disk_tier;
 struct kvt_dev_ops; /* the device seam, see dev.h */
 
+/* disk.stage_reads: whether a record that fits one device request is read
+ * into the tier's huge-page stages before the caller's buffer is tried;
+ * AUTO (what a zeroed struct asks) decides at open */
+enum disk_stage { DISK_STAGE_AUTO = 0, DISK_STAGE_ON, DISK_STAGE_OFF };
+
 /* What the disk tier is opened with (opts.c fills it from the store's
  * configuration; its checks name the configuration keys). */
 struct disk_opts {
@@ -25,6 +30,7 @@ struct disk_opts {
 	uint64_t capacity;        /* disk.capacity: bytes across all of them */
 	uint64_t region_size;     /* disk.region_size */
 	unsigned queue_depth;     /* disk.queue_depth */
+	enum disk_stage stage_reads; /* disk.stage_reads */
 };
 
 /*
@@ -128,12 +134,19 @@ int disk_get_batch_each(struct disk_tier *d, kvt_op *ops, size_t n, uint64_t *su
 /*
  * The most bytes of huge-page memory the tier holds at once to stage whole
  * records in (HSTAGE_POOL, 128 MiB, a range the process's tiers share and
- * keep until it exits, unless lowered here; bytes above that are ignored): a record whose payload would take more pages than one device
- * request carries is read into such a stage, verified there and copied
- * out; once the stages are spent, reads go straight into the caller's
+ * keep until it exits, unless lowered here; bytes above that are
+ * ignored): a record that fits one device request is read into such a
+ * stage, verified there and copied out, where its payload would take more
+ * pages than the request carries or disk.stage_reads puts stages first;
+ * once the stages are spent, reads go straight into the caller's
  * buffer (or into plain memory of the tier's own) instead.
  */
 void disk_set_stage_pool(struct disk_tier *d, size_t bytes);
+
+/* Whether those stages are transparent huge pages (their range was advised
+ * so and the kernel's mode is not "never"): what disk.stage_reads "auto"
+ * asks, with a device that reports its segment limit. */
+int disk_hstage_huge(void);
 
 /*
  * The verifier threads the tier starts at its first batch load, which

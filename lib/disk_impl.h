@@ -129,6 +129,10 @@ struct disk_tier {
 	 * pages, with its header's, are no more than that is read into the
 	 * caller's page-aligned buffer by one vectored request, uncopied */
 	unsigned max_segs;
+	/* disk.stage_reads as resolved at open: a record that fits one
+	 * request is read into a huge-page stage before the caller's buffer
+	 * is tried (disk_read.c) */
+	int stage_first;
 	_Atomic uint64_t vectored_reads; /* records read so (disk_read.c) */
 	/* everything below is under lock */
 	pthread_mutex_t lock;
@@ -226,6 +230,7 @@ void *disk_stage_get(struct disk_tier *d, size_t bytes);
 void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
 void *disk_hstage_get(struct disk_tier *d, size_t bytes);
 void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes);
+
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
 void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,

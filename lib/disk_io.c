@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -79,6 +80,7 @@ static struct {
 	char *base;
 	size_t used;
 	int failed;
+	int huge;                 /* the range gets transparent huge pages */
 	void *free[HSTAGE_CLASSES];
 } hpool = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -87,6 +89,21 @@ static unsigned hstage_class(size_t bytes)
 	size_t units = (bytes + HSTAGE_UNIT - 1) / HSTAGE_UNIT;
 
 	return units < HSTAGE_CLASSES ? (unsigned)units : 0;
+}
+
+/* Whether the kernel gives a range advised MADV_HUGEPAGE transparent huge
+ * pages: its mode is "always" or "madvise", not "never" (nor absent). */
+static int thp_on(void)
+{
+	char mode[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+
+	if (!f)
+		return 0;
+	if (!fgets(mode, sizeof(mode), f))
+		mode[0] = 0;
+	fclose(f);
+	return mode[0] && !strstr(mode, "[never]");
 }
 
 /* Reserves the range, aligned to a huge page. Locked. */
@@ -103,7 +120,7 @@ static void hpool_map(void)
 	if (a > m)
 		munmap(m, (size_t)(a - m));
 	munmap(a + HSTAGE_POOL, (size_t)(m + HSTAGE_ALIGN - a));
-	madvise(a, HSTAGE_POOL, MADV_HUGEPAGE);
+	hpool.huge = madvise(a, HSTAGE_POOL, MADV_HUGEPAGE) == 0 && thp_on();
 	hpool.base = a;
 }
 
@@ -131,6 +148,16 @@ void *disk_hstage_get(struct disk_tier *d, size_t bytes)
 		d->hused += piece;
 	pthread_mutex_unlock(&hpool.lock);
 	return p;
+}
+
+int disk_hstage_huge(void)
+{
+	pthread_mutex_lock(&hpool.lock);
+	if (!hpool.base && !hpool.failed)
+		hpool_map();
+	int huge = hpool.base && hpool.huge;
+	pthread_mutex_unlock(&hpool.lock);
+	return huge;
 }
 
 void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes)

@@ -500,14 +500,21 @@ static void get_find(struct disk_tier *d, kvt_op *ops, size_t n, struct rd *rd)
  * uncopied (a 256 KiB payload in 4 KiB pages is 65 segments; a 1 MiB one,
  * 257, is past the usual 127-254 and would be split). Else whole, in one
  * request, into a huge-page stage, verified there and copied out (the copy
- * runs while the batch's other reads are in flight). Where no stage is
- * left, straight into the caller's buffer if it may, else staged with its
- * header in plain memory.
+ * runs while the batch's other reads are in flight). With stage_first
+ * (disk.stage_reads), the stage comes before the vectored read: a request
+ * into a stage's huge pages is a segment or two, where the caller's pages
+ * are one each, and a device that pays per segment reads faster into it
+ * even with the copy. Where no stage is left, straight into the caller's
+ * buffer if it may (vectored where it fits), else staged with its header
+ * in plain memory.
  */
 static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alone)
 {
 	uint64_t pad = pad_up(w_len(r->w), PAGE);
 	int may = alone && ((uintptr_t)op->buf % PAGE) == 0 && op->len >= pad;
+	/* header and payload in one request without a copy, where the
+	 * payload's pages (each a segment at worst) and the header's fit one */
+	int vec = may && 1 + pad / PAGE <= d->max_segs;
 
 	r->vec = 0;
 	/* staging helps only where the record is then one request: one
@@ -515,9 +522,7 @@ static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alon
 	if (may && (PAGE + pad > d->max_req || disk_fixed_index(d, op->buf, pad) >= 0 ||
 		    disk_registered(d, op->buf, pad)))
 		return RD_DIRECT;
-	/* header and payload in one request without a copy, where the
-	 * payload's pages (each a segment at worst) and the header's fit one */
-	if (may && 1 + pad / PAGE <= d->max_segs) {
+	if (vec && !d->stage_first) {
 		r->vec = 1;
 		return RD_DIRECT;
 	}
@@ -527,6 +532,7 @@ static int rd_mode(struct disk_tier *d, const kvt_op *op, struct rd *r, int alon
 		ctr_add(&d->staged_reads, 1);
 		return RD_HUGE;
 	}
+	r->vec = vec;
 	return may ? RD_DIRECT : RD_STAGED;
 }
 

@@ -73,6 +73,7 @@ static void assert_defaults(const struct kvt_config *c)
 	assert_int_equal(c->queue_depth, 32);
 	assert_int_equal(c->write_policy, KVT_WRITE_ON_EVICT);
 	assert_int_equal(c->promote, 1);
+	assert_int_equal(c->stage_reads, KVT_STAGE_AUTO);
 }
 
 /* --- defaults and keys ----------------------------------------------------- */
@@ -108,7 +109,8 @@ static void test_every_key_is_applied(void **state)
 		  " \"threads\": 8,"
 		  " \"disk\": {\"path\": \"/dev/nvme0n1\", \"capacity\": \"1TiB\","
 		  " \"region_size\": \"128MiB\", \"queue_depth\": 64,"
-		  " \"write_policy\": \"write_through\", \"promote\": false}}",
+		  " \"write_policy\": \"write_through\", \"promote\": false,"
+		  " \"stage_reads\": false}}",
 		  &c);
 	assert_int_equal(c.ram_capacity, 8 * GiB);
 	assert_int_equal(c.lease_ms, 250);
@@ -128,8 +130,15 @@ static void test_every_key_is_applied(void **state)
 	assert_int_equal(c.queue_depth, 64);
 	assert_int_equal(c.write_policy, KVT_WRITE_THROUGH);
 	assert_int_equal(c.promote, 0);
+	assert_int_equal(c.stage_reads, KVT_STAGE_OFF);
 	config_free(&c);
 	assert_null(c.disk_paths);
+	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": true}}", &c);
+	assert_int_equal(c.stage_reads, KVT_STAGE_ON);
+	config_free(&c);
+	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": \"auto\"}}", &c);
+	assert_int_equal(c.stage_reads, KVT_STAGE_AUTO);
+	config_free(&c);
 	assert_int_equal(c.ndisk, 0);
 }
 
@@ -577,6 +586,10 @@ static void test_wrong_types_are_named(void **state)
 	expect_fail("{\"ram\": {\"numa_node\": null}}", -EINVAL, "ram.numa_node: expected an integer, got null");
 	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"promote\": \"yes\"}}",
 		    -EINVAL, "disk.promote: expected true or false, got a string");
+	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": \"yes\"}}",
+		    -EINVAL, "disk.stage_reads: \"yes\" is not true, false or \"auto\"");
+	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": 1}}",
+		    -EINVAL, "disk.stage_reads: expected true, false or \"auto\", got an integer");
 }
 
 #define MEMBERS "\"members\": [{\"name\": \"a\", \"addr\": \"127.0.0.1:7001\"}, " \

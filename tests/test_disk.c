@@ -56,7 +56,9 @@ static struct {
 	_Atomic uint64_t max_req;   /* the bytes the device says one request
 				       carries (0: the real device's) */
 	_Atomic unsigned max_segs;  /* the memory segments it says one request
-				       carries (0: the real device's) */
+				       carries (0: the real device's;
+				       SEGS_UNKNOWN: that it does not know,
+				       as tmpfs) */
 	_Atomic int writes;       /* writes submitted to the device */
 	_Atomic int reads_out;    /* reads submitted to the device, not reaped */
 	_Atomic int nread_log;    /* reads_out before each read went out, */
@@ -193,10 +195,14 @@ static uint64_t f_max_request(int fd)
 	return m ? m : uring_dev_ops.max_request(fd);
 }
 
+enum { SEGS_UNKNOWN = 0xffffffffu };
+
 static unsigned f_max_segments(int fd)
 {
 	unsigned m = atomic_load(&faults.max_segs);
 
+	if (m == SEGS_UNKNOWN)
+		return 0;
 	return m ? m : uring_dev_ops.max_segments(fd);
 }
 
@@ -915,8 +921,9 @@ static void long_payloads_are_staged_whole_and_verified(void **st)
 	fix_done(&f);
 }
 
-/* A record that fits one request, its payload's pages and its header's
- * no more than the device's segments, is read by one vectored request:
+/* With disk.stage_reads false, a record that fits one request, its
+ * payload's pages and its header's no more than the device's segments, is
+ * read by one vectored request:
  * the header into the tier's memory, the payload straight into the
  * caller's page-aligned buffer; longer ones in more pages are staged. A
  * payload overwritten in the caller's buffer after its read is read again
@@ -928,6 +935,7 @@ static void fitting_records_are_one_vectored_read_uncopied(void **st)
 	struct fix f;
 	enum { N = 8, LEN = 100000, LONG = 300000, STRIDE = 80 * 4096 };
 	fix_init(&f, 32 * MiB, 4 * MiB);
+	f.cfg.stage_reads = KVT_STAGE_OFF;
 	/* requests of 1 MiB in 64 segments: 26 fit, 75 do not */
 	struct disk_tier *d = open_limits(&f, MiB, 64);
 	kvt_op ops[N];
@@ -953,6 +961,7 @@ static void fitting_records_are_one_vectored_read_uncopied(void **st)
 	}
 	assert_int_equal(stat_of(d, "vectored_reads"), N - 2);
 	assert_int_equal(stat_of(d, "staged_reads"), 2);
+	assert_int_equal(stat_of(d, "stage_reads"), 0);
 
 	/* the caller's copy overwritten right after the read: read again */
 	atomic_store(&faults.scribble_len, (int)(4096 + pad_to(LEN, 4096)));
@@ -982,6 +991,82 @@ static void fitting_records_are_one_vectored_read_uncopied(void **st)
 	assert_int_equal(stat_of(d, "checksum_failures"), 1);
 	assert_int_equal(get_block(d, 701, LEN), -ENOENT); /* dropped */
 	assert_int_equal(get_block(d, 702, LEN), 0);
+	free(bufs);
+	disk_close(d);
+	fix_done(&f);
+}
+
+/* Reads n records of LEN bytes under keys 720.. into page-aligned buffers
+ * of stride bytes (each alone in the batch), checking every byte; returns
+ * how many went by a vectored read. */
+static long long read_fitting(struct disk_tier *d, kvt_op *ops, char *bufs, int n,
+			      size_t len, size_t stride)
+{
+	long long v0 = stat_of(d, "vectored_reads");
+
+	memset(bufs, 0, (size_t)n * stride);
+	for (int i = 0; i < n; i++)
+		ops[i] = (kvt_op){ test_key(720 + (uint64_t)i), bufs + (size_t)i * stride,
+				   stride, 0 };
+	assert_int_equal(disk_get_batch(d, ops, n), 0);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(ops[i].result, 0);
+		assert_int_equal(ops[i].len, len);
+		assert_true(check_block(ops[i].key, ops[i].buf, len));
+	}
+	return stat_of(d, "vectored_reads") - v0;
+}
+
+/* disk.stage_reads: true reads records that fit one request into the
+ * huge-page stages first (vectored reads only once those are spent);
+ * "auto" does so on a device that reports its segments when the stages
+ * are huge pages, and never on one that does not say (tmpfs); false reads
+ * them vectored. Every byte checked each way. */
+static void stage_reads_orders_stages_and_vectored_reads(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { N = 8, LEN = 100000, STRIDE = 32 * 4096 };
+	fix_init(&f, 32 * MiB, 4 * MiB);
+	f.cfg.stage_reads = KVT_STAGE_ON;
+	struct disk_tier *d = open_limits(&f, MiB, 64);
+	kvt_op ops[N];
+	char *bufs = NULL;
+
+	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)N * STRIDE), 0);
+	for (int i = 0; i < N; i++) {
+		ops[i] = (kvt_op){ test_key(720 + (uint64_t)i), bufs + (size_t)i * STRIDE, LEN, 0 };
+		fill_block(ops[i].key, ops[i].buf, LEN);
+	}
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	assert_int_equal(stat_of(d, "stage_reads"), 1);
+	assert_int_equal(read_fitting(d, ops, bufs, N, LEN, STRIDE), 0);
+	assert_int_equal(stat_of(d, "staged_reads"), N);
+	/* no stage left: vectored */
+	disk_set_stage_pool(d, 0);
+	assert_int_equal(read_fitting(d, ops, bufs, N, LEN, STRIDE), N);
+	assert_int_equal(stat_of(d, "staged_reads"), N);
+	disk_close(d);
+
+	/* "auto", a device that reports its segments: stages where they are
+	 * huge pages */
+	int huge = disk_hstage_huge();
+	f.cfg.stage_reads = KVT_STAGE_AUTO;
+	d = open_limits(&f, MiB, 64);
+	assert_int_equal(stat_of(d, "stage_reads"), huge);
+	assert_int_equal(read_fitting(d, ops, bufs, N, LEN, STRIDE), huge ? 0 : N);
+	disk_close(d);
+	/* "auto", a device that does not say: vectored */
+	d = open_limits(&f, MiB, SEGS_UNKNOWN);
+	assert_int_equal(stat_of(d, "stage_reads"), 0);
+	assert_int_equal(read_fitting(d, ops, bufs, N, LEN, STRIDE), N);
+	disk_close(d);
+	/* false */
+	f.cfg.stage_reads = KVT_STAGE_OFF;
+	d = open_limits(&f, MiB, 64);
+	assert_int_equal(stat_of(d, "stage_reads"), 0);
+	assert_int_equal(read_fitting(d, ops, bufs, N, LEN, STRIDE), N);
+	assert_int_equal(stat_of(d, "staged_reads"), 0);
 	free(bufs);
 	disk_close(d);
 	fix_done(&f);
@@ -1736,7 +1821,8 @@ static void stats_report_every_counter(void **st)
 	static const char *names[] = { "capacity", "bytes_used", "objects", "hits",
 		"misses", "puts", "spills", "reclaims", "reinsertions",
 		"checksum_failures", "io_errors", "queue_failures", "queue_depth", "inflight",
-		"staged_reads", "vectored_reads", "staged_writes", "index_bytes_per_block" };
+		"staged_reads", "vectored_reads", "stage_reads", "staged_writes",
+		"index_bytes_per_block" };
 
 	for (uint64_t i = 0; i < 40; i++)
 		assert_int_equal(put_block(d, i, 60000), 0);
@@ -1837,6 +1923,7 @@ int main(void)
 		cmocka_unit_test(overwritten_direct_read_is_read_again),
 		cmocka_unit_test(long_payloads_are_staged_whole_and_verified),
 		cmocka_unit_test(fitting_records_are_one_vectored_read_uncopied),
+		cmocka_unit_test(stage_reads_orders_stages_and_vectored_reads),
 		cmocka_unit_test(put_batches_write_one_request_per_record),
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
 		cmocka_unit_test(each_hook_runs_once_per_verified_block),

@@ -49,8 +49,8 @@ static int teardown(void **state)
 	return 0;
 }
 
-static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_cap,
-			      const char *extra)
+static kvt_store *open_tiered_disk(const char *file, unsigned ram_mib, double lease_cap,
+				   const char *extra, const char *disk_extra)
 {
 	char cfg[1024];
 	kvt_store *s = NULL;
@@ -58,12 +58,18 @@ static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_c
 		 "{\"ram\": {\"capacity\": \"%uMiB\", \"lease_ms\": 60000, \"lease_cap\": %g,"
 		 " \"high_watermark\": 1.0, \"low_watermark\": 0.99, \"mlock\": false%s},"
 		 " \"disk\": {\"path\": \"%s/%s\", \"capacity\": \"64MiB\","
-		 " \"region_size\": \"4MiB\", \"queue_depth\": 8}}",
-		 ram_mib, lease_cap, extra, dir, file);
+		 " \"region_size\": \"4MiB\", \"queue_depth\": 8%s}}",
+		 ram_mib, lease_cap, extra, dir, file, disk_extra);
 	int rc = kvt_open(cfg, &s);
 	if (rc)
 		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
 	return s;
+}
+
+static kvt_store *open_tiered(const char *file, unsigned ram_mib, double lease_cap,
+			      const char *extra)
+{
+	return open_tiered_disk(file, ram_mib, lease_cap, extra, "");
 }
 
 /*
@@ -412,8 +418,8 @@ static void test_batch_ops_sharing_a_buffer_promote_their_own_bytes(void **state
 }
 
 /* Threads whose batches read into the same buffers (each op alone in its
- * batch, so the disk reads a 256 KiB block straight into the buffer by one
- * vectored read): a read another thread's read overwrote fails its check
+ * batch, and disk.stage_reads false, so the disk reads a 256 KiB block
+ * straight into the buffer by one vectored read): a read another thread's read overwrote fails its check
  * and is read again into the tier's own memory, never called damaged (which
  * would drop a good block from disk); what is promoted into RAM is checked
  * against the verified sum; every block reads back as its own afterwards.
@@ -457,7 +463,8 @@ static void test_threads_sharing_buffers_lose_no_block(void **state)
 		      "a race it reports\n");
 	skip();
 #else
-	kvt_store *s = open_tiered("xshare.dat", 4, 0.5, "");
+	/* vectored reads into the callers' buffers rather than stages */
+	kvt_store *s = open_tiered_disk("xshare.dat", 4, 0.5, "", ", \"stage_reads\": false");
 	char *bufs = NULL;
 
 	assert_int_equal(posix_memalign((void **)&bufs, 4096, (size_t)XS_OPS * XS_LEN), 0);
