@@ -308,6 +308,8 @@ int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 		    r.prepped - r.next < r.depth) {
 			prep_next(&r);
 			min = 0;
+		} else if (r.h && r.h->idle && !r.qerr && r.h->idle(r.h->arg)) {
+			min = 0;
 		}
 		int got = ops->reap(q, r.reaped, r.depth, min);
 		if (got < 0) {

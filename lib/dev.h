@@ -171,6 +171,11 @@ struct kvt_dev_ops {
 struct dev_hooks {
 	int (*prep)(void *arg, unsigned i, struct dev_io *io);
 	void (*done)(void *arg, unsigned i, struct dev_io *io);
+	/* Optional: where the run would wait for a completion, a bounded
+	 * piece of the caller's own work; nonzero when it did some (the run
+	 * then looks for completions without waiting, and calls it again),
+	 * 0 when it has none (the run waits). */
+	int (*idle)(void *arg);
 	void *arg;
 };
 
@@ -195,7 +200,9 @@ int dev_run(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
  * dev_run() with hooks (NULL: none). With a prep hook, ios are prepared and
  * submitted a few at a time as soon as each is ready, and ios beyond the
  * free slots are prepared ahead while the queue is full, so that the
- * caller's CPU work runs under the device's.
+ * caller's CPU work runs under the device's; an idle hook does the same
+ * with work of the caller's own, one piece between looks for completions,
+ * so a completion waits at most one piece to be sent on.
  */
 int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 		  unsigned n, unsigned depth, _Atomic uint64_t *inflight,

@@ -97,7 +97,9 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
  * millisecond per MiB) by the tier's verifier threads while the loading
  * thread goes on reaping and submitting, so the device's queue stays full
  * however long the checks take; where the verifiers fall behind, the
- * loading thread takes records from the queue itself, and once its reads
+ * loading thread takes records from the queue itself, one at a time while
+ * it would otherwise wait for the device (its idle hook), so that no
+ * completion waits for more than one check to be sent on; once its reads
  * are done it helps until its batch is verified. A device that completes
  * the reads in flight together leaves a batch's last queue-depth records
  * to be checked after its last read: several verifiers (one per CPU the
@@ -105,7 +107,6 @@ static int rd_verify(const struct disk_tier *d, struct rd *r, kvt_op *op)
  * batch's last records are held back to shorten it (run_reads). Without a verifier (none could be started) every record is
  * verified inline, as its last read completes.
  */
-#define VERIFY_BACKLOG 4u         /* queued records past which the loader helps */
 
 /* Runs the batch's each hook on r, from the tier's copy where there is one. */
 static void rd_each(struct load_ctx *c, struct rd *r)
@@ -235,13 +236,10 @@ void disk_verifier_stop(struct disk_tier *d)
 	d->vstate = -1;
 }
 
-/* Queues r of batch c for the verifiers; takes the oldest queued record
- * here where they are behind, unless the batch's held records are to go
- * out as soon as the reads in progress are done. */
+/* Queues r of batch c for the verifiers. */
 static void vq_push(struct load_ctx *c, struct rd *r)
 {
 	struct disk_tier *d = c->d;
-	int help = !c->held_next;
 
 	pthread_mutex_lock(&d->vlock);
 	r->ctx = c;
@@ -254,9 +252,27 @@ static void vq_push(struct load_ctx *c, struct rd *r)
 	d->vlen++;
 	c->pending++;
 	pthread_cond_signal(&d->vwork);
-	if (help && d->vlen > VERIFY_BACKLOG)
-		vq_check(d, vq_pop(d), 1);
 	pthread_mutex_unlock(&d->vlock);
+}
+
+/* The loads' idle hook: checks the oldest queued record on the loading
+ * thread where one waits (the verifiers are behind), unless the batch's
+ * held records are to go out as soon as the reads in progress are done.
+ * 1 when it checked one. */
+static int load_idle(void *arg)
+{
+	struct load_ctx *c = arg;
+	struct disk_tier *d = c->d;
+	struct rd *r = NULL;
+
+	if (!c->async || c->held_next)
+		return 0;
+	pthread_mutex_lock(&d->vlock);
+	r = vq_pop(d);
+	if (r)
+		vq_check(d, r, 1);
+	pthread_mutex_unlock(&d->vlock);
+	return r != NULL;
 }
 
 /* Returns once every record batch c queued is verified, verifying queued
@@ -428,7 +444,7 @@ static void run_reads(struct load_ctx *lc, struct dev_io **ios, unsigned nios,
 		      uint32_t *own, size_t n)
 {
 	struct disk_tier *d = lc->d;
-	struct dev_hooks hooks = { .done = load_done, .arg = lc };
+	struct dev_hooks hooks = { .done = load_done, .idle = load_idle, .arg = lc };
 	unsigned depth = read_depth(d, lc->rd, n, nios), at = nios;
 	size_t hold = d->qd / TAIL_HOLD_DIV, recs = read_records(lc->rd, n);
 

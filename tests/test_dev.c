@@ -33,6 +33,9 @@ static struct {
 	unsigned submit_max;  /* a submission takes at most this many (0: all) */
 	int fail_submit;
 	int fail_reap_once;   /* the next reap with ios pending fails, -EIO */
+	unsigned reaps_nowait; /* reaps asked not to wait (min 0) */
+	unsigned hold;        /* a reap completes nothing while this is nonzero
+				 (the idle hook counts it down) */
 } fake;
 
 static int fake_submit(void *q, struct dev_io *const *ios, unsigned n)
@@ -55,9 +58,15 @@ static int fake_reap(void *q, struct dev_io **done, unsigned max, unsigned min)
 	unsigned got = 0;
 
 	(void)q;
+	if (!min)
+		fake.reaps_nowait++;
 	/* a real queue would wait for ever for ios it was never given */
 	if (!fake.npend && min)
 		return -EDEADLK;
+	if (fake.hold) {
+		assert_int_equal(min, 0); /* waiting would wait for ever */
+		return 0;
+	}
 	if (fake.npend && fake.fail_reap_once) {
 		fake.fail_reap_once = 0;
 		return -EIO;
@@ -245,7 +254,7 @@ static void dev_run_hooks_prepare_in_order_before_submitting(void **st)
 	static unsigned char bufs[40 * 4096];
 	struct dev_io io[40], *p[40];
 	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
-	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+	struct dev_hooks hooks = { .prep = hook_prep, .done = hook_done, .arg = &h };
 
 	fake_reset();
 	for (int i = 0; i < 40; i++) {
@@ -271,7 +280,7 @@ static void dev_run_hooks_finish_every_io_once(void **st)
 	static unsigned char bufs[8 * 4096];
 	struct dev_io io[8], *p[8];
 	struct hook_log h = { .fail_prep_of = 3, .bufs = bufs };
-	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+	struct dev_hooks hooks = { .prep = hook_prep, .done = hook_done, .arg = &h };
 
 	fake_reset();
 	fake.short_every = 1; /* every transfer comes back half done first */
@@ -299,7 +308,7 @@ static void dev_run_hooks_report_a_refused_submission_to_every_io(void **st)
 	static unsigned char bufs[4 * 4096];
 	struct dev_io io[4], *p[4];
 	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
-	struct dev_hooks hooks = { NULL, hook_done, &h };
+	struct dev_hooks hooks = { .done = hook_done, .arg = &h };
 
 	fake_reset();
 	fake.fail_submit = 1;
@@ -315,6 +324,62 @@ static void dev_run_hooks_report_a_refused_submission_to_every_io(void **st)
 	}
 }
 
+/* An idle hook with work: called only while ios are in flight; after each
+ * piece the run looks for completions without waiting (the fake completes
+ * nothing until the hook's work is done); once it has none, the run waits.
+ * Every io completes once, and its bytes land. */
+struct idle_log {
+	struct hook_log h;
+	unsigned calls, worked;
+};
+
+static int hook_idle(void *arg)
+{
+	struct idle_log *l = arg;
+
+	l->calls++;
+	assert_true(fake.npend > 0);
+	if (!fake.hold)
+		return 0;
+	fake.hold--;
+	l->worked++;
+	return 1;
+}
+
+static void hook_done_idle(void *arg, unsigned i, struct dev_io *io)
+{
+	hook_done(&((struct idle_log *)arg)->h, i, io);
+}
+
+static void dev_run_hooks_idle_works_between_looks_for_completions(void **st)
+{
+	(void)st;
+	static unsigned char bufs[16 * 4096];
+	struct dev_io io[16], *p[16];
+	struct idle_log l = { .h = { .fail_prep_of = -1, .bufs = bufs } };
+	struct dev_hooks hooks = { .done = hook_done_idle, .idle = hook_idle, .arg = &l };
+
+	fake_reset();
+	for (unsigned i = 0; i < 16; i++) {
+		memset(fake.mem + i * 4096, (int)(i + 1), 4096);
+		io[i] = (struct dev_io){ .op = DEV_READ, .buf = bufs + i * 4096,
+					 .off = (uint64_t)i * 4096, .len = 4096, .fixed = -1 };
+		p[i] = &io[i];
+	}
+	fake.hold = 5;
+	assert_int_equal(dev_run_hooks(&fake_ops, NULL, p, 16, 4, NULL, &hooks), 0);
+	assert_int_equal(l.worked, 5);
+	assert_true(l.calls > 5);            /* and it said when it had none */
+	assert_true(fake.reaps_nowait >= 5); /* a look after each piece */
+	assert_true(fake.max_inflight <= 4);
+	for (unsigned i = 0; i < 16; i++) {
+		assert_int_equal(l.h.donecount[i], 1);
+		assert_int_equal(io[i].res, 4096);
+		assert_int_equal(bufs[i * 4096], i + 1);
+		assert_int_equal(bufs[i * 4096 + 4095], i + 1);
+	}
+}
+
 /* A submission that takes only some of the ios it is given (io_uring stops
  * at an SQE it cannot start): dev_run submits the rest again, and every io
  * is prepared once, completed once and lands where it should. */
@@ -324,7 +389,7 @@ static void dev_run_resubmits_what_a_submission_did_not_take(void **st)
 	static unsigned char bufs[40 * 4096];
 	struct dev_io io[40], *p[40];
 	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
-	struct dev_hooks hooks = { hook_prep, hook_done, &h };
+	struct dev_hooks hooks = { .prep = hook_prep, .done = hook_done, .arg = &h };
 	_Atomic uint64_t inflight = 0;
 
 	fake_reset();
@@ -367,7 +432,7 @@ static void dev_run_drains_a_failed_queue_before_returning(void **st)
 	static unsigned char bufs[16 * 4096];
 	struct dev_io io[16], *p[16];
 	struct hook_log h = { .fail_prep_of = -1, .bufs = bufs };
-	struct dev_hooks hooks = { NULL, hook_done, &h };
+	struct dev_hooks hooks = { .done = hook_done, .arg = &h };
 	_Atomic uint64_t inflight = 0;
 
 	fake_reset();
@@ -488,6 +553,7 @@ int main(void)
 		cmocka_unit_test(dev_run_hooks_prepare_in_order_before_submitting),
 		cmocka_unit_test(dev_run_hooks_finish_every_io_once),
 		cmocka_unit_test(dev_run_hooks_report_a_refused_submission_to_every_io),
+		cmocka_unit_test(dev_run_hooks_idle_works_between_looks_for_completions),
 		cmocka_unit_test(dev_run_resubmits_what_a_submission_did_not_take),
 		cmocka_unit_test(dev_run_drains_a_failed_queue_before_returning),
 		cmocka_unit_test(dev_run_vectored_ios_survive_short_transfers),
