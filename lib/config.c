@@ -197,38 +197,47 @@ static int get_bool(const char *key, const json_t *v, int *out)
 	return 0;
 }
 
+/* true or false (*out 1 or 0), or the string word (*out 2). */
+static int get_bool_or(const char *key, const json_t *v, const char *word, int *out)
+{
+	char want[64];
+
+	if (json_is_boolean(v)) {
+		*out = json_is_true(v);
+		return 0;
+	}
+	if (json_is_string(v) && strcmp(json_string_value(v), word) == 0) {
+		*out = 2;
+		return 0;
+	}
+	if (json_is_string(v))
+		return kvt_fail(-EINVAL, "%s: \"%.*s\" is not true, false or \"%s\"",
+				key, QUOTE_MAX, json_string_value(v), word);
+	snprintf(want, sizeof(want), "true, false or \"%s\"", word);
+	return bad_type(key, want, v);
+}
+
 /* false -> KVT_OFF, true -> KVT_REQUIRE, "try" -> KVT_TRY */
 static int get_tri(const char *key, const json_t *v, enum kvt_tri *out)
 {
-	if (json_is_boolean(v)) {
-		*out = json_is_true(v) ? KVT_REQUIRE : KVT_OFF;
-		return 0;
-	}
-	if (json_is_string(v) && strcmp(json_string_value(v), "try") == 0) {
-		*out = KVT_TRY;
-		return 0;
-	}
-	if (json_is_string(v))
-		return kvt_fail(-EINVAL, "%s: \"%.*s\" is not true, false or \"try\"",
-				key, QUOTE_MAX, json_string_value(v));
-	return bad_type(key, "true, false or \"try\"", v);
+	int b;
+	int r = get_bool_or(key, v, "try", &b);
+
+	if (!r)
+		*out = b == 2 ? KVT_TRY : b ? KVT_REQUIRE : KVT_OFF;
+	return r;
 }
 
-/* "disk.stage_reads": true, false or "auto". */
+/* "disk.stage_reads": false -> KVT_STAGE_OFF, true -> KVT_STAGE_ON,
+ * "auto" -> KVT_STAGE_AUTO */
 static int get_stage_reads(const json_t *v, enum kvt_stage_reads *out)
 {
-	if (json_is_boolean(v)) {
-		*out = json_is_true(v) ? KVT_STAGE_ON : KVT_STAGE_OFF;
-		return 0;
-	}
-	if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
-		*out = KVT_STAGE_AUTO;
-		return 0;
-	}
-	if (json_is_string(v))
-		return kvt_fail(-EINVAL, "disk.stage_reads: \"%.*s\" is not true, false or \"auto\"",
-				QUOTE_MAX, json_string_value(v));
-	return bad_type("disk.stage_reads", "true, false or \"auto\"", v);
+	int b;
+	int r = get_bool_or("disk.stage_reads", v, "auto", &b);
+
+	if (!r)
+		*out = b == 2 ? KVT_STAGE_AUTO : b ? KVT_STAGE_ON : KVT_STAGE_OFF;
+	return r;
 }
 
 /* --- sections ----------------------------------------------------------------- */

@@ -230,7 +230,6 @@ void *disk_stage_get(struct disk_tier *d, size_t bytes);
 void disk_stage_put(struct disk_tier *d, void *p, size_t bytes);
 void *disk_hstage_get(struct disk_tier *d, size_t bytes);
 void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes);
-
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
 void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,

@@ -263,12 +263,11 @@ static int load_idle(void *arg)
 {
 	struct load_ctx *c = arg;
 	struct disk_tier *d = c->d;
-	struct rd *r = NULL;
 
 	if (!c->async || c->held_next)
 		return 0;
 	pthread_mutex_lock(&d->vlock);
-	r = vq_pop(d);
+	struct rd *r = vq_pop(d);
 	if (r)
 		vq_check(d, r, 1);
 	pthread_mutex_unlock(&d->vlock);

@@ -39,9 +39,8 @@ struct disk_opts opts_disk(const struct kvt_config *c)
 		.capacity = c->disk_capacity,
 		.region_size = c->region_size,
 		.queue_depth = c->queue_depth,
-		.stage_reads = c->stage_reads == KVT_STAGE_ON	 ? DISK_STAGE_ON :
-			       c->stage_reads == KVT_STAGE_OFF ? DISK_STAGE_OFF :
-								 DISK_STAGE_AUTO,
+		.stage_reads = c->stage_reads == KVT_STAGE_ON ? DISK_STAGE_ON :
+			       c->stage_reads == KVT_STAGE_OFF ? DISK_STAGE_OFF : DISK_STAGE_AUTO,
 	};
 }
 
