@@ -90,8 +90,14 @@ int rb_bench_size(const struct ram_opts *o, uint64_t size, struct bench_table *t
 		  json_t *doc, double *get1m_share);
 /* Lookups of chains with and without lease (ram_lookup.c); 1 when
  * something failed. *lookup1: keys/s of the longest chain on one thread;
- * *lease2: with lease, two threads' keys/s over one thread's (longest chain). */
+ * *lease2: with lease, two threads' keys/s over one thread's, for chains of
+ * rb_goal_chain() keys. */
 int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
 		    double *lease2);
+/* The chain length the lease-scaling goal is measured at: RAM_GOAL_CHAIN
+ * keys (the shape the goal is stated for: a prompt of 64 blocks) where
+ * --chain lists it, else the longest chain listed. */
+#define RAM_GOAL_CHAIN 64ul
+unsigned long rb_goal_chain(const struct ram_opts *o);
 
 #endif

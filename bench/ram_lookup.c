@@ -291,6 +291,19 @@ static void lookup_report(struct lookups *c)
 					    "index_bytes_per_block", bench_json_real(ibpb)));
 }
 
+unsigned long rb_goal_chain(const struct ram_opts *o)
+{
+	unsigned long longest = 0;
+
+	for (size_t ci = 0; ci < o->nchains; ci++) {
+		if (o->chains[ci] == RAM_GOAL_CHAIN)
+			return RAM_GOAL_CHAIN;
+		if (o->chains[ci] > longest)
+			longest = o->chains[ci];
+	}
+	return longest;
+}
+
 int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
 		    double *lease2)
 {
@@ -326,7 +339,7 @@ int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
 					*lookup1 = c.median[fi][ci][ti];
 				failed |= r;
 			}
-			if (fi && len == c.lmax)
+			if (fi && len == rb_goal_chain(o))
 				*lease2 = lookup_scale(&c, 1, ci, 2);
 		}
 	}

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "bench.h"
+#include "ram_cmd.h"
 #include "util.h"
 
 /* --- percentiles ------------------------------------------------------------- */
@@ -696,6 +697,22 @@ static void ram_lookups_share_a_prefix_and_report_scaling(void **state)
 	assert_int_equal(json_integer_value(json_object_get(r, "blocks")), 12);
 	json_decref(doc);
 	assert_int_equal(bench_tmpdir_remove(dir), 0);
+}
+
+/* The lease-scaling goal is read at 64-key chains where --chain lists
+ * them (the shape the goal is stated for), else at the longest chain. */
+static void ram_lease_goal_reads_64_key_chains(void **state)
+{
+	struct ram_opts o = { .chains = { 8, 64, 1000 }, .nchains = 3 };
+
+	(void)state;
+	assert_int_equal(rb_goal_chain(&o), 64);
+	o.chains[1] = 65;
+	assert_int_equal(rb_goal_chain(&o), 1000);
+	o.chains[2] = 9;
+	assert_int_equal(rb_goal_chain(&o), 65);
+	o.nchains = 0;
+	assert_int_equal(rb_goal_chain(&o), 0);
 }
 
 static void disk_writes_json_results(void **state)
@@ -1589,6 +1606,7 @@ int main(void)
 		cmocka_unit_test(hash_writes_json_results),
 		cmocka_unit_test(ram_writes_json_results),
 		cmocka_unit_test(ram_lookups_share_a_prefix_and_report_scaling),
+		cmocka_unit_test(ram_lease_goal_reads_64_key_chains),
 		cmocka_unit_test(disk_writes_json_results),
 		cmocka_unit_test(attach_writes_json_results),
 		cmocka_unit_test(peer_writes_json_results),
