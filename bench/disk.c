@@ -484,9 +484,9 @@ static double store_spill(struct run *r, kvt_store *s, unsigned rep)
 
 /*
  * Cold kvt_get_batch of rep's blocks, shuffled, into the caller buffers;
- * verifies every byte. Blocks the store lost at close (still in its RAM
- * tier then) miss; more misses than the RAM tier holds blocks count as
- * bad. bytes/s or NAN.
+ * verifies every byte. The close before wrote the blocks left in RAM to
+ * disk (disk.flush_on_close), so every block should be found; more misses
+ * than the RAM tier holds blocks count as bad. bytes/s or NAN.
  */
 static double store_load(struct run *r, kvt_store *s, unsigned rep,
 			 struct bench_samples *lat, int *bad)

@@ -78,6 +78,7 @@ static void set_defaults(struct kvt_config *c)
 	c->write_policy = KVT_WRITE_ON_EVICT;
 	c->promote = 1;
 	c->stage_reads = KVT_STAGE_AUTO;
+	c->flush_on_close = 1;
 	c->peer_connect_ms = 500;
 	c->peer_request_ms = 2000;
 	c->attach_timeout_ms = ATTACH_MS_DEFAULT;
@@ -399,8 +400,10 @@ static int parse_disk(const json_t *disk, struct kvt_config *c, struct given *g)
 			r = get_bool("disk.promote", v, &c->promote);
 		} else if (!strcmp(k, "stage_reads")) {
 			r = get_stage_reads(v, &c->stage_reads);
+		} else if (!strcmp(k, "flush_on_close")) {
+			r = get_bool("disk.flush_on_close", v, &c->flush_on_close);
 		} else {
-			r = kvt_fail(-EINVAL, "disk.%.*s: unknown key (known: path, capacity, region_size, queue_depth, write_policy, promote, stage_reads)",
+			r = kvt_fail(-EINVAL, "disk.%.*s: unknown key (known: path, capacity, region_size, queue_depth, write_policy, promote, stage_reads, flush_on_close)",
 				     QUOTE_MAX, k);
 		}
 		if (r)

@@ -40,6 +40,8 @@ struct kvt_config {
 	enum kvt_write_policy write_policy; /* "disk.write_policy" */
 	int promote;              /* "disk.promote": copy disk hits to RAM, default true */
 	enum kvt_stage_reads stage_reads; /* "disk.stage_reads", default "auto" */
+	int flush_on_close;       /* "disk.flush_on_close", default true: kvt_close
+				     writes RAM's blocks that disk lacks to it */
 	/* peers (npeers == 0: no peer tier) */
 	unsigned npeers;          /* entries of "peers.members" */
 	char **peer_names;        /* "peers.members[i].name" */

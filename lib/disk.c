@@ -482,6 +482,12 @@ int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
 
 /* --- small calls --------------------------------------------------------------- */
 
+uint32_t disk_regions(struct disk_tier *d, uint64_t *bytes)
+{
+	*bytes = d ? d->region_size : 0;
+	return d ? d->nregions : 0;
+}
+
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len)
 {
 	int found = 0;

@@ -159,6 +159,10 @@ void disk_set_verifiers(struct disk_tier *d, unsigned n);
 /* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);
 
+/* The tier's regions (0 for NULL) and in *bytes the size of each: a record
+ * (a header page and its payload's pages) never spans two. */
+uint32_t disk_regions(struct disk_tier *d, uint64_t *bytes);
+
 /*
  * Leases key until deadline_ns (CLOCK_MONOTONIC, kvt_now_ns()): its region is
  * not reclaimed before then (or the block is reinserted). Returns 1 if the

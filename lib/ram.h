@@ -260,6 +260,25 @@ struct ram_room {
 /* ram_make_room, with room's work beside the spills (NULL: none). */
 size_t ram_make_room_with(struct ram_tier *r, uint64_t bytes, struct ram_room *room);
 
+/* A block of the tier as ram_blocks() lists it. */
+struct ram_block {
+	kvt_key key;
+	const void *data;         /* in the arena */
+	size_t len;
+	uint64_t stamp;           /* recency: larger is more recent */
+	uint64_t sum;             /* its checksum, where has_sum */
+	int has_sum;
+};
+
+/*
+ * Lists every block the tier holds, leased ones included, least recent
+ * first, into *out (malloc'd; the caller frees it). For a tier that no
+ * other thread uses any more (the store's close): the data pointers stay
+ * valid only while nothing puts, evicts or removes. Returns the number of
+ * blocks, or -ENOMEM (*out NULL).
+ */
+long ram_blocks(struct ram_tier *r, struct ram_block **out);
+
 /* The high watermark in bytes (ram.high_watermark of the capacity). */
 uint64_t ram_high_bytes(struct ram_tier *r);
 

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "ram_impl.h"
 #include "stats.h"
@@ -253,4 +254,62 @@ uint64_t ram_high_bytes(struct ram_tier *r)
 int ram_above_high(struct ram_tier *r)
 {
 	return atomic_load_explicit(&r->used, memory_order_relaxed) > r->high_bytes;
+}
+
+/* --- listing, for the store's close ---------------------------------------- */
+
+/* Appends the entries of list head (linked through .next) of shard sh. */
+static size_t list_blocks(struct ram_tier *r, struct shard *sh, uint32_t head,
+			  struct ram_block *b)
+{
+	size_t n = 0;
+
+	for (uint32_t id = head; id != IDX_NONE; id = shard_ent(sh, id)->next) {
+		const struct ram_ent *e = shard_ent(sh, id);
+
+		b[n] = (struct ram_block){ .key = e->key, .data = r->base + e->off,
+					   .len = e->len, .stamp = e->stamp,
+					   .has_sum = e->has_sum };
+		if (e->has_sum)
+			b[n].sum = *shard_sum(sh, id);
+		n++;
+	}
+	return n;
+}
+
+static int by_stamp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct ram_block *)a)->stamp;
+	uint64_t y = ((const struct ram_block *)b)->stamp;
+
+	return x < y ? -1 : x > y;
+}
+
+long ram_blocks(struct ram_tier *r, struct ram_block **out)
+{
+	size_t cap = 0, n = 0;
+
+	*out = NULL;
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		pthread_mutex_lock(&r->shards[i].lock);
+		cap += r->shards[i].count;
+		pthread_mutex_unlock(&r->shards[i].lock);
+	}
+	struct ram_block *b = malloc((cap ? cap : 1) * sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &r->shards[i];
+
+		pthread_mutex_lock(&sh->lock);
+		/* the lists hold at most count entries: nothing else runs */
+		if (n + sh->count <= cap) {
+			n += list_blocks(r, sh, sh->lru_head, b + n);
+			n += list_blocks(r, sh, sh->held_head, b + n);
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	qsort(b, n, sizeof(*b), by_stamp);
+	*out = b;
+	return (long)n;
 }

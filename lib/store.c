@@ -347,6 +347,84 @@ fail: {
 	}
 }
 
+/* How many of b[0..m), from the most recent back, fit the disk tier
+ * packed as its log packs them (a record is its header page and its
+ * payload's pages, never across regions) into all its regions but two:
+ * those left over for the region being filled and the room the log keeps
+ * free. Returns the index of the first that fits (m: none). */
+static size_t flush_first(kvt_store *s, const struct ram_block *b, size_t m)
+{
+	uint64_t region_bytes;
+	uint32_t regions = disk_regions(s->disk, &region_bytes);
+	uint64_t region = region_bytes / 4096, used = 0, fill = region;
+	size_t first = m;
+
+	while (first > 0) {
+		uint64_t pages = 1 + (b[first - 1].len + 4095) / 4096;
+
+		if (pages > region)
+			break;
+		if (fill + pages > region) { /* the next region */
+			if (used + 2 >= regions)
+				break;
+			used++;
+			fill = 0;
+		}
+		fill += pages;
+		first--;
+	}
+	return first;
+}
+
+/*
+ * At close, with disk.flush_on_close: writes the RAM tier's blocks that the
+ * disk tier lacks to it, least recent first, so that the next open of the
+ * same configuration finds them; where they exceed what the disk tier holds,
+ * only the most recent that fit (the log would reclaim the others in turn).
+ * Each block goes with the checksum RAM kept for it where there is one. A
+ * block that cannot be written is lost, as it would have been without the
+ * flush; the counts are logged.
+ */
+static void flush_ram(kvt_store *s)
+{
+	struct ram_block *b;
+	long n = ram_blocks(s->ram, &b);
+	uint64_t t0 = kvt_now_ns();
+	size_t m = 0, written = 0, failed = 0;
+
+	if (n < 0)
+		kvt_log(KVT_LOG_WARN, "kvt_close: no memory to list RAM's blocks; "
+			"those not on disk are lost");
+	for (long i = 0; i < n; i++)
+		if (!disk_contains(s->disk, b[i].key, NULL))
+			b[m++] = b[i];
+	size_t first = flush_first(s, b, m);
+	for (size_t i = first; i < m; i += CHUNK) {
+		kvt_op ops[CHUNK];
+		uint64_t sums[CHUNK];
+		uint8_t has[CHUNK];
+		size_t k = m - i < CHUNK ? m - i : CHUNK;
+
+		for (size_t j = 0; j < k; j++) {
+			ops[j] = (kvt_op){ b[i + j].key, (void *)b[i + j].data, b[i + j].len, 0 };
+			sums[j] = b[i + j].sum;
+			has[j] = (uint8_t)b[i + j].has_sum;
+		}
+		disk_put_batch_sums(s->disk, ops, k, sums, has, k, NULL, NULL);
+		for (size_t j = 0; j < k; j++) {
+			if (ops[j].result)
+				failed++;
+			else
+				written++;
+		}
+	}
+	if (written || failed || first)
+		kvt_log(failed ? KVT_LOG_WARN : KVT_LOG_INFO, "kvt_close: wrote %zu blocks "
+			"from RAM to disk in %.1f ms (%zu failed, %zu left out for want of "
+			"room)", written, (double)(kvt_now_ns() - t0) / 1e6, failed, first);
+	free(b);
+}
+
 static void store_teardown(kvt_store *s)
 {
 	/* The attached processes first (their threads call the store), then
@@ -369,6 +447,8 @@ static void store_teardown(kvt_store *s)
 		pthread_mutex_unlock(&s->elock);
 		pthread_join(s->evictor, NULL);
 	}
+	if (s->disk && s->ram && s->cfg.flush_on_close)
+		flush_ram(s);
 	if (s->disk)
 		disk_close(s->disk);
 	if (s->ram)

@@ -74,6 +74,7 @@ static void assert_defaults(const struct kvt_config *c)
 	assert_int_equal(c->write_policy, KVT_WRITE_ON_EVICT);
 	assert_int_equal(c->promote, 1);
 	assert_int_equal(c->stage_reads, KVT_STAGE_AUTO);
+	assert_int_equal(c->flush_on_close, 1);
 }
 
 /* --- defaults and keys ----------------------------------------------------- */
@@ -110,7 +111,7 @@ static void test_every_key_is_applied(void **state)
 		  " \"disk\": {\"path\": \"/dev/nvme0n1\", \"capacity\": \"1TiB\","
 		  " \"region_size\": \"128MiB\", \"queue_depth\": 64,"
 		  " \"write_policy\": \"write_through\", \"promote\": false,"
-		  " \"stage_reads\": false}}",
+		  " \"stage_reads\": false, \"flush_on_close\": false}}",
 		  &c);
 	assert_int_equal(c.ram_capacity, 8 * GiB);
 	assert_int_equal(c.lease_ms, 250);
@@ -131,6 +132,7 @@ static void test_every_key_is_applied(void **state)
 	assert_int_equal(c.write_policy, KVT_WRITE_THROUGH);
 	assert_int_equal(c.promote, 0);
 	assert_int_equal(c.stage_reads, KVT_STAGE_OFF);
+	assert_int_equal(c.flush_on_close, 0);
 	config_free(&c);
 	assert_null(c.disk_paths);
 	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": true}}", &c);
@@ -586,6 +588,8 @@ static void test_wrong_types_are_named(void **state)
 	expect_fail("{\"ram\": {\"numa_node\": null}}", -EINVAL, "ram.numa_node: expected an integer, got null");
 	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"promote\": \"yes\"}}",
 		    -EINVAL, "disk.promote: expected true or false, got a string");
+	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"flush_on_close\": 0}}",
+		    -EINVAL, "disk.flush_on_close: expected true or false, got an integer");
 	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": \"yes\"}}",
 		    -EINVAL, "disk.stage_reads: \"yes\" is not true, false or \"auto\"");
 	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"1GiB\", \"stage_reads\": 1}}",

@@ -331,16 +331,19 @@ static void test_remove_clears_both_tiers(void **state)
 	kvt_close(s);
 }
 
+/* Without disk.flush_on_close, a reopen finds what was on disk at close,
+ * and the blocks that were only in RAM are gone. */
 static void test_restart_keeps_disk_blocks(void **state)
 {
 	(void)state;
-	kvt_store *s = open_tiered("restart.dat", 2, 0.5, "");
+	const char *noflush = ", \"flush_on_close\": false";
+	kvt_store *s = open_tiered_disk("restart.dat", 2, 0.5, "", noflush);
 	for (uint64_t i = 0; i < 20; i++)
 		store_put_block(s, test_key(i), 512 * 1024);
 	long long on_disk = store_stat(s, "disk", "objects");
 	assert_true(on_disk >= 16);
 	kvt_close(s);
-	s = open_tiered("restart.dat", 2, 0.5, "");
+	s = open_tiered_disk("restart.dat", 2, 0.5, "", noflush);
 	assert_int_equal(store_stat(s, "disk", "objects"), on_disk);
 	int back = 0;
 	for (uint64_t i = 0; i < 20; i++) {
@@ -348,7 +351,57 @@ static void test_restart_keeps_disk_blocks(void **state)
 		assert_true(rc == 0 || rc == -ENOENT);
 		back += rc == 0;
 	}
-	assert_true(back >= on_disk);
+	assert_int_equal(back, on_disk);
+	kvt_close(s);
+}
+
+/*
+ * By default kvt_close writes the blocks only RAM holds, leased ones
+ * included, to disk (with the checksums RAM kept), so that a reopen finds
+ * every block with its bytes.
+ */
+static void test_close_writes_ram_blocks_to_disk(void **state)
+{
+	(void)state;
+	kvt_store *s = open_tiered("flush.dat", 2, 0.5, "");
+	for (uint64_t i = 0; i < 20; i++)
+		store_put_block(s, test_key(i), 512 * 1024);
+	long long on_disk = store_stat(s, "disk", "objects");
+	assert_true(on_disk >= 16 && on_disk < 20);
+	kvt_key last = test_key(19);
+	size_t found = 0;
+	assert_int_equal(kvt_lookup(s, &last, 1, KVT_LEASE, &found), 0);
+	assert_int_equal(found, 1);
+	kvt_close(s);
+	s = open_tiered("flush.dat", 2, 0.5, "");
+	assert_int_equal(store_stat(s, "disk", "objects"), 20);
+	for (uint64_t i = 0; i < 20; i++)
+		assert_int_equal(store_get_block(s, test_key(i), 512 * 1024), 0);
+	kvt_close(s);
+}
+
+/*
+ * Where RAM holds more than the disk tier can, kvt_close writes only the
+ * most recent blocks that fit: a reopen finds a run of the newest, every
+ * one with its bytes, and none of the oldest.
+ */
+static void test_close_writes_the_newest_that_fit(void **state)
+{
+	(void)state;
+	enum { N = 96 };
+	kvt_store *s = open_tiered("flushfit.dat", 128, 0.5, "");
+	for (uint64_t i = 0; i < N; i++)
+		store_put_block(s, test_key(i), MiB);
+	assert_int_equal(store_stat(s, "disk", "objects"), 0);
+	kvt_close(s);
+	s = open_tiered("flushfit.dat", 128, 0.5, "");
+	long long kept = store_stat(s, "disk", "objects");
+	/* a 64 MiB tier less the two regions kept free: dozens, not all */
+	assert_true(kept >= 32 && kept < N);
+	for (uint64_t i = 0; i < N; i++) {
+		int rc = store_get_block(s, test_key(i), MiB);
+		assert_int_equal(rc, i >= N - (uint64_t)kept ? 0 : -ENOENT);
+	}
 	kvt_close(s);
 }
 
@@ -898,6 +951,8 @@ int main(void)
 		cmocka_unit_test(test_spilling_put_batches_keep_every_block),
 		cmocka_unit_test(test_remove_clears_both_tiers),
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
+		cmocka_unit_test(test_close_writes_ram_blocks_to_disk),
+		cmocka_unit_test(test_close_writes_the_newest_that_fit),
 		cmocka_unit_test(test_threads_across_tiers),
 		cmocka_unit_test(test_batch_ops_sharing_a_buffer_promote_their_own_bytes),
 		cmocka_unit_test(test_threads_sharing_buffers_lose_no_block),
