@@ -4,8 +4,10 @@
  * tier's spill callback outside every lock, and finishing each one as soon
  * as its spill is done (freed,
  * kept because a lease came meanwhile, or its spilled copy taken back
- * because it was removed meanwhile). Lock order: a RAM shard lock, then
- * the disk tier's lock inside the unspill callback (ram.h).
+ * because it was removed meanwhile); and, for the store's close, the list
+ * of every block in recency order (ram_blocks), whose blocks the store
+ * writes to disk. Lock order: a RAM shard lock, then the disk tier's lock
+ * inside the unspill callback (ram.h).
  */
 #include <errno.h>
 #include <stdatomic.h>
