@@ -482,10 +482,15 @@ int disk_put_batch_sums(struct disk_tier *d, kvt_op *ops, size_t n,
 
 /* --- small calls --------------------------------------------------------------- */
 
-uint32_t disk_regions(struct disk_tier *d, uint64_t *bytes)
+uint32_t disk_regions(struct disk_tier *d, uint64_t *pages)
 {
-	*bytes = d ? d->region_size : 0;
+	*pages = d ? d->region_pages : 0;
 	return d ? d->nregions : 0;
+}
+
+uint64_t disk_record_pages(uint64_t len)
+{
+	return rec_pages(len);
 }
 
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len)

@@ -159,9 +159,12 @@ void disk_set_verifiers(struct disk_tier *d, unsigned n);
 /* 1 and *len set if key is stored (len may be NULL), else 0. Counts nothing. */
 int disk_contains(struct disk_tier *d, kvt_key key, size_t *len);
 
-/* The tier's regions (0 for NULL) and in *bytes the size of each: a record
- * (a header page and its payload's pages) never spans two. */
-uint32_t disk_regions(struct disk_tier *d, uint64_t *bytes);
+/* The tier's regions (0 for NULL) and in *pages the pages of each. */
+uint32_t disk_regions(struct disk_tier *d, uint64_t *pages);
+
+/* The pages the record of a block of len bytes takes in a region (its
+ * header page and its payload's); a record never spans two regions. */
+uint64_t disk_record_pages(uint64_t len);
 
 /*
  * Leases key until deadline_ns (CLOCK_MONOTONIC, kvt_now_ns()): its region is

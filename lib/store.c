@@ -348,19 +348,19 @@ fail: {
 }
 
 /* How many of b[0..m), from the most recent back, fit the disk tier
- * packed as its log packs them (a record is its header page and its
- * payload's pages, never across regions) into all its regions but two:
- * those left over for the region being filled and the room the log keeps
- * free. Returns the index of the first that fits (m: none). */
+ * packed as its log packs them (disk_record_pages, never across regions)
+ * into all its regions but two: those left over for the region being
+ * filled and the room the log keeps free. Returns the index of the first
+ * that fits (m: none). */
 static size_t flush_first(kvt_store *s, const struct ram_block *b, size_t m)
 {
-	uint64_t region_bytes;
-	uint32_t regions = disk_regions(s->disk, &region_bytes);
-	uint64_t region = region_bytes / 4096, used = 0, fill = region;
+	uint64_t region;
+	uint32_t regions = disk_regions(s->disk, &region);
+	uint64_t used = 0, fill = region;
 	size_t first = m;
 
 	while (first > 0) {
-		uint64_t pages = 1 + (b[first - 1].len + 4095) / 4096;
+		uint64_t pages = disk_record_pages(b[first - 1].len);
 
 		if (pages > region)
 			break;
