@@ -133,7 +133,7 @@ $(BUILD)/kvbench-gpu: bench/gpu/kvbench_gpu.cu $(wildcard examples/cuda/*.cuh) i
 # by several tests live in tests/util.[ch] (and the in-process RDMA fabric
 # of the CPU tests in tests/fabric.[ch]). Only the tests of kvbench itself
 # (BENCH_TESTS) also link kvbench's code (bench/*.h) through libkvbench.a.
-TEST_UTIL := $(wildcard tests/util.c tests/fabric.c)
+TEST_UTIL := $(wildcard tests/util.c tests/fabric.c tests/faultdev.c)
 BENCH_TESTS := $(addprefix $(BUILD)/tests/,test_bench test_replay test_trace \
 		test_workload test_fuzz_corpus test_peer_rdma_verbs)
 $(BENCH_TESTS): TEST_BENCH := -Ibench -Ibench/replay $(BENCHLIB)
