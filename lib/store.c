@@ -18,6 +18,8 @@
 
 static void store_teardown(kvt_store *s);
 
+const struct kvt_dev_ops *store_dev_ops;
+
 /* --- tier glue -------------------------------------------------------------- */
 
 /* A spill written as one disk batch: the RAM tier's blocks, all[0..sp->n),
@@ -300,7 +302,7 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out)
 		goto fail;
 	if (s->cfg.ndisk) {
 		rc = disk_open_cfg(&s->cfg, ram_arena_base(s->ram),
-				   ram_arena_size(s->ram), NULL, &s->disk);
+				   ram_arena_size(s->ram), store_dev_ops, &s->disk);
 		if (rc)
 			goto fail;
 		disk_set_memreg(s->disk, &s->mreg);

@@ -138,4 +138,12 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n);
 size_t store_shared_last(kvt_op *ops, size_t *idx, size_t n);
 int store_run_get_batch(kvt_store *s, kvt_op *ops, size_t n);
 
+/*
+ * The device layer kvt_open() gives the disk tier: NULL, the default, is
+ * io_uring's (uring_dev_ops). Only tests set it, before kvt_open(), to wrap
+ * the real device in one that injects faults; libkvtier.so does not export
+ * it.
+ */
+extern const struct kvt_dev_ops *store_dev_ops;
+
 #endif
