@@ -111,7 +111,8 @@ KVT_API void kvt_set_log(kvt_log_fn fn, void *arg, int max_level);
 /*
  * Returns the root key of a namespace: XXH3-128 of a fixed, versioned
  * serialisation of every field (see kvt_hash_chain(3)). Two namespaces that
- * differ in any field, or in salt bytes, get different roots. ns NULL returns
+ * differ in any field, or in salt bytes, get different roots. ns NULL, salt
+ * NULL with salt_len non-zero, or a string field of 4 GiB or more returns
  * the all-zero key and sets kvt_last_error(). Stable across processes,
  * machines, builds and library versions.
  */
@@ -163,7 +164,10 @@ KVT_API int kvt_open(const char *config_json, kvt_store **out);
 
 /*
  * Closes a store: waits for in-flight batches, stops the library's threads,
- * writes the disk tier's index checkpoint, and frees everything. NULL is a
+ * writes the RAM tier's blocks that the disk tier lacks to it (as many of
+ * the most recent as fit; disk.flush_on_close, default true, so this can
+ * take as long as writing them), writes the disk tier's index checkpoint,
+ * and frees everything. NULL is a
  * no-op. As with free(), s must be a store that kvt_open() returned and that
  * is still open: closing it a second time, or passing any other pointer, is
  * undefined (the library cannot tell a stale pointer from a later store given
@@ -184,7 +188,7 @@ KVT_API void kvt_close(kvt_store *s);
  * its key (one round trip; a member that fails is logged and counted, and
  * the put still succeeds here). Returns 0, -EINVAL (NULL store or data, len
  * 0 or above ram.max_block), -ENOSPC when no tier can take it (counted as a
- * refused put) or -EIO.
+ * refused put), -ENOMEM (the RAM tier's index cannot grow) or -EIO.
  */
 KVT_API int kvt_put(kvt_store *s, kvt_key key, const void *data, size_t len);
 
@@ -245,7 +249,8 @@ KVT_API int kvt_remove(kvt_store *s, kvt_key key);
  * 0 sizes the buffer. Per tier: capacity, bytes used, objects, hits, misses,
  * puts, refused puts, evictions and evicted bytes, leased bytes, lease
  * expiries; store-wide get and put latency percentiles. See kvtier(7).
- * Returns -EINVAL for a NULL store or buf NULL with cap non-zero.
+ * Returns -EINVAL for a NULL store or buf NULL with cap non-zero, -ENOMEM,
+ * or -EOVERFLOW when the document would be longer than INT_MAX.
  */
 KVT_API int kvt_stats_json(kvt_store *s, char *buf, size_t cap);
 
@@ -287,7 +292,8 @@ KVT_API int kvt_put_batch(kvt_store *s, kvt_op *ops, size_t n);
  * and returns when all are complete: 0 if every op succeeded, else the
  * result of the first op that failed. For each op, len is the capacity of
  * buf on entry and the bytes loaded on return (or the size needed, with
- * result -ENOBUFS); result is set as for kvt_get().
+ * result -ENOBUFS); result is set as for kvt_get(). Returns -EINVAL
+ * without touching any op for a NULL store, or ops NULL with n non-zero.
  */
 KVT_API int kvt_get_batch(kvt_store *s, kvt_op *ops, size_t n);
 
@@ -387,7 +393,7 @@ typedef struct kvt_pin_batch kvt_pin_batch;
  * kvt_put_batch()). Per slot, result is 0 (addr and ref set),
  * KVT_SLOT_STORED (the key is stored already: skip its copy), -EAGAIN (no
  * space now, or ram.pin_cap of the RAM tier is held in slots), -EINVAL (len
- * 0 or above ram.max_block, or flags not 0). A reservation not committed or
+ * 0 or above ram.max_block, or flags not 0), -ENOMEM. A reservation not committed or
  * aborted within ram.pin_ms is taken to be forgotten: from then on it may
  * lapse at any moment, which the store does when it next sweeps its slots
  * (at each kvt_put_reserve() of a block not stored yet, each kvt_get_pin()
@@ -538,7 +544,8 @@ KVT_API int kvt_arena_regions(kvt_store *s, kvt_region *regions, size_t max);
  * store, base or id, len 0, base or len not 4096 aligned, flags non-zero,
  * or a range overlapping the RAM arena (the library registers that
  * itself); -EEXIST when it overlaps a registered range; -ENOSPC past 64
- * ranges or 64 started GiB over all ranges. Thread-safe.
+ * ranges, or when no run of consecutive free 1 GiB pieces (one per GiB the
+ * range starts, 64 in all) is long enough for it. Thread-safe.
  */
 KVT_API int kvt_mem_register(kvt_store *s, void *base, size_t len,
 			     unsigned flags, uint64_t *id);

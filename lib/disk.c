@@ -699,8 +699,8 @@ static int open_devices(struct disk_tier *d, const struct disk_opts *o)
 		if (!d->max_segs || segs < d->max_segs)
 			d->max_segs = segs;
 	}
-	/* "auto": where every device is a block device that reports a segment
-	 * limit (each segment of a request costs there: a virtual disk read
+	/* "auto": where every path is a block device, or a file on a file
+	 * system over one, whose request queue reports a segment limit (each segment of a request costs there: a virtual disk read
 	 * 256 KiB blocks into 4 KiB pages at a fifth of its speed into huge
 	 * pages) and the stages are huge pages, not on tmpfs or without them */
 	d->stage_first = o->stage_reads == DISK_STAGE_ON ||
