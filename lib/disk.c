@@ -118,6 +118,9 @@ static int append_prep(void *arg, unsigned i, struct dev_io *io)
  * Phase 1 of append, under the lock: reserves space for each record that
  * is to be written (not stored yet; for a reinsertion, still the entry
  * being moved) and numbers it. Records that get space are marked active.
+ * A reinsertion never reclaims a region: it would drop blocks (the moved
+ * one's own region is the oldest, the first reclaimed) for a read, so it
+ * takes only room the log has free and is skipped otherwise.
  */
 static void append_reserve(struct disk_tier *d, struct wr *w, size_t n, int reinsert)
 {
@@ -131,7 +134,7 @@ static void append_reserve(struct disk_tier *d, struct wr *w, size_t n, int rein
 		if (reinsert && (disk_idx_find(d, w[i].key) != w[i].old_e ||
 				 d->ents[w[i].old_e].w != w[i].old_w))
 			continue;
-		int err = disk_reserve(d, rec_pages(w[i].len), &w[i].page);
+		int err = disk_reserve(d, rec_pages(w[i].len), !reinsert, &w[i].page);
 		if (err < 0) {
 			w[i].result = err;
 			if (!reinsert)

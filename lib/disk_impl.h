@@ -249,7 +249,7 @@ int disk_ent_add(struct disk_tier *d, kvt_key k, uint64_t page, uint64_t len);
 
 /* disk_region.c */
 void disk_lease_ent(struct disk_tier *d, uint32_t e, uint64_t deadline);
-int disk_reserve(struct disk_tier *d, uint32_t pages, uint64_t *page);
+int disk_reserve(struct disk_tier *d, uint32_t pages, int reclaim, uint64_t *page);
 int disk_near_tail(const struct disk_tier *d, uint32_t r);
 
 /* disk_format.c */

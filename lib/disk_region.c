@@ -57,10 +57,11 @@ static void region_clear(struct disk_tier *d, uint32_t r)
 }
 
 /*
- * Opens a new region for appending: a free one, else the oldest sealed one
- * that no I/O pins and no lease protects (FIFO), whose blocks are dropped.
+ * Opens a new region for appending: a free one, else, with reclaim, the
+ * oldest sealed one that no I/O pins and no lease protects (FIFO), whose
+ * blocks are dropped.
  */
-static int region_open_next(struct disk_tier *d)
+static int region_open_next(struct disk_tier *d, int reclaim)
 {
 	uint64_t now = kvt_now_ns();
 	uint32_t best = NIL;
@@ -74,7 +75,8 @@ static int region_open_next(struct disk_tier *d)
 			best = r;
 			break;
 		}
-		if (rg->state == R_SEALED && rg->pins == 0 && rg->lease_until <= now &&
+		if (reclaim && rg->state == R_SEALED && rg->pins == 0 &&
+		    rg->lease_until <= now &&
 		    (best == NIL || rg->seq < d->regions[best].seq))
 			best = r;
 	}
@@ -95,13 +97,14 @@ static int region_open_next(struct disk_tier *d)
 	return 0;
 }
 
-/* Reserves pages in the open region; pins it. Returns the first page. */
-int disk_reserve(struct disk_tier *d, uint32_t pages, uint64_t *page)
+/* Reserves pages in the open region, opening another where they do not
+ * fit (reclaiming one only with reclaim); pins it. Returns the first page. */
+int disk_reserve(struct disk_tier *d, uint32_t pages, int reclaim, uint64_t *page)
 {
 	if (pages > d->region_pages)
 		return -ENOSPC;
 	if (d->cur == NIL || d->regions[d->cur].wp + pages > d->region_pages) {
-		int err = region_open_next(d);
+		int err = region_open_next(d, reclaim);
 		if (err < 0)
 			return err;
 	}
