@@ -460,15 +460,49 @@ static int in_pieces(struct local_client *c, int type, kvt_slot *slots, size_t n
 	return total;
 }
 
+/* 1 for a slot kvt_put_reserve takes to the node store; a store with
+ * tiers refuses the others by themselves. */
+static int reserve_ok(const struct local_client *c, const kvt_slot *sl)
+{
+	return !sl->flags && sl->len && sl->len <= c->max_block && sl->len <= UINT32_MAX;
+}
+
+/* Bad slots fail alone (-EINVAL each, as with a store of tiers); the others
+ * go to the node store, in a copy without the bad ones where there are
+ * any. */
 int local_reserve(struct local_client *c, kvt_slot *slots, size_t n)
 {
+	size_t bad = 0;
+
 	for (size_t i = 0; i < n; i++) {
-		if (slots[i].flags || slots[i].len == 0 || slots[i].len > c->max_block)
-			return kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", i,
-					slots[i].flags ? "flags is not 0" :
-					"len is 0 or above ram.max_block");
+		kvt_slot *sl = &slots[i];
+		if (reserve_ok(c, sl))
+			continue;
+		sl->addr = NULL;
+		sl->ref = 0;
+		sl->result = kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", i,
+				      sl->flags ? "flags is not 0" :
+				      "len is 0 or above ram.max_block");
+		bad++;
 	}
-	return in_pieces(c, LP_RESERVE, slots, n);
+	if (!bad)
+		return in_pieces(c, LP_RESERVE, slots, n);
+	if (bad == n)
+		return 0;
+	kvt_slot *good = malloc((n - bad) * sizeof(*good));
+	if (!good)
+		return kvt_fail(-ENOMEM, "kvt_put_reserve: out of memory");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (reserve_ok(c, &slots[i]))
+			good[k++] = slots[i];
+	int rc = in_pieces(c, LP_RESERVE, good, k);
+	k = 0;
+	for (size_t i = 0; rc >= 0 && i < n; i++)
+		if (reserve_ok(c, &slots[i]))
+			slots[i] = good[k++];
+	free(good);
+	return rc;
 }
 
 int local_pin(struct local_client *c, kvt_slot *slots, size_t n)

@@ -871,6 +871,34 @@ static void test_attached_calls(void **state)
 	assert_ptr_equal(r[0].base, base);
 	assert_int_equal(r[0].len, alen);
 
+	/* A reservation's bad slots fail alone, as in a store with tiers: the
+	 * others are reserved (or found stored) by the node store. */
+	store_put_block(node, test_key(11), 8000);
+	kvt_slot sl[5] = {
+		{ .key = test_key(10), .len = 8000 },
+		{ .key = test_key(11), .len = 8000 },
+		{ .key = test_key(12), .len = 0 },
+		{ .key = test_key(13), .len = 8000, .flags = 1 },
+		{ .key = test_key(14), .len = 4096 },
+	};
+	assert_int_equal(kvt_put_reserve(a, sl, 5, 0), 2);
+	assert_int_equal(sl[0].result, 0);
+	assert_int_equal(sl[1].result, KVT_SLOT_STORED);
+	assert_int_equal(sl[2].result, -EINVAL);
+	assert_int_equal(sl[3].result, -EINVAL);
+	assert_int_equal(sl[4].result, 0);
+	assert_null(sl[2].addr);
+	assert_null(sl[3].addr);
+	assert_non_null(strstr(kvt_last_error(), "slot 3"));
+	fill_block(sl[0].key, sl[0].addr, 8000);
+	fill_block(sl[4].key, sl[4].addr, 4096);
+	assert_int_equal(kvt_put_commit(a, sl, 5), 2);
+	assert_int_equal(store_get_block(node, test_key(10), 8000), 0);
+	assert_int_equal(store_get_block(node, test_key(14), 4096), 0);
+	sl[0] = (kvt_slot){ .key = test_key(15), .len = 0 };
+	assert_int_equal(kvt_put_reserve(a, sl, 1, 0), 0);
+	assert_int_equal(sl[0].result, -EINVAL);
+
 	/* Fill RAM with leased blocks: reservations find no room, so the
 	 * puts carry their bytes in the frame and are refused as kvt_put()
 	 * refuses them without a disk tier. */
