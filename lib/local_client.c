@@ -811,12 +811,17 @@ out:
 
 int local_put_ops(struct local_client *c, kvt_op *ops, size_t n)
 {
+	int named = 0; /* the first bad op's message stands */
+
 	for (size_t i = 0; i < n; i++) {
 		ops[i].result = 0;
-		if (!ops[i].buf || !ops[i].len || ops[i].len > c->max_block)
-			ops[i].result = kvt_fail(-EINVAL, "kvt_put: op %zu: %s", i,
-						 !ops[i].buf ? "data is NULL" : !ops[i].len ?
-						 "len is 0" : "len exceeds ram.max_block");
+		if (ops[i].buf && ops[i].len && ops[i].len <= c->max_block)
+			continue;
+		ops[i].result = -EINVAL;
+		if (!named++)
+			kvt_fail(-EINVAL, "kvt_put: op %zu: %s", i,
+				 !ops[i].buf ? "data is NULL" : !ops[i].len ?
+				 "len is 0" : "len exceeds ram.max_block");
 	}
 	for (size_t i = 0; i < n;) {
 		size_t k = 0;

@@ -682,6 +682,8 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 		}
 	ctr_add(&s->puts, valid);
 	ctr_add(&s->batches, 1);
+	if (rc && !s->client)
+		store_put_batch_error(s, ops, n);
 	return rc;
 }
 

@@ -6,6 +6,7 @@
  * writes (store.c's kvt_put and kvt_put_batch call it).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "store_impl.h"
@@ -20,6 +21,15 @@ static int check_put_args(kvt_store *s, const void *data, size_t len, const char
 		return kvt_fail(-EINVAL, "%s: len %zu exceeds ram.max_block (%llu bytes)",
 				fn, len, (unsigned long long)s->cfg.max_block);
 	return 0;
+}
+
+/* Why no tier could take a block (-ENOSPC). */
+static const char *nospc_why(const kvt_store *s)
+{
+	return !s->disk ? "RAM holds only leased or pinned blocks and there is no disk tier" :
+	       s->cfg.refuse_when_leased ? "RAM holds only leased or pinned blocks and "
+					   "ram.refuse_when_leased is set" :
+	       "RAM holds only leased or pinned blocks and the disk tier is full";
 }
 
 int store_first_failure(const kvt_op *ops, size_t n)
@@ -235,12 +245,33 @@ int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int fo
 		if (ops[i].result != -ENOSPC)
 			continue;
 		char kb[34];
-		return kvt_fail(-ENOSPC, "%s: no tier can take block %s (%zu bytes): "
-				"RAM holds only leased or pinned blocks and %s", fn,
-				kvt_key_str(ops[i].key, kb), ops[i].len,
-				!s->disk ? "there is no disk tier" :
-				s->cfg.refuse_when_leased ? "ram.refuse_when_leased is set" :
-				"the disk tier is full");
+		return kvt_fail(-ENOSPC, "%s: no tier can take block %s (%zu bytes): %s", fn,
+				kvt_key_str(ops[i].key, kb), ops[i].len, nospc_why(s));
 	}
 	return rc;
+}
+
+void store_put_batch_error(kvt_store *s, const kvt_op *ops, size_t n)
+{
+	char kb[34], why[128];
+
+	for (size_t i = 0; i < n; i++) {
+		const kvt_op *op = &ops[i];
+		if (!op->result)
+			continue;
+		if (op->result == -EINVAL && !op->buf)
+			snprintf(why, sizeof(why), "data is NULL");
+		else if (op->result == -EINVAL && !op->len)
+			snprintf(why, sizeof(why), "len is 0");
+		else if (op->result == -EINVAL)
+			snprintf(why, sizeof(why), "len %zu exceeds ram.max_block (%llu bytes)",
+				 op->len, (unsigned long long)s->cfg.max_block);
+		else if (op->result == -ENOSPC)
+			snprintf(why, sizeof(why), "no tier can take it: %s", nospc_why(s));
+		else
+			snprintf(why, sizeof(why), "%s", kvt_strerror(op->result));
+		kvt_set_error("kvt_put_batch: op %zu (key %s, %zu bytes): %s", i,
+			      kvt_key_str(op->key, kb), op->len, why);
+		return;
+	}
 }

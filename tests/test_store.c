@@ -454,6 +454,15 @@ static void test_batches_report_each_op(void **state)
 	assert_int_equal(kvt_put_batch(s, ops, N), -EINVAL);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(ops[i].result, i == 3 ? -EINVAL : 0);
+	/* Two bad ops: the result and kvt_last_error() are the first one's. */
+	for (int i = 0; i < N; i++)
+		ops[i] = (kvt_op){ test_key(100 + (uint64_t)i), bufs[i], 65536, 1 };
+	ops[2].len = 0;
+	ops[4].buf = NULL;
+	assert_int_equal(kvt_put_batch(s, ops, N), -EINVAL);
+	assert_non_null(strstr(kvt_last_error(), "kvt_put_batch: op 2 "));
+	assert_non_null(strstr(kvt_last_error(), "len is 0"));
+	assert_int_equal(ops[4].result, -EINVAL);
 	for (int i = 0; i < N; i++) {
 		memset(bufs[i], 0, 65536);
 		ops[i] = (kvt_op){ test_key((uint64_t)i), bufs[i], 65536, 1 };
