@@ -265,13 +265,20 @@ static int uring_dev_open(const char *path, uint64_t want)
 		return open_blockdev(path, want);
 
 	/* A file: create it if missing, lock it, then preallocate and switch
-	 * the same descriptor (which holds the lock) to O_DIRECT. */
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
+	 * the same descriptor (which holds the lock) to O_DIRECT. Another
+	 * process may create it between the two opens (EEXIST): open what it
+	 * made, whose lock then tells which of the two stores gets it. */
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 8; tries++) {
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0 || errno != ENOENT)
+			break;
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0 && errno == ENOENT)
 			return kvt_fail(-ENOENT, "disk.path %s: directory does not exist",
 					path);
+		if (fd < 0 && errno != EEXIST)
+			break;
 		created = fd >= 0;
 	}
 	if (fd < 0)

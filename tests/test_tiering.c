@@ -775,6 +775,78 @@ static void test_a_disk_serves_one_store_at_a_time(void **state)
 
 /* A store in another process holds the file: -EBUSY names that process;
  * after it closes its store, the file opens here. */
+/*
+ * Processes that open one missing file at once: one creates it and gets
+ * it, every other is refused with -EBUSY (not -EEXIST from losing the
+ * race to create it), in every round.
+ */
+static void test_processes_racing_to_create_a_disk(void **state)
+{
+	(void)state;
+	enum { KIDS = 4, ROUNDS = 12 };
+	char paths[4300], file[4200];
+
+	snprintf(file, sizeof(file), "%s/race.dat", dir);
+	snprintf(paths, sizeof(paths), "\"%s\"", file);
+	for (int round = 0; round < ROUNDS; round++) {
+		int go[2], res[2], hold[2];
+		pid_t pid[KIDS];
+
+		unlink(file);
+		assert_int_equal(pipe(go), 0);
+		assert_int_equal(pipe(res), 0);
+		assert_int_equal(pipe(hold), 0);
+		fflush(NULL);
+		for (int k = 0; k < KIDS; k++) {
+			pid[k] = fork();
+			assert_true(pid[k] >= 0);
+			if (pid[k] == 0) {
+				kvt_store *s;
+				char c;
+				close(go[1]);
+				close(res[0]);
+				close(hold[1]);
+				if (read(go[0], &c, 1) != 1)
+					_exit(2);
+				int rc = open_on(paths, &s);
+				signed char r = (signed char)rc;
+				if (write(res[1], &r, 1) != 1)
+					_exit(3);
+				/* hold it until every other has tried: the
+				 * parent closes hold[1] then */
+				while (read(hold[0], &c, 1) > 0)
+					;
+				if (rc == 0)
+					kvt_close(s);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(res[1]);
+		close(hold[0]);
+		assert_int_equal(write(go[1], "gggg", KIDS), KIDS); /* all at once */
+		int ok = 0, busy = 0;
+		for (int k = 0; k < KIDS; k++) {
+			signed char r = 0;
+			assert_int_equal(read(res[0], &r, 1), 1);
+			ok += r == 0;
+			busy += r == -EBUSY;
+			if (r != 0 && r != -EBUSY)
+				print_message("round %d: a store got %d\n", round, r);
+		}
+		close(hold[1]);
+		for (int k = 0; k < KIDS; k++) {
+			int status = 0;
+			assert_int_equal(waitpid(pid[k], &status, 0), pid[k]);
+			assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		}
+		close(go[1]);
+		close(res[0]);
+		assert_int_equal(ok, 1);
+		assert_int_equal(busy, KIDS - 1);
+	}
+}
+
 static void test_a_disk_held_by_another_process_is_refused(void **state)
 {
 	(void)state;
@@ -961,6 +1033,7 @@ int main(void)
 		cmocka_unit_test(test_size_query_of_a_disk_only_block),
 		cmocka_unit_test(test_a_disk_serves_one_store_at_a_time),
 		cmocka_unit_test(test_a_disk_held_by_another_process_is_refused),
+		cmocka_unit_test(test_processes_racing_to_create_a_disk),
 		cmocka_unit_test(test_one_file_listed_twice_is_refused),
 		cmocka_unit_test(test_block_device_excl_and_twice),
 	};
