@@ -2,7 +2,8 @@
  * local.h - one store per node: the store's Unix socket, served to the
  * processes of this machine (local_server.c, with local_requests.c and
  * local_held.c), and a store that is attached to such a socket instead of
- * holding tiers of its own (local_client.c).
+ * holding tiers of its own (local_client.c, its slot calls in
+ * local_slots.c).
  * The frames between them are in local_proto.h. store.c opens the server
  * when local.socket is set and hands every public call of an attached store
  * to the client.

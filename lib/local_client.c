@@ -33,7 +33,8 @@
  * for attach_timeout_ms (0: as long as the node store takes), after which
  * the call fails with -ETIMEDOUT and the store is cut off from the node
  * store (every later call -ENOTCONN) but keeps its connection, and so what
- * it holds, until kvt_close(). Knows nothing about tiers.
+ * it holds, until kvt_close(). The slot calls are local_slots.c's
+ * (local_client_impl.h). Knows nothing about tiers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -47,40 +48,11 @@
 
 #include "arena.h"
 #include "internal.h"
-#include "local.h"
-#include "local_proto.h"
-#include "ram_dir.h"
-
-/* The most pins of finished gets that wait for the next request to carry
- * their unpin; a get of more unpins them at once. */
-#define LC_DEFER 16
-/* The most keys of gets served from the directory that wait to be told to
- * the node store (as one frame in front of the next request, or alone). */
-#define LC_HITS 64
-
-struct local_client {
-	char path[108];
-	int fd;
-	_Atomic int broken;    /* the connection failed: every call fails */
-	pthread_mutex_t lock;  /* one request and its reply at a time */
-	char *base;
-	size_t arena_len;
-	uint64_t max_block;
-	unsigned spin_us;      /* the node store's local.spin_us */
-	struct dir_view dir;   /* the node store's directory (dir.head NULL: none) */
-	uint64_t defer[LC_DEFER]; /* pins of finished gets, not yet unpinned */
-	uint32_t ndefer;
-	uint32_t nhits;
-	struct lp_key hits[LC_HITS]; /* gets served from the directory, untold */
-	uint64_t deadline;     /* of the HELLO answer (kvt_now_ns()); 0 after */
-	unsigned timeout_ms;   /* attach_timeout_ms: how long a request's
-				  answer is waited for after HELLO (0: no
-				  bound) */
-};
+#include "local_client_impl.h"
 
 /* --- frames -------------------------------------------------------------------- */
 
-static int broken(struct local_client *c)
+int lc_broken(struct local_client *c)
 {
 	atomic_store_explicit(&c->broken, 1, memory_order_relaxed);
 	return kvt_fail(-ENOTCONN, "the node store at %s closed the connection or "
@@ -96,7 +68,7 @@ static int broken(struct local_client *c)
 static int lost(struct local_client *c, ssize_t r)
 {
 	if (r != LP_LATE)
-		return broken(c);
+		return lc_broken(c);
 	atomic_store_explicit(&c->broken, 1, memory_order_relaxed);
 	if (c->deadline)
 		return kvt_fail(-ETIMEDOUT, "attach: the node store at %s did not answer "
@@ -117,9 +89,9 @@ static int send_failed(struct local_client *c)
 
 /* rc, a count the node store answered for asked keys (or an error), or a
  * protocol error where it counts more than were asked. */
-static int counted(struct local_client *c, int rc, size_t asked)
+int lc_counted(struct local_client *c, int rc, size_t asked)
 {
-	return rc >= 0 && (size_t)rc > asked ? broken(c) : rc;
+	return rc >= 0 && (size_t)rc > asked ? lc_broken(c) : rc;
 }
 
 static int send_all(int fd, struct iovec *iov, int n)
@@ -188,7 +160,7 @@ static int send_waiting(struct local_client *c)
  * follows a reply until the next request, so its first read takes what is
  * there at once.
  */
-static int rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
+int lc_rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
 		      const void *b, size_t blen, void *out, size_t cap, size_t *olen,
 		      int *fds)
 {
@@ -230,12 +202,12 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	    h.type != ((type & ~LP_NOREPLY) | LP_REPLY) || h.len < 4 ||
 	    h.len > 4 + (cap > LP_TEXT_MAX ? cap : LP_TEXT_MAX) ||
 	    (size_t)got > sizeof(h) + h.len)
-		return broken(c);
+		return lc_broken(c);
 	size_t body = h.len - 4, have = (size_t)got - sizeof(h) - 4;
 	if (status < 0) {
 		char t[LP_TEXT_MAX + 1];
 		if (body > LP_TEXT_MAX)
-			return broken(c);
+			return lc_broken(c);
 		memcpy(t, first + 12, have);
 		got = lp_recv_some(c->fd, t + have, body - have, body - have, NULL, dl);
 		if (got < 0)
@@ -245,7 +217,7 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 		return status;
 	}
 	if (body > cap)
-		return broken(c);
+		return lc_broken(c);
 	if (have)
 		memcpy(out, first + 12, have);
 	if (body > have && (got = lp_recv_some(c->fd, (char *)out + have, body - have,
@@ -256,11 +228,11 @@ static int rpc_locked(struct local_client *c, int type, const void *a, size_t al
 	return status;
 }
 
-static int rpc(struct local_client *c, int type, const void *a, size_t alen,
+int lc_rpc(struct local_client *c, int type, const void *a, size_t alen,
 	       const void *b, size_t blen, void *out, size_t cap, size_t *olen)
 {
 	pthread_mutex_lock(&c->lock);
-	int rc = rpc_locked(c, type, a, alen, b, blen, out, cap, olen, NULL);
+	int rc = lc_rpc_locked(c, type, a, alen, b, blen, out, cap, olen, NULL);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -287,7 +259,7 @@ int local_client_open(const char *path, unsigned timeout_ms, struct local_client
 	}
 	uint32_t v = LP_VERSION;
 	pthread_mutex_lock(&c->lock);
-	rc = rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
+	rc = lc_rpc_locked(c, LP_HELLO, &v, sizeof(v), NULL, 0, &hl, sizeof(hl), &got, fds);
 	c->deadline = 0; /* later requests wait timeout_ms (0: as long as it takes) */
 	pthread_mutex_unlock(&c->lock);
 	if (rc >= 0)
@@ -366,286 +338,6 @@ uint64_t local_max_block(struct local_client *c)
 	return c->max_block;
 }
 
-/* --- slots ------------------------------------------------------------------------ */
-
-/* Scratch of n items of each bytes: on the stack when small. */
-#define SMALL 16
-
-static void put_key(unsigned char *p, kvt_key k)
-{
-	struct lp_key w = { k.lo, k.hi };
-	memcpy(p, &w, sizeof(w));
-}
-
-/* A slot of a reply, checked against the mapping: 0, or -1 (broken). */
-static int slot_in(struct local_client *c, const unsigned char *p, kvt_slot *sl,
-		   int want_len)
-{
-	struct lp_slot r;
-
-	memcpy(&r, p, sizeof(r));
-	sl->result = r.result;
-	sl->ref = 0;
-	sl->addr = NULL;
-	if (r.result != 0)
-		return r.result > 1 || r.result < -4095 ? -1 : 0;
-	if (!r.ref || r.len == 0 || r.off > c->arena_len || r.len > c->arena_len - r.off ||
-	    (want_len && r.len != sl->len))
-		return -1;
-	sl->ref = r.ref;
-	sl->addr = c->base + r.off;
-	sl->len = r.len;
-	return 0;
-}
-
-/* PIN or RESERVE of slots[0..n), n <= LP_KEYS_MAX: returns the count. */
-static int slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
-{
-	size_t each = type == LP_PIN ? sizeof(struct lp_key) : sizeof(struct lp_want);
-	size_t qlen = 4 + n * each, rlen = 4 + n * sizeof(struct lp_slot), got = 0;
-	unsigned char qs[4 + SMALL * sizeof(struct lp_want)];
-	unsigned char rs[4 + SMALL * sizeof(struct lp_slot)];
-	unsigned char *q = n <= SMALL ? qs : malloc(qlen);
-	unsigned char *r = n <= SMALL ? rs : malloc(rlen);
-	uint32_t n32 = (uint32_t)n;
-	int rc;
-
-	if (!q || !r) {
-		rc = kvt_fail(-ENOMEM, "out of memory");
-		goto out;
-	}
-	memcpy(q, &n32, 4);
-	for (size_t i = 0; i < n; i++) {
-		put_key(q + 4 + i * each, slots[i].key);
-		if (type == LP_RESERVE) {
-			uint64_t l = slots[i].len;
-			memcpy(q + 4 + i * each + sizeof(struct lp_key), &l, 8);
-		}
-	}
-	rc = rpc(c, type, q, qlen, NULL, 0, r, rlen, &got);
-	if (rc < 0)
-		goto out;
-	memcpy(&n32, r, 4);
-	if (got != rlen || n32 != n) {
-		rc = broken(c);
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (slot_in(c, r + 4 + i * sizeof(struct lp_slot), &slots[i],
-			    type == LP_RESERVE)) {
-			rc = broken(c);
-			goto out;
-		}
-	rc = counted(c, rc, n);
-out:
-	if (q != qs)
-		free(q);
-	if (r != rs)
-		free(r);
-	return rc;
-}
-
-/* Runs fn over slots in pieces of LP_KEYS_MAX; sums the counts. */
-static int in_pieces(struct local_client *c, int type, kvt_slot *slots, size_t n)
-{
-	int total = 0;
-
-	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
-		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
-		int rc = slots_rpc(c, type, slots + i, k);
-		if (rc < 0)
-			return rc;
-		total += rc;
-	}
-	return total;
-}
-
-/* 1 for a slot kvt_put_reserve takes to the node store; a store with
- * tiers refuses the others by themselves. */
-static int reserve_ok(const struct local_client *c, const kvt_slot *sl)
-{
-	return !sl->flags && sl->len && sl->len <= c->max_block && sl->len <= UINT32_MAX;
-}
-
-/* Bad slots fail alone (-EINVAL each, as with a store of tiers); the others
- * go to the node store, in a copy without the bad ones where there are
- * any. */
-int local_reserve(struct local_client *c, kvt_slot *slots, size_t n)
-{
-	size_t bad = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		kvt_slot *sl = &slots[i];
-		if (reserve_ok(c, sl))
-			continue;
-		sl->addr = NULL;
-		sl->ref = 0;
-		sl->result = kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", i,
-				      sl->flags ? "flags is not 0" :
-				      "len is 0 or above ram.max_block");
-		bad++;
-	}
-	if (!bad)
-		return in_pieces(c, LP_RESERVE, slots, n);
-	if (bad == n)
-		return 0;
-	kvt_slot *good = malloc((n - bad) * sizeof(*good));
-	if (!good)
-		return kvt_fail(-ENOMEM, "kvt_put_reserve: out of memory");
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (reserve_ok(c, &slots[i]))
-			good[k++] = slots[i];
-	int rc = in_pieces(c, LP_RESERVE, good, k);
-	k = 0;
-	for (size_t i = 0; rc >= 0 && i < n; i++)
-		if (reserve_ok(c, &slots[i]))
-			slots[i] = good[k++];
-	free(good);
-	return rc;
-}
-
-int local_pin(struct local_client *c, kvt_slot *slots, size_t n)
-{
-	int rc = in_pieces(c, LP_PIN, slots, n);
-
-	/* flags must be 0: such a slot is not pinned (the node store was not
-	 * told them; the pins it made go back). */
-	for (size_t i = 0; rc >= 0 && i < n; i++) {
-		if (!slots[i].flags)
-			continue;
-		if (slots[i].result == 0) {
-			local_unpin(c, &slots[i], 1);
-			rc--;
-		}
-		slots[i] = (kvt_slot){ .key = slots[i].key, .flags = slots[i].flags,
-				       .result = -EINVAL };
-	}
-	return rc;
-}
-
-/* COMMIT (with each block's checksum) or ABORT of up to LP_KEYS_MAX slots
- * whose result is 0; the others are skipped. */
-static int end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publish)
-{
-	size_t each = publish ? sizeof(struct lp_commit) : 8, k = 0, got = 0;
-	unsigned char *q = malloc(4 + n * each), *r = malloc(4 + n * 4);
-	size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
-	int rc;
-
-	if (!q || !r || !idx) {
-		rc = kvt_fail(-ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (slots[i].result != 0)
-			continue;
-		struct lp_commit cm = { slots[i].ref, 0 };
-		if (publish && slots[i].addr)
-			cm.sum = kvt_checksum(slots[i].addr, slots[i].len);
-		memcpy(q + 4 + k * each, &cm, each);
-		idx[k++] = i;
-	}
-	uint32_t n32 = (uint32_t)k;
-	memcpy(q, &n32, 4);
-	rc = k ? counted(c, rpc(c, publish ? LP_COMMIT : LP_ABORT, q, 4 + k * each, NULL, 0,
-				r, 4 + k * 4, &got), k) : 0;
-	if (rc < 0 || !k)
-		goto out;
-	memcpy(&n32, r, 4);
-	if (got != 4 + k * 4 || n32 != k) {
-		rc = broken(c);
-		goto out;
-	}
-	for (size_t j = 0; j < k; j++) {
-		int32_t res;
-		memcpy(&res, r + 4 + j * 4, 4);
-		kvt_slot *sl = &slots[idx[j]];
-		sl->result = res;
-		sl->ref = 0;
-		sl->addr = NULL;
-	}
-out:
-	free(q);
-	free(r);
-	free(idx);
-	return rc;
-}
-
-int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
-{
-	int total = 0;
-
-	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
-		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
-		int rc = end_piece(c, slots + i, k, publish);
-		if (rc < 0)
-			return rc;
-		total += rc;
-	}
-	if (total < (int)n)
-		kvt_set_error("%s: %zu of the %zu slots were not live reservations",
-			      publish ? "kvt_put_commit" : "kvt_put_abort", n - (size_t)total, n);
-	return total;
-}
-
-/* UNPIN of the refs (non-zero), answered. */
-static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n)
-{
-	int total = 0;
-
-	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
-		uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
-		int rc = counted(c, rpc(c, LP_UNPIN, &k, 4, refs + i, (size_t)k * 8, NULL, 0,
-					NULL), k);
-		if (rc < 0)
-			return rc;
-		total += rc;
-	}
-	return total;
-}
-
-/* The unpins of a finished get: they wait for the next request to carry
- * them when they fit beside those waiting already, else all go now, in
- * frames without a reply. */
-static int unpin_later(struct local_client *c, const uint64_t *refs, size_t n)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&c->lock);
-	if (c->ndefer + n <= LC_DEFER) {
-		memcpy(c->defer + c->ndefer, refs, n * sizeof(*refs));
-		c->ndefer += (uint32_t)n;
-	} else {
-		for (size_t i = 0; rc >= 0 && i < n; i += LP_KEYS_MAX) {
-			uint32_t k = (uint32_t)(n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX);
-			rc = rpc_locked(c, LP_UNPIN | LP_NOREPLY, &k, 4, refs + i,
-					(size_t)k * 8, NULL, 0, NULL, NULL);
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
-
-int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n)
-{
-	uint64_t *refs = calloc(n ? n : 1, sizeof(*refs));
-	size_t k = 0;
-
-	if (!refs)
-		return kvt_fail(-ENOMEM, "kvt_unpin: out of memory");
-	for (size_t i = 0; i < n; i++)
-		if (slots[i].ref)
-			refs[k++] = slots[i].ref;
-	int rc = unpin_refs(c, refs, k);
-	free(refs);
-	if (rc >= 0 && (size_t)rc < n)
-		kvt_set_error("kvt_unpin: %zu of the %zu slots were not live pins "
-			      "(ref 0, unpinned before, or lapsed after ram.pin_ms)",
-			      n - (size_t)rc, n);
-	return rc;
-}
-
 /* --- gets and puts through the shared arena ------------------------------------- */
 
 static int first_failure(const kvt_op *ops, size_t n)
@@ -713,7 +405,7 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 		}
 	if (!m)
 		goto out;
-	rc = slots_rpc(c, LP_PIN, sl, m);
+	rc = lc_slots_rpc(c, LP_PIN, sl, m);
 	if (rc < 0)
 		goto out;
 	for (size_t i = 0; i < m; i++) {
@@ -741,7 +433,7 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 				      kvt_key_str(op->key, kb), kvt_strerror(sl[i].result));
 		}
 	}
-	rc = k ? unpin_later(c, refs, k) : 0;
+	rc = k ? lc_unpin_later(c, refs, k) : 0;
 out:
 	if (sl != small)
 		free(sl);
@@ -773,9 +465,9 @@ static int put_inline(struct local_client *c, kvt_op *op)
 	unsigned char h[sizeof(struct lp_key) + 8];
 	uint64_t l = op->len;
 
-	put_key(h, op->key);
+	lc_put_key(h, op->key);
 	memcpy(h + sizeof(struct lp_key), &l, 8);
-	return rpc(c, LP_PUT, h, sizeof(h), op->buf, op->len, NULL, 0, NULL);
+	return lc_rpc(c, LP_PUT, h, sizeof(h), op->buf, op->len, NULL, 0, NULL);
 }
 
 static int put_piece(struct local_client *c, kvt_op *ops, size_t n)
@@ -787,13 +479,13 @@ static int put_piece(struct local_client *c, kvt_op *ops, size_t n)
 		return kvt_fail(-ENOMEM, "kvt_put: out of memory");
 	for (size_t i = 0; i < n; i++)
 		sl[i] = (kvt_slot){ .key = ops[i].key, .len = ops[i].len };
-	rc = slots_rpc(c, LP_RESERVE, sl, n);
+	rc = lc_slots_rpc(c, LP_RESERVE, sl, n);
 	if (rc < 0)
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		if (sl[i].result == 0)
 			memcpy(sl[i].addr, ops[i].buf, ops[i].len);
-	rc = end_piece(c, sl, n, 1);
+	rc = lc_end_piece(c, sl, n, 1);
 	if (rc < 0)
 		goto out;
 	for (size_t i = 0; i < n; i++) {
@@ -864,14 +556,14 @@ int local_lookup(struct local_client *c, const kvt_key *keys, size_t n,
 		memcpy(q, &f32, 4);
 		memcpy(q + 4, &k, 4);
 		for (uint32_t i = 0; i < k; i++)
-			put_key(q + 8 + (size_t)i * sizeof(struct lp_key), keys[done + i]);
-		int rc = rpc(c, LP_LOOKUP, q, qlen, NULL, 0, &f, sizeof(f), &got);
+			lc_put_key(q + 8 + (size_t)i * sizeof(struct lp_key), keys[done + i]);
+		int rc = lc_rpc(c, LP_LOOKUP, q, qlen, NULL, 0, &f, sizeof(f), &got);
 		if (q != small)
 			free(q);
 		if (rc < 0)
 			return rc;
 		if (got != 4 || f > k)
-			return broken(c);
+			return lc_broken(c);
 		done += f;
 		if (f < k || n == 0)
 			break;
@@ -891,8 +583,8 @@ int local_release(struct local_client *c, const kvt_key *keys, size_t n)
 			return kvt_fail(-ENOMEM, "kvt_release: out of memory");
 		memcpy(q, &k, 4);
 		for (uint32_t j = 0; j < k; j++)
-			put_key(q + 4 + (size_t)j * sizeof(struct lp_key), keys[i + j]);
-		int rc = counted(c, rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key),
+			lc_put_key(q + 4 + (size_t)j * sizeof(struct lp_key), keys[i + j]);
+		int rc = lc_counted(c, lc_rpc(c, LP_RELEASE, q, 4 + (size_t)k * sizeof(struct lp_key),
 					NULL, 0, NULL, 0, NULL), k);
 		free(q);
 		if (rc < 0)
@@ -906,8 +598,8 @@ int local_remove(struct local_client *c, kvt_key key)
 {
 	unsigned char q[sizeof(struct lp_key)];
 
-	put_key(q, key);
-	return rpc(c, LP_REMOVE, q, sizeof(q), NULL, 0, NULL, 0, NULL);
+	lc_put_key(q, key);
+	return lc_rpc(c, LP_REMOVE, q, sizeof(q), NULL, 0, NULL, 0, NULL);
 }
 
 int local_stats_json(struct local_client *c, char *buf, size_t cap)
@@ -917,7 +609,7 @@ int local_stats_json(struct local_client *c, char *buf, size_t cap)
 
 	if (!t)
 		return kvt_fail(-ENOMEM, "kvt_stats_json: out of memory");
-	int rc = rpc(c, LP_STATS, NULL, 0, NULL, 0, t, LP_STATS_MAX, &got);
+	int rc = lc_rpc(c, LP_STATS, NULL, 0, NULL, 0, t, LP_STATS_MAX, &got);
 	if (rc >= 0) {
 		t[got] = 0;
 		if (cap) {
