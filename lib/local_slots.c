@@ -106,42 +106,34 @@ static int reserve_ok(const struct local_client *c, const kvt_slot *sl)
 	return !sl->flags && sl->len && sl->len <= c->max_block && sl->len <= UINT32_MAX;
 }
 
-/* Bad slots fail alone (-EINVAL each, as with a store of tiers); the others
- * go to the node store, in a copy without the bad ones where there are
- * any. */
+/* Bad slots fail alone (-EINVAL each, as with a store of tiers), checked
+ * before any request; each run of the others goes to the node store in
+ * place. */
 int local_reserve(struct local_client *c, kvt_slot *slots, size_t n)
 {
-	size_t bad = 0;
+	int total = 0;
 
-	for (size_t i = 0; i < n; i++) {
-		kvt_slot *sl = &slots[i];
-		if (reserve_ok(c, sl))
-			continue;
-		sl->addr = NULL;
-		sl->ref = 0;
-		sl->result = kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", i,
-				      sl->flags ? "flags is not 0" :
-				      "len is 0 or above ram.max_block");
-		bad++;
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		while (j < n && reserve_ok(c, &slots[j]))
+			j++;
+		if (j > i) {
+			int rc = in_pieces(c, LP_RESERVE, slots + i, j - i);
+			if (rc < 0)
+				return rc;
+			total += rc;
+		}
+		if (j < n) {
+			kvt_slot *sl = &slots[j];
+			sl->addr = NULL;
+			sl->ref = 0;
+			sl->result = kvt_fail(-EINVAL, "kvt_put_reserve: slot %zu: %s", j,
+					      sl->flags ? "flags is not 0" :
+					      "len is 0 or above ram.max_block");
+		}
+		i = j + 1;
 	}
-	if (!bad)
-		return in_pieces(c, LP_RESERVE, slots, n);
-	if (bad == n)
-		return 0;
-	kvt_slot *good = malloc((n - bad) * sizeof(*good));
-	if (!good)
-		return kvt_fail(-ENOMEM, "kvt_put_reserve: out of memory");
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (reserve_ok(c, &slots[i]))
-			good[k++] = slots[i];
-	int rc = in_pieces(c, LP_RESERVE, good, k);
-	k = 0;
-	for (size_t i = 0; rc >= 0 && i < n; i++)
-		if (reserve_ok(c, &slots[i]))
-			slots[i] = good[k++];
-	free(good);
-	return rc;
+	return total;
 }
 
 int local_pin(struct local_client *c, kvt_slot *slots, size_t n)

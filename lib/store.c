@@ -385,7 +385,8 @@ static size_t flush_first(kvt_store *s, const struct ram_block *b, size_t m)
  * only the most recent that fit (the log would reclaim the others in turn).
  * Each block goes with the checksum RAM kept for it where there is one. A
  * block that cannot be written is lost, as it would have been without the
- * flush; the counts are logged.
+ * flush, and after a chunk with a device error (-EIO) the flush stops; the
+ * counts are logged.
  */
 static void flush_ram(kvt_store *s)
 {
@@ -413,11 +414,20 @@ static void flush_ram(kvt_store *s)
 			has[j] = (uint8_t)b[i + j].has_sum;
 		}
 		disk_put_batch_sums(s->disk, ops, k, sums, has, k, NULL, NULL);
+		size_t eio = 0;
 		for (size_t j = 0; j < k; j++) {
+			eio += ops[j].result == -EIO;
 			if (ops[j].result)
 				failed++;
 			else
 				written++;
+		}
+		/* A failing device: each failed write closes its region, and
+		 * going on would reclaim regions, dropping blocks it holds, for
+		 * writes that fail too. The rest stay unwritten. */
+		if (eio) {
+			failed += m - i - k;
+			break;
 		}
 	}
 	if (written || failed || first)
@@ -682,7 +692,7 @@ int store_run_put_batch(kvt_store *s, kvt_op *ops, size_t n)
 		}
 	ctr_add(&s->puts, valid);
 	ctr_add(&s->batches, 1);
-	if (rc && !s->client)
+	if (rc)
 		store_put_batch_error(s, ops, n);
 	return rc;
 }

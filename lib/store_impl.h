@@ -127,7 +127,8 @@ void store_count_get(kvt_store *s, int rc, int tier_disk);
 int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int forward);
 /* Names a put batch's first failed op in kvt_last_error(): its index, key,
  * length and why, as kvt_get_batch does (the ops' own messages were each
- * set in turn, so the last one's would stand). */
+ * set in turn, so the last one's would stand); an attached store's lost
+ * connection keeps its own message. */
 void store_put_batch_error(kvt_store *s, const kvt_op *ops, size_t n);
 /* The result of the first op (lowest index) that failed, or 0. */
 int store_first_failure(const kvt_op *ops, size_t n);

@@ -17,9 +17,12 @@ static int check_put_args(kvt_store *s, const void *data, size_t len, const char
 		return kvt_fail(-EINVAL, "%s: data is NULL", fn);
 	if (len == 0)
 		return kvt_fail(-EINVAL, "%s: len is 0", fn);
-	if (len > s->cfg.max_block || len > UINT32_MAX)
+	if (len > s->cfg.max_block)
 		return kvt_fail(-EINVAL, "%s: len %zu exceeds ram.max_block (%llu bytes)",
 				fn, len, (unsigned long long)s->cfg.max_block);
+	if (len > UINT32_MAX)
+		return kvt_fail(-EINVAL, "%s: len %zu exceeds the 4 GiB - 1 a block holds",
+				fn, len);
 	return 0;
 }
 
@@ -253,21 +256,28 @@ int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int fo
 
 void store_put_batch_error(kvt_store *s, const kvt_op *ops, size_t n)
 {
-	char kb[34], why[128];
+	char kb[34], why[160];
+	uint64_t max = s->client ? local_max_block(s->client) : s->cfg.max_block;
 
 	for (size_t i = 0; i < n; i++) {
 		const kvt_op *op = &ops[i];
-		if (!op->result)
+		int r = op->result;
+		if (!r)
 			continue;
+		/* a lost node store: its own message says more */
+		if (r != -EINVAL && r != -ENOSPC && r != -EIO && r != -ENOMEM)
+			return;
 		if (op->result == -EINVAL && !op->buf)
 			snprintf(why, sizeof(why), "data is NULL");
 		else if (op->result == -EINVAL && !op->len)
 			snprintf(why, sizeof(why), "len is 0");
 		else if (op->result == -EINVAL)
-			snprintf(why, sizeof(why), "len %zu exceeds ram.max_block (%llu bytes)",
-				 op->len, (unsigned long long)s->cfg.max_block);
+			snprintf(why, sizeof(why), "len %zu exceeds ram.max_block (%llu bytes)%s",
+				 op->len, (unsigned long long)max,
+				 op->len > UINT32_MAX ? " or the 4 GiB - 1 a block holds" : "");
 		else if (op->result == -ENOSPC)
-			snprintf(why, sizeof(why), "no tier can take it: %s", nospc_why(s));
+			snprintf(why, sizeof(why), "no tier can take it: %s",
+				 s->client ? "the node store's tiers cannot" : nospc_why(s));
 		else
 			snprintf(why, sizeof(why), "%s", kvt_strerror(op->result));
 		kvt_set_error("kvt_put_batch: op %zu (key %s, %zu bytes): %s", i,

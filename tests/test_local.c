@@ -899,6 +899,17 @@ static void test_attached_calls(void **state)
 	assert_int_equal(kvt_put_reserve(a, sl, 1, 0), 0);
 	assert_int_equal(sl[0].result, -EINVAL);
 
+	/* A put batch names its first failed op, as a store with tiers does. */
+	char small[4096];
+	fill_block(test_key(16), small, sizeof(small));
+	kvt_op bops[3] = { { test_key(16), small, sizeof(small), 1 },
+			   { test_key(17), small, 0, 1 },
+			   { test_key(18), NULL, 4096, 1 } };
+	assert_int_equal(kvt_put_batch(a, bops, 3), -EINVAL);
+	assert_int_equal(bops[0].result, 0);
+	assert_non_null(strstr(kvt_last_error(), "kvt_put_batch: op 1 "));
+	assert_non_null(strstr(kvt_last_error(), "len is 0"));
+
 	/* Fill RAM with leased blocks: reservations find no room, so the
 	 * puts carry their bytes in the frame and are refused as kvt_put()
 	 * refuses them without a disk tier. */

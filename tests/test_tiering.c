@@ -773,8 +773,6 @@ static void test_a_disk_serves_one_store_at_a_time(void **state)
 	kvt_close(t);
 }
 
-/* A store in another process holds the file: -EBUSY names that process;
- * after it closes its store, the file opens here. */
 /*
  * Processes that open one missing file at once: one creates it and gets
  * it, every other is refused with -EBUSY (not -EEXIST from losing the
@@ -847,6 +845,8 @@ static void test_processes_racing_to_create_a_disk(void **state)
 	}
 }
 
+/* A store in another process holds the file: -EBUSY names that process;
+ * after it closes its store, the file opens here. */
 static void test_a_disk_held_by_another_process_is_refused(void **state)
 {
 	(void)state;
