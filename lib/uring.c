@@ -268,7 +268,8 @@ static int uring_dev_open(const char *path, uint64_t want)
 	 * the same descriptor (which holds the lock) to O_DIRECT. Another
 	 * process may create it between the two opens (EEXIST): open what it
 	 * made, whose lock then tells which of the two stores gets it. */
-	int fd = -1;
+	int fd = -1, again = 0;
+retry:
 	for (int tries = 0; fd < 0 && tries < 8; tries++) {
 		fd = open(path, O_RDWR | O_CLOEXEC);
 		if (fd >= 0 || errno != ENOENT)
@@ -292,6 +293,17 @@ static int uring_dev_open(const char *path, uint64_t want)
 	if (err) {
 		close(fd); /* not unlinked even if created: the holder uses it */
 		return err;
+	}
+	/* The process that created the file may have failed and unlinked it
+	 * (under its lock) after we opened it: then this lock is on a file
+	 * no path names any more; open what the path names now. */
+	struct stat now;
+	if ((stat(path, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) &&
+	    again++ < 8) {
+		close(fd);
+		fd = -1;
+		created = 0;
+		goto retry;
 	}
 	if ((uint64_t)st.st_size < want || created)
 		err = preallocate(fd, path, want);
