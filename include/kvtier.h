@@ -465,7 +465,8 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
  * Reports loads of a pin batch that finished since the last call: writes up
  * to max slot indexes to idx (each slot is reported once, with its result,
  * addr and len set, 0 or -errno: -ENOENT, -EBADMSG, -EIO, -ENOSPC,
- * -ETIMEDOUT, -ECANCELED; a failed load holds nothing, its addr is NULL and
+ * -ETIMEDOUT, -ECANCELED, -ENOBUFS (an owner's block longer than this
+ * store's ram.max_block); a failed load holds nothing, its addr is NULL and
  * its len 0) and returns how many. Waits up to timeout_ms
  * milliseconds (0: not at all; negative: forever) for one to finish. Returns 0 once every load of the
  * batch has been reported, -ETIMEDOUT when the time ran out first, -EINVAL

@@ -249,7 +249,15 @@ static int reply_hdr(struct peer_tier *p, unsigned m, unsigned t, uint32_t count
 		return -EPROTO;
 	if (h->type == T_ERROR) {
 		char msg[ERRMSG_MAX + 1];
-		size_t l = h->body_len < ERRMSG_MAX ? (size_t)h->body_len : ERRMSG_MAX;
+		size_t l = (size_t)h->body_len;
+		/* its count is its length, at most ERRMSG_MAX: else it is not
+		 * waited for (a body that never comes) */
+		if (h->body_len != h->count || h->body_len > ERRMSG_MAX) {
+			kvt_log(KVT_LOG_ERR, "peer %s refused a request with a malformed "
+				"ERROR frame (%llu bytes)", p->m[m].name,
+				(unsigned long long)h->body_len);
+			return -EPROTO;
+		}
 		if (peer_xfer(p->m[m].fd, msg, l, 0, dl, -1) == 0) {
 			msg[l] = 0;
 			kvt_log(KVT_LOG_ERR, "peer %s refused a request: %s", p->m[m].name, msg);
@@ -288,11 +296,13 @@ int peer_lookup(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n,
 		return 0;
 	if (n > PEER_KEYS_MAX)
 		n = PEER_KEYS_MAX; /* the rest read as absent */
+	uint64_t dl0 = 0; /* a second try keeps the first one's deadline */
 again:
 	e = begin(p, m);
 	if (e)
 		return e;
-	uint64_t dl = req_deadline(p);
+	uint64_t dl = dl0 ? dl0 : req_deadline(p);
+	dl0 = dl;
 	e = send_keys(p, m, T_LOOKUP, lease ? 1 : 0, keys, n, dl);
 	if (!e)
 		e = reply_hdr(p, m, T_LOOKUP, (uint32_t)n, dl, &h);
@@ -312,6 +322,7 @@ again:
 int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 {
 	int e = 0;
+	uint64_t dl0 = 0; /* a second try keeps the first one's deadline */
 
 	for (size_t done = 0; done < n && !e;) {
 		size_t k = n - done < PEER_KEYS_MAX ? n - done : PEER_KEYS_MAX;
@@ -320,7 +331,8 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 		e = begin(p, m);
 		if (e)
 			return e;
-		uint64_t dl = req_deadline(p);
+		uint64_t dl = dl0 ? dl0 : req_deadline(p);
+		dl0 = dl;
 		e = send_keys(p, m, T_RELEASE, 0, keys + done, k, dl);
 		if (!e)
 			e = reply_hdr(p, m, T_RELEASE, (uint32_t)k, dl, &h);
@@ -332,6 +344,7 @@ int peer_release(struct peer_tier *p, unsigned m, const kvt_key *keys, size_t n)
 		}
 		e = end(p, m, e);
 		done += k;
+		dl0 = 0;
 	}
 	return e;
 }
@@ -439,6 +452,7 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 	size_t done = 0, got = 0;
 	struct rdesc *d = NULL;
 	int e = 0;
+	uint64_t dl0 = 0; /* a second try of a chunk keeps the first one's deadline */
 
 	/* nothing reads as loaded unless its answer said so */
 	for (size_t i = 0; i < n; i++)
@@ -466,7 +480,8 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 		uint64_t want = 0, t0 = kvt_now_ns();
 		for (size_t i = 0; i < k; i++)
 			want += o[i].buf ? o[i].len : 0;
-		uint64_t dl = trip_deadline(p, want);
+		uint64_t dl = dl0 ? dl0 : trip_deadline(p, want);
+		dl0 = dl;
 		hdr_pack(b, T_GET, (uint32_t)k, rd ? F_RDMA : 0, 24ull * k);
 		for (size_t i = 0; i < k; i++) {
 			key_pack(b + HDR + 24 * i, o[i].key);
@@ -520,6 +535,7 @@ int peer_get_batch(struct peer_tier *p, unsigned m, kvt_op *ops, size_t n,
 		end(p, m, 0);
 		done += k;
 		got = done;
+		dl0 = 0;
 	}
 	free(d);
 	/* the answer broke off, or never came: what it did not deliver failed */
@@ -575,6 +591,7 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 {
 	size_t done = 0;
 	int e = 0;
+	uint64_t dl0 = 0; /* a second try of a chunk keeps the first one's deadline */
 
 	for (size_t i = 0; i < n; i++)
 		results[i] = -EIO;
@@ -606,7 +623,8 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		uint32_t rkey = 0;
 		uint8_t *stage = p->rdma && peer_rdma_link(p, m) ?
 				 peer_rdma_stage(p, m, body, &rkey) : NULL;
-		uint64_t dl = trip_deadline(p, body + ITEM * k);
+		uint64_t dl = dl0 ? dl0 : trip_deadline(p, body + ITEM * k);
+		dl0 = dl;
 		e = send_put(p, m, o, k, stage, rkey, dl);
 		struct hdr h;
 		if (!e)
@@ -632,6 +650,7 @@ int peer_put_batch(struct peer_tier *p, unsigned m, const kvt_op *ops, size_t n,
 		}
 		end(p, m, 0);
 		done += k;
+		dl0 = 0;
 	}
 	return e;
 }

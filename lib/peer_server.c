@@ -29,7 +29,17 @@ struct conn {
 	unsigned member;          /* after HELLO */
 	uint8_t *buf;             /* a block's bytes */
 	size_t cap;
+	uint64_t t0;              /* when the request's first byte came (HELLO:
+				     the connection was accepted); its header
+				     and body are read by req_end() */
 };
+
+/* The deadline of a request's header and body: request_timeout_ms from its
+ * first byte (and bytes more at 100 MB/s), however it trickles in. */
+static uint64_t req_end(const struct conn *c, uint64_t bytes)
+{
+	return c->t0 + (uint64_t)c->p->request_ms * 1000000ull + bytes * 10;
+}
 
 /*
  * A connection refused as a stranger's: from an address that is no
@@ -170,7 +180,7 @@ static int send_in_place(void *arg, const void *block, size_t len, uint64_t sum)
 static int serve_keys(struct conn *c, const struct hdr *h)
 {
 	struct peer_tier *p = c->p;
-	uint64_t dl = req_deadline(p);
+	uint64_t dl = req_end(c, 0);
 	uint8_t out[HDR];
 	int e;
 
@@ -223,7 +233,7 @@ static int serve_get(struct conn *c, const struct hdr *h)
 	uint8_t *items = malloc(24 * n + 1);
 	if (!items)
 		return -ENOMEM;
-	e = peer_xfer(c->fd, items, 24 * n, 0, dl, p->wake[0]);
+	e = peer_xfer(c->fd, items, 24 * n, 0, req_end(c, 0), p->wake[0]);
 	for (size_t i = 0; i < n && !e; i++) {
 		kvt_key k = key_unpack(items + 24 * i);
 		uint64_t cap = get64(items + 24 * i + 16);
@@ -312,7 +322,7 @@ static int serve_offer(struct conn *c, const struct hdr *h)
 	uint8_t *out = malloc(4 * n + 1);
 	e = items && keys && d && res && out ? 0 : -ENOMEM;
 	if (!e)
-		e = peer_xfer(c->fd, items, OFFER * n, 0, dl, p->wake[0]);
+		e = peer_xfer(c->fd, items, OFFER * n, 0, req_end(c, 0), p->wake[0]);
 	for (size_t i = 0; i < n && !e; i++) {
 		const uint8_t *it = items + OFFER * i;
 		keys[i] = key_unpack(it);
@@ -353,7 +363,7 @@ static int serve_unpin(struct conn *c, const struct hdr *h)
 	}
 	uint8_t *b = malloc(8 * n + 1);
 	uint64_t *ids = malloc(sizeof(*ids) * n + 1);
-	int e = b && ids ? peer_xfer(c->fd, b, 8 * n, 0, req_deadline(c->p), c->p->wake[0])
+	int e = b && ids ? peer_xfer(c->fd, b, 8 * n, 0, req_end(c, 0), c->p->wake[0])
 			 : -ENOMEM;
 	for (size_t i = 0; i < n && !e; i++)
 		ids[i] = get64(b + 8 * i);
@@ -368,13 +378,22 @@ static int serve_unpin(struct conn *c, const struct hdr *h)
 static int serve_put(struct conn *c, const struct hdr *h)
 {
 	struct peer_tier *p = c->p;
-	uint64_t dl = trip_deadline(p, h->body_len), left = h->body_len;
+	uint64_t left = h->body_len, dl;
 	size_t n = h->count;
 	uint8_t *res;
 	int e;
 
 	if (h->flags & F_RDMA)
 		return serve_offer(c, h);
+	/* checked before it sets the deadline: a body longer than count
+	 * blocks can be would buy a hostile member months */
+	if (h->body_len > (uint64_t)n * (ITEM + p->max_block)) {
+		send_error(c, "PUT body of %llu bytes for %zu items (limit %llu each)",
+			   (unsigned long long)h->body_len, n,
+			   (unsigned long long)p->max_block);
+		return -EPROTO;
+	}
+	dl = req_end(c, h->body_len);
 	res = calloc(4 * n + 1, 1);
 
 	if (!res)
@@ -512,7 +531,7 @@ static int hello(struct conn *c, const struct sockaddr_storage *from)
 	struct peer_tier *p = c->p;
 	uint8_t b[HDR + NAME_MAX_WIRE + 1];
 	struct hdr h;
-	int e = peer_xfer(c->fd, b, HDR, 0, req_deadline(p), p->wake[0]);
+	int e = peer_xfer(c->fd, b, HDR, 0, req_end(c, 0), p->wake[0]);
 
 	if (e)
 		return e;
@@ -522,7 +541,7 @@ static int hello(struct conn *c, const struct sockaddr_storage *from)
 		send_error(c, "expected a HELLO frame of protocol version %u", VERSION);
 		return -EPROTO;
 	}
-	e = peer_xfer(c->fd, b, h.count, 0, req_deadline(p), p->wake[0]);
+	e = peer_xfer(c->fd, b, h.count, 0, req_end(c, 0), p->wake[0]);
 	if (e)
 		return e;
 	b[h.count] = 0;
@@ -563,7 +582,8 @@ struct conn_arg {
 static void *conn_main(void *arg)
 {
 	struct conn_arg *a = arg;
-	struct conn c = { .p = a->p, .fd = a->fd, .slot = a->slot, .member = UINT32_MAX };
+	struct conn c = { .p = a->p, .fd = a->fd, .slot = a->slot, .member = UINT32_MAX,
+			  .t0 = kvt_now_ns() };
 	struct peer_tier *p = a->p;
 	uint8_t b[HDR];
 	int e;
@@ -594,8 +614,9 @@ static void *conn_main(void *arg)
 		}
 		if (!e && set_idle(p, c.slot, 0))
 			e = -ECONNRESET; /* shut down to make room just now */
+		c.t0 = kvt_now_ns();
 		if (!e)
-			e = peer_xfer(c.fd, b + 1, HDR - 1, 0, req_deadline(p), p->wake[0]);
+			e = peer_xfer(c.fd, b + 1, HDR - 1, 0, req_end(&c, 0), p->wake[0]);
 		if (e)
 			break;
 		hdr_unpack(b, &h);

@@ -394,9 +394,15 @@ static size_t size_of(size_t i)
  * the connection on the second without answering it, as a server that
  * closes an idle connection just as a request arrives. FAKE_ERROR_SECOND
  * answers the first item of a GET and refuses the rest with an ERROR.
- * FAKE_DRIP sends each block in 8 pieces 10 ms apart. */
+ * FAKE_DRIP sends each block in 8 pieces 10 ms apart. FAKE_LATE_CLOSE
+ * answers the first request of its first connection, closes that
+ * connection 0.8 request timeouts into the second without answering, and
+ * answers nothing but HELLO on any later connection. FAKE_BAD_ERROR answers
+ * a GET with an ERROR frame that claims a 1 MiB message, sends 5 bytes of
+ * it and keeps the connection open. */
 enum fake_mode { FAKE_GOOD, FAKE_SHORT, FAKE_BADSUM, FAKE_SILENT, FAKE_MALFORMED,
-		 FAKE_DROP_SECOND, FAKE_ERROR_SECOND, FAKE_DRIP };
+		 FAKE_DROP_SECOND, FAKE_ERROR_SECOND, FAKE_DRIP, FAKE_LATE_CLOSE,
+		 FAKE_BAD_ERROR };
 
 #define FAKE_CONNS 8
 
@@ -425,6 +431,15 @@ static int fake_get(struct fake *f, int fd, uint32_t count, const uint8_t *body)
 		goto out;
 	for (uint32_t i = 0; i < count; i++) {
 		kvt_key k = { get64(body + i * GET_SZ), get64(body + i * GET_SZ + 8) };
+		if (f->mode == FAKE_BAD_ERROR) {
+			uint8_t eh[HDR];
+			mkhdr(eh, T_ERROR, 5, 0, MiB);
+			if (send_all(fd, eh, HDR) || send_all(fd, "later", 5))
+				goto out;
+			while (!atomic_load(&f->stop))
+				usleep(10000);
+			goto out;
+		}
 		if (i == 1 && f->mode == FAKE_ERROR_SECOND) {
 			send_frame(fd, T_ERROR, 5, 0, "later", 5);
 			goto out; /* and close */
@@ -464,8 +479,9 @@ out:
 	return rc;
 }
 
-/* Serves one connection, frame by frame, until it closes or stop. */
-static void fake_serve(struct fake *f, int fd)
+/* Serves connection nth (0: the first), frame by frame, until it closes
+ * or stop. */
+static void fake_serve(struct fake *f, int fd, int nth)
 {
 	uint8_t h[HDR];
 	int r = 0, requests = 0;
@@ -473,6 +489,15 @@ static void fake_serve(struct fake *f, int fd)
 		unsigned type = get16(h + 6);
 		if (type != T_HELLO && ++requests == 2 && f->mode == FAKE_DROP_SECOND)
 			return;
+		if (type != T_HELLO && f->mode == FAKE_LATE_CLOSE && (nth || requests == 2)) {
+			if (!nth) {
+				usleep(REQUEST_MS * 800);
+				return;
+			}
+			while (!atomic_load(&f->stop))
+				usleep(10000);
+			return;
+		}
 		uint32_t count = get32(h + 8);
 		uint64_t len = get64(h + 16);
 
@@ -507,7 +532,7 @@ static void *fake_conn_main(void *arg)
 	struct fake_conn *c = arg;
 	char junk[4096];
 	if (c->f->mode != FAKE_SILENT)
-		fake_serve(c->f, c->fd);
+		fake_serve(c->f, c->fd, (int)(c - c->f->c));
 	else /* reads and discards, never answers */
 		while (!atomic_load(&c->f->stop)) {
 			struct pollfd p = { .fd = c->fd, .events = POLLIN };
@@ -1547,6 +1572,12 @@ static const char *send_hostile(int fd, int c)
 		send_all(fd, h, HDR);
 		send_all(fd, body, KEY_SZ);
 		return c == 14 ? "LOOKUP with a wrong magic" : "LOOKUP with a wrong version";
+	case 16:
+		mkhdr(h, T_PUT, 1, 0, 1ull << 50);
+		put64(body + 16, 4096);
+		send_all(fd, h, HDR);
+		send_all(fd, body, PUT_SZ);
+		return "PUT whose body claims 2^50 bytes for one item";
 	}
 	return NULL;
 }
@@ -2039,6 +2070,72 @@ static void test_close_crossing_a_request_is_redialled(void **state)
 		fail_msg("a marked b down: %s", st);
 }
 
+/*
+ * A reused connection that the member closes late into a request, without
+ * an answer, is dialed again once, but within the first try's deadline:
+ * the call still ends within connect_timeout_ms + request_timeout_ms (it
+ * took both deadlines in turn, 1.8 request timeouts, before).
+ */
+static void test_late_close_keeps_the_deadline(void **state)
+{
+	struct fx *f = *state;
+	kvt_key kb[2];
+	void *buf = malloc(FAKE_LEN);
+	size_t len;
+	assert_non_null(buf);
+	f->fake = fake_start(f->pb, FAKE_LATE_CLOSE);
+	f->a = node("a", f->pa, f->pb);
+	owned_keys(1, 68000, kb, 2);
+	assert_int_equal(kvt_get(f->a, kb[0], buf, FAKE_LEN, &len), 0);
+	assert_true(check_block(kb[0], buf, FAKE_LEN));
+	long long t0 = now_ms();
+	int rc = kvt_get(f->a, kb[1], buf, FAKE_LEN, &len);
+	long long ms = now_ms() - t0;
+	print_message("second get: %d after %lld ms\n", rc, ms);
+	assert_true(rc == -ETIMEDOUT || rc == -ENOENT);
+	assert_true(ms < CONNECT_MS + REQUEST_MS + 250);
+	free(buf);
+}
+
+/*
+ * A request's header and body are read within request_timeout_ms of its
+ * first byte, however they trickle in: a LOOKUP whose header and body come
+ * 0.7 request timeouts apart each is closed, not answered.
+ */
+static void test_trickled_request_is_cut_off(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[HDR], key[KEY_SZ] = { 0 };
+	f->a = node("a", f->pa, f->pb);
+	int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+	assert_true(fd >= 0);
+	raw_hello(fd, "b");
+	mkhdr(h, T_LOOKUP, 1, 0, KEY_SZ);
+	assert_int_equal(send_all(fd, h, 1), 0);
+	usleep(REQUEST_MS * 700);
+	assert_int_equal(send_all(fd, h + 1, HDR - 1), 0);
+	usleep(REQUEST_MS * 700);
+	(void)send_all(fd, key, KEY_SZ); /* may find the connection closed */
+	int r = recv_wait(fd, h, HDR, 2000, NULL);
+	if (r == 0 && get16(h + 6) == (T_LOOKUP | RESP))
+		fail_msg("a LOOKUP 1.4 request timeouts in the making was answered");
+	close(fd);
+	kvt_key k[1];
+	owned_keys(0, 69000, k, 1);
+	still_serves(f, k[0]);
+}
+
+/* An ERROR frame whose length is not its message's (a body that never
+ * comes) ends the call at once, the member marked down, rather than
+ * after request_timeout_ms. */
+static void test_malformed_error_frame_fails_at_once(void **state)
+{
+	int rc = get_from_fake(*state, FAKE_BAD_ERROR);
+	print_message("get: %d after %lld ms\n", rc, fake_get_ms);
+	assert_true(rc < 0);
+	assert_true(fake_get_ms < REQUEST_MS / 2);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(void)
@@ -2076,6 +2173,9 @@ int main(void)
 		T(test_member_cap_when_all_busy),
 		T(test_idle_connections_are_reaped),
 		T(test_close_crossing_a_request_is_redialled),
+		T(test_late_close_keeps_the_deadline),
+		T(test_trickled_request_is_cut_off),
+		T(test_malformed_error_frame_fails_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
