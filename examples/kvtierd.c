@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -161,10 +162,18 @@ static char *read_config(const char *path)
 	char *text;
 	int err;
 
-	if (!strcmp(path, "-"))
-		return read_all(stdin);
-	if (!(f = fopen(path, "r")))
+	f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	if (!f)
 		return NULL;
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (f != stdin)
+			fclose(f);
+		errno = EISDIR; /* reading one would say only "Input/output error" */
+		return NULL;
+	}
+	if (f == stdin)
+		return read_all(stdin);
 	text = read_all(f);
 	err = errno;
 	fclose(f);
@@ -315,7 +324,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 	int opt;
 
 	*a = (struct args){ .config_path = NULL, .stats_s = 0, .busy_s = 60 };
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	opterr = 0; /* its messages start with argv[0], ours with kvtierd: */
+	while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
 		switch (opt) {
 		case OPT_CONFIG:
 			a->config_path = optarg;
@@ -345,9 +355,11 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case OPT_VERSION:
 			printf("kvtierd (libkvtier %s)\n", kvt_version());
 			return 0;
-		default: /* getopt_long has said what was wrong */
-			fputs("Try 'kvtierd --help'.\n", stderr);
-			return EXIT_USAGE;
+		case ':':
+			return usage_error("option '%s' requires an argument",
+					   argv[optind - 1]);
+		default:
+			return usage_error("unrecognized option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
@@ -408,6 +420,9 @@ static void block_signals(sigset_t *set)
 	sigaddset(set, SIGUSR1);
 	sigaddset(set, SIGALRM);
 	pthread_sigmask(SIG_BLOCK, set, NULL);
+	/* blocked now: back from SIG_IGN, so that sigwait() gets them */
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGUSR1, SIG_DFL);
 	signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the node */
 }
 
@@ -481,6 +496,12 @@ int main(int argc, char **argv)
 	ret = parse_args(argc, argv, &a);
 	if (ret >= 0)
 		return ret;
+	/* Until the signals are waited for (block_signals), SIGHUP is ignored as
+	 * later and SIGUSR1 has no statistics to print: neither may kill the
+	 * daemon while it reads its configuration. SIGINT and SIGTERM still
+	 * stop it there. */
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGUSR1, SIG_IGN);
 	ret = load_config(a.config_path, &text, &root, &peers, &local);
 	if (ret)
 		goto out;
@@ -488,9 +509,12 @@ int main(int argc, char **argv)
 	kvt_set_log(log_line, NULL, log_max);
 	ret = open_store(text, a.busy_s, &set, &s, &sig);
 	if (ret < 0) {
-		fprintf(stderr, "kvtierd: cannot open the store: %s: %s%s%s\n",
-			kvt_strerror(ret), kvt_last_error(), sig ? "; stopped by " : "",
-			sig ? signal_name(sig) : "");
+		/* the library's text names the cause in its own terms;
+		 * kvt_strerror() reads codes as the data calls use them
+		 * (ENOENT: a miss), which a failed bind is not */
+		fprintf(stderr, "kvtierd: cannot open the store: %s%s%s\n",
+			*kvt_last_error() ? kvt_last_error() : kvt_strerror(ret),
+			sig ? "; stopped by " : "", sig ? signal_name(sig) : "");
 		ret = EXIT_RUNTIME;
 		goto out;
 	}

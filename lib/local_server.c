@@ -83,6 +83,11 @@ static int conn_read(struct conn *c, void *p, size_t len)
 	return 0;
 }
 
+/* Set on this connection's thread (one per client) when a reply could not
+ * be sent: the client went or stopped reading, which is not its frame
+ * being malformed. */
+static __thread int reply_lost;
+
 /* Sends a reply: header, the i32 status, then body; with the nfds
  * descriptors of fds passed along. 0 or -1. */
 static int send_reply_fds(int sock, int type, int32_t status, const void *body,
@@ -108,7 +113,10 @@ static int send_reply_fds(int sock, int type, int32_t status, const void *body,
 		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
 	}
-	return lp_send_all(sock, &m);
+	int r = lp_send_all(sock, &m);
+	if (r)
+		reply_lost = 1;
+	return r;
 }
 
 int lsrv_send_reply(int sock, int type, int32_t status, const void *body,
@@ -213,7 +221,8 @@ static void *conn_main(void *arg)
 			break;
 		}
 		atomic_fetch_add_explicit(&srv->requests, 1, memory_order_relaxed);
-		r = lsrv_serve(c, type, c->buf, len) ? -2 : 0;
+		reply_lost = 0;
+		r = lsrv_serve(c, type, c->buf, len) ? (reply_lost ? -1 : -2) : 0;
 		/* A large PUT's buffer is not kept for a client that idles. */
 		if (c->cap > (1u << 20)) {
 			free(c->buf);

@@ -526,8 +526,10 @@ static void test_refuses_bad_usage(void **state)
 		const char *needle; /* in stderr (stdout for status 0) */
 	} cases[] = {
 		{ { NULL }, NULL, NULL, 2, "--config" },
-		{ { "--config", NULL }, NULL, NULL, 2, "config" },
-		{ { "--bogus", NULL }, NULL, NULL, 2, "bogus" },
+		{ { "--config", NULL }, NULL, NULL, 2,
+		  "kvtierd: option '--config' requires an argument" },
+		{ { "--bogus", NULL }, NULL, NULL, 2, "kvtierd: unrecognized option '--bogus'" },
+		{ { "--config", "@DIR", NULL }, NULL, NULL, 1, "Is a directory" },
 		{ { "--config", "-", NULL }, "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false}}",
 		  NULL, 2, "peers" },
 		{ { "--config", "@CFG", NULL }, NULL, "{\"ram\": {\"capacity\": \"16MiB\"},\n",
@@ -563,7 +565,8 @@ static void test_refuses_bad_usage(void **state)
 		for (int i = 0; i < 6 && cases[c].args[i]; i++) {
 			const char *a = cases[c].args[i];
 			args[i] = !strcmp(a, "@CFG") ? cfg_path :
-				  !strcmp(a, "@DIR/missing.json") ? missing : a;
+				  !strcmp(a, "@DIR/missing.json") ? missing :
+				  !strcmp(a, "@DIR") ? g.dir : a;
 		}
 		if (cases[c].config) {
 			const char *at = strstr(cases[c].config, "@PORT");
@@ -600,6 +603,66 @@ static void test_refuses_bad_usage(void **state)
 				 err_text);
 	}
 	close(lfd);
+}
+
+/*
+ * SIGHUP and SIGUSR1 while kvtierd still reads its configuration (from a
+ * pipe that has not delivered it yet) neither kill it nor are lost on it:
+ * it starts once the configuration comes, and then SIGUSR1 prints the
+ * statistics and SIGTERM stops it with status 0.
+ */
+static void test_signals_while_reading_the_config(void **state)
+{
+	(void)state;
+	const char *out_path = path_in("sig.out"), *err_path = path_in("sig.err");
+	char cfg[512];
+	int in[2];
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"16MiB\", \"mlock\": false}, "
+		 "\"local\": {\"socket\": \"%s/sig.sock\"}}", g.dir);
+	int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(o >= 0 && e >= 0);
+	assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (dup2(in[0], 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		execl(g.bin, g.bin, "--config", "-", (char *)NULL);
+		_exit(127);
+	}
+	g.pid = pid;
+	close(in[0]);
+	close(o);
+	close(e);
+	usleep(300000); /* it waits for its configuration now */
+	assert_int_equal(kill(pid, SIGHUP), 0);
+	assert_int_equal(kill(pid, SIGUSR1), 0);
+	usleep(100000);
+	int st;
+	if (waitpid(pid, &st, WNOHANG) == pid) {
+		g.pid = 0;
+		fail_msg("kvtierd ended by a signal while reading its configuration: %#x", st);
+	}
+	assert_int_equal(write(in[1], cfg, strlen(cfg)), (ssize_t)strlen(cfg));
+	close(in[1]);
+	long long end = now_ms() + START_MS;
+	while (!strstr(tail_of(out_path), "serving local processes")) {
+		if (now_ms() > end)
+			fail_msg("kvtierd did not start; stderr:\n%s", tail_of(err_path));
+		usleep(10000);
+	}
+	assert_int_equal(kill(pid, SIGUSR1), 0);
+	end = now_ms() + LINE_MS;
+	while (!strstr(tail_of(out_path), "\"malformed_frames\"")) {
+		if (now_ms() > end)
+			fail_msg("no statistics after SIGUSR1; stdout:\n%s", tail_of(out_path));
+		usleep(10000);
+	}
+	assert_int_equal(kill(pid, SIGTERM), 0);
+	st = wait_exit(pid, EXIT_MS, "SIGTERM", err_path);
+	g.pid = 0;
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /*
@@ -679,6 +742,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_serves_blocks_and_checkpoints, test_teardown),
 		cmocka_unit_test_teardown(test_refuses_bad_usage, test_teardown),
+		cmocka_unit_test_teardown(test_signals_while_reading_the_config, test_teardown),
 		cmocka_unit_test_teardown(test_waits_for_a_disk_in_use, test_teardown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -672,6 +672,24 @@ static void test_malformed_frame_closes_that_client_only(void **state)
 		assert_int_equal(store_stat(node, "local", "malformed_frames"), 3 + i);
 		assert_int_equal(store_get_block(a, test_key(1), 8192), 0);
 	}
+	/* A well-formed lookup whose client is gone before the answer: the
+	 * reply cannot be sent, which is not a malformed frame. */
+	long long served = store_stat(node, "local", "requests");
+	fd = raw_hello(sock, &mfd, &alen);
+	close(mfd);
+	len = 8 + 16;
+	nk = 1;
+	memcpy(q + 4, &len, 4);
+	q[2] = W_VERSION;
+	q[3] = W_LOOKUP;
+	memcpy(q + 8, &flags, 4);
+	memcpy(q + 12, &nk, 4);
+	memset(q + 16, 0, 16);
+	assert_int_equal(send(fd, q, sizeof(q), MSG_NOSIGNAL), (ssize_t)sizeof(q));
+	close(fd);
+	expect_stat(node, "local", "requests", served + 1);
+	expect_stat(node, "local", "clients", 1);
+	assert_int_equal(store_stat(node, "local", "malformed_frames"), 4);
 	kvt_close(a);
 	kvt_close(node);
 }
