@@ -366,8 +366,9 @@ json_t *bench_json_latency(const struct bench_summary *s);
 json_t *bench_json_real(double x);
 
 /*
- * Writes doc to path (indented, with a final newline) through a temporary
- * file renamed into place, so a reader never sees half a document; sets
+ * Writes doc to path (indented, with a final newline) as bench_out_open()
+ * does: through a temporary file renamed into place, so a reader never sees
+ * half a document, or straight into a device or FIFO; sets
  * "interrupted" first when the run was stopped. path "-" writes to standard
  * output (the one set aside by bench_json_stdout_only()). Returns 0, or a
  * negative errno after printing a message naming the path to stderr.
@@ -375,11 +376,15 @@ json_t *bench_json_real(double x);
 int bench_json_write(json_t *doc, const char *path);
 
 /*
- * For --json -: keeps standard output for the JSON document alone and points
- * file descriptor 1 (printf, children) at standard error from now on. Safe
- * to call twice.
+ * For --json - (and replay's --csv -): keeps standard output for the
+ * results document alone and points file descriptor 1 (printf, children)
+ * at standard error from now on. Safe to call twice.
  */
 void bench_json_stdout_only(void);
+
+/* The file descriptor of standard output as it was before
+ * bench_json_stdout_only(), where a result for "-" goes. */
+int bench_result_stdout(void);
 
 /* --- the store's statistics ---------------------------------------------------- */
 
@@ -426,11 +431,39 @@ int bench_system(const char *cmd);
 
 /*
  * Checks, before any work, that a result can be written to path the way
- * bench_json_write() and the other writers do (a temporary file beside it,
- * renamed): not a directory, in a directory that exists and can be written.
- * Returns 0, or a negative errno with the reason in why.
+ * bench_out_open() writes it: not a directory; a device or FIFO that may be
+ * written; else (through any symbolic links) in a directory that exists and
+ * can be written. Returns 0, or a negative errno with the reason in why.
  */
 int bench_output_check(const char *path, char *why, size_t cap);
+
+/*
+ * A result file being written (bench_json_write(), --csv). A reader must
+ * never see half a document, so a regular file (or a new one) is written
+ * as a temporary file beside it, mode 0644, renamed over it at the end. A
+ * symbolic link is kept: its final target is what gets replaced. A device
+ * or FIFO (/dev/null, /dev/stdout as a pipe) cannot be replaced by a file
+ * without breaking it, so it is opened and written directly.
+ */
+struct bench_out {
+	int fd;		  /* write here; -1 once closed */
+	const char *path; /* as the user gave it, for messages */
+	char *dest;	  /* path with its links followed */
+	char *tmp;	  /* the temporary file, or NULL when written in place */
+};
+
+/* Opens path for a result. Returns 0, or a negative errno after a message
+ * naming path on stderr (o then needs no bench_out_close()). */
+int bench_out_open(const char *path, struct bench_out *o);
+
+/*
+ * Ends the write of o: err is the caller's write error (a negative errno)
+ * or 0. On success the temporary file is renamed into place; on failure it
+ * is removed and a message naming the path goes to stderr. The caller may
+ * have closed o->fd itself (fclose of an fdopen) and set it to -1. Returns
+ * 0 or the first error.
+ */
+int bench_out_close(struct bench_out *o, int err);
 
 /* Checks that path is a directory kvbench can create files in. Returns 0,
  * or a negative errno with the reason in why. */

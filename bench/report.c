@@ -321,7 +321,8 @@ static int write_all(int fd, const char *p, size_t len)
 	return 0;
 }
 
-/* Where "--json -" writes: standard output as it was, set aside. */
+/* Where "--json -" and "--csv -" write: standard output as it was, set
+ * aside. */
 static int json_stdout = -1;
 
 void bench_json_stdout_only(void)
@@ -334,9 +335,15 @@ void bench_json_stdout_only(void)
 		dup2(STDERR_FILENO, STDOUT_FILENO);
 }
 
+int bench_result_stdout(void)
+{
+	return json_stdout >= 0 ? json_stdout : STDOUT_FILENO;
+}
+
 int bench_json_write(json_t *doc, const char *path)
 {
-	char *text, *tmp = NULL, sig[16];
+	struct bench_out out;
+	char *text, sig[16];
 	int fd, err;
 
 	if (!doc || !path || !*path)
@@ -352,41 +359,20 @@ int bench_json_write(json_t *doc, const char *path)
 		return -ENOMEM;
 	}
 	if (!strcmp(path, "-")) {
-		fd = json_stdout >= 0 ? json_stdout : STDOUT_FILENO;
+		fd = bench_result_stdout();
 		err = write_all(fd, text, strlen(text));
 		if (!err)
 			err = write_all(fd, "\n", 1);
 		free(text);
 		return err;
 	}
-	if (asprintf(&tmp, "%s.XXXXXX", path) < 0) {
-		free(text);
-		return -ENOMEM;
+	err = bench_out_open(path, &out);
+	if (!err) {
+		err = write_all(out.fd, text, strlen(text));
+		if (!err)
+			err = write_all(out.fd, "\n", 1);
+		err = bench_out_close(&out, err);
 	}
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		err = -errno;
-		fprintf(stderr, "kvbench: cannot write %s: %s\n", path,
-			strerror(-err));
-		free(tmp);
-		free(text);
-		return err;
-	}
-	err = write_all(fd, text, strlen(text));
-	if (!err)
-		err = write_all(fd, "\n", 1);
-	if (!err && fchmod(fd, 0644))
-		err = -errno;
-	if (close(fd) && !err)
-		err = -errno;
-	if (!err && rename(tmp, path))
-		err = -errno;
-	if (err) {
-		fprintf(stderr, "kvbench: cannot write %s: %s\n", path,
-			strerror(-err));
-		unlink(tmp);
-	}
-	free(tmp);
 	free(text);
 	return err;
 }

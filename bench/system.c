@@ -200,24 +200,104 @@ int bench_system(const char *cmd)
 
 /* --- paths ------------------------------------------------------------------------ */
 
-int bench_output_check(const char *path, char *why, size_t cap)
+/*
+ * The file a chain of symbolic links starting at path ends at: a path that
+ * is not itself a link (and may not exist yet, for a dangling link). A
+ * relative link is read from the directory of the link that holds it.
+ * Returns a malloc'd path, or NULL with errno set (ELOOP after 40 links).
+ */
+static char *link_target(const char *path)
+{
+	char buf[4096], *cur = strdup(path), *next;
+	struct stat st;
+	const char *slash;
+	ssize_t n;
+	int hops;
+
+	for (hops = 0; cur && hops < 40; hops++) {
+		if (lstat(cur, &st) || !S_ISLNK(st.st_mode))
+			return cur; /* missing or not a link: the end of the chain */
+		n = readlink(cur, buf, sizeof(buf) - 1);
+		if (n < 0) {
+			free(cur);
+			return NULL;
+		}
+		buf[n] = '\0';
+		slash = strrchr(cur, '/');
+		if (buf[0] == '/' || !slash)
+			next = strdup(buf);
+		else if (asprintf(&next, "%.*s/%s", (int)(slash - cur), cur, buf) < 0)
+			next = NULL;
+		free(cur);
+		cur = next;
+	}
+	if (cur) {
+		free(cur);
+		errno = ELOOP;
+	}
+	return NULL;
+}
+
+/*
+ * Where a result for path goes, the way bench_out_open() writes it: *dest
+ * (malloc'd) is path, or the end of the symbolic links at path, so that a
+ * link is kept and its target replaced; *in_place says that dest exists and
+ * is neither a regular file nor a directory (a device such as /dev/null, a
+ * FIFO), so it is written directly rather than replaced by a new file.
+ * Returns 0, -EISDIR or a negative errno.
+ */
+static int output_dest(const char *path, char **dest, int *in_place)
 {
 	struct stat st;
-	char *tmp;
-	int fd, err;
+
+	*in_place = 0;
+	*dest = link_target(path);
+	if (!*dest)
+		return -errno;
+	if (stat(*dest, &st))
+		return 0; /* not there yet: created beside */
+	if (S_ISDIR(st.st_mode)) {
+		free(*dest);
+		*dest = NULL;
+		return -EISDIR;
+	}
+	*in_place = !S_ISREG(st.st_mode);
+	return 0;
+}
+
+int bench_output_check(const char *path, char *why, size_t cap)
+{
+	char *dest, *tmp;
+	int fd, err, in_place;
 
 	if (!path || !*path) {
 		snprintf(why, cap, "no file name");
 		return -EINVAL;
 	}
-	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+	err = output_dest(path, &dest, &in_place);
+	if (err == -EISDIR) {
 		snprintf(why, cap, "is a directory, not a file");
-		return -EISDIR;
+		return err;
+	}
+	if (err) {
+		snprintf(why, cap, "cannot follow its link: %s", strerror(-err));
+		return err;
+	}
+	/* a device or FIFO is written as it is: only ask whether we may
+	 * (opening it here could block on a FIFO or disturb a device) */
+	if (in_place) {
+		err = access(dest, W_OK) ? -errno : 0;
+		if (err)
+			snprintf(why, cap, "cannot write it: %s", strerror(-err));
+		free(dest);
+		return err;
 	}
 	/* what the write will do: a temporary file beside it, renamed */
-	if (asprintf(&tmp, "%s.XXXXXX", path) < 0) {
+	err = asprintf(&tmp, "%s.XXXXXX", dest) < 0 ? -ENOMEM : 0;
+	free(dest);
+	if (err) {
 		snprintf(why, cap, "out of memory");
-		return -ENOMEM;
+		return err;
 	}
 	fd = mkstemp(tmp);
 	if (fd < 0) {
@@ -230,6 +310,65 @@ int bench_output_check(const char *path, char *why, size_t cap)
 	unlink(tmp);
 	free(tmp);
 	return 0;
+}
+
+/* Closes o and removes its temporary file, if any; returns err, or the
+ * error of the rename that commits it when err is 0. */
+static int out_end(struct bench_out *o, int err)
+{
+	if (o->fd >= 0 && close(o->fd) && !err)
+		err = -errno;
+	o->fd = -1;
+	if (o->tmp) {
+		if (!err && rename(o->tmp, o->dest))
+			err = -errno;
+		if (err)
+			unlink(o->tmp);
+	}
+	free(o->tmp);
+	free(o->dest);
+	o->tmp = o->dest = NULL;
+	return err;
+}
+
+int bench_out_open(const char *path, struct bench_out *o)
+{
+	int err, in_place;
+
+	*o = (struct bench_out){ .fd = -1, .path = path };
+	err = output_dest(path, &o->dest, &in_place);
+	if (!err && in_place) {
+		/* no O_CREAT: the node is there; O_NOCTTY for a terminal */
+		o->fd = open(o->dest, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+		err = o->fd < 0 ? -errno : 0;
+	} else if (!err) {
+		if (asprintf(&o->tmp, "%s.XXXXXX", o->dest) < 0) {
+			o->tmp = NULL;
+			err = -ENOMEM;
+		} else {
+			o->fd = mkstemp(o->tmp);
+			err = o->fd < 0 ? -errno : 0;
+			if (!err && fchmod(o->fd, 0644))
+				err = -errno;
+		}
+	}
+	if (err) {
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(-err));
+		if (o->fd < 0) {
+			free(o->tmp); /* mkstemp made nothing to remove */
+			o->tmp = NULL;
+		}
+		out_end(o, err);
+	}
+	return err;
+}
+
+int bench_out_close(struct bench_out *o, int err)
+{
+	err = out_end(o, err);
+	if (err)
+		fprintf(stderr, "kvbench: cannot write %s: %s\n", o->path, strerror(-err));
+	return err;
 }
 
 int bench_dir_check(const char *path, char *why, size_t cap)

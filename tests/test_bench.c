@@ -502,6 +502,75 @@ static void json_write_reports_an_unwritable_path(void **state)
 	json_decref(doc);
 }
 
+/* A result for a symbolic link replaces the link's target and keeps the
+ * link; one for a device or FIFO is written into it, which stays what it
+ * was (a rename over it would leave a regular file in its place). */
+static void json_write_keeps_links_devices_and_fifos(void **state)
+{
+	char dir[256], sub[320], link[400], dead[400], target[400], fifo[400], null[400];
+	char why[256], buf[8192];
+	json_t *doc = bench_json_new("hash"), *back;
+	struct stat st;
+	ssize_t n;
+	int rfd;
+
+	(void)state;
+	assert_int_equal(bench_tmpdir_create(dir, sizeof(dir)), 0);
+	/* a relative link into another directory: written there, link kept */
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(target, sizeof(target), "%s/r.json", sub);
+	assert_int_equal(bench_json_write(doc, target), 0); /* one to replace */
+	snprintf(link, sizeof(link), "%s/link.json", dir);
+	assert_int_equal(symlink("sub/r.json", link), 0);
+	assert_int_equal(bench_output_check(link, why, sizeof(why)), 0);
+	json_object_set_new(doc, "marker", json_integer(7));
+	assert_int_equal(bench_json_write(doc, link), 0);
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	back = load(target);
+	assert_int_equal(json_integer_value(json_object_get(back, "marker")), 7);
+	json_decref(back);
+	/* a dangling link: its target is created */
+	snprintf(dead, sizeof(dead), "%s/dead.json", dir);
+	assert_int_equal(symlink("sub/new.json", dead), 0);
+	assert_int_equal(bench_json_write(doc, dead), 0);
+	assert_int_equal(lstat(dead, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	snprintf(target, sizeof(target), "%s/new.json", sub);
+	assert_int_equal(stat(target, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	/* a link to a device: written into the device, both kept */
+	snprintf(null, sizeof(null), "%s/null.json", dir);
+	assert_int_equal(symlink("/dev/null", null), 0);
+	assert_int_equal(bench_output_check(null, why, sizeof(why)), 0);
+	assert_int_equal(bench_json_write(doc, null), 0);
+	assert_int_equal(lstat(null, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(stat("/dev/null", &st), 0);
+	assert_true(S_ISCHR(st.st_mode));
+	/* a FIFO with a reader: the document comes through it */
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(bench_output_check(fifo, why, sizeof(why)), 0);
+	rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+	assert_true(rfd >= 0);
+	assert_int_equal(bench_json_write(doc, fifo), 0);
+	n = read(rfd, buf, sizeof(buf) - 1);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	assert_non_null(strstr(buf, "\"marker\": 7"));
+	close(rfd);
+	assert_int_equal(lstat(fifo, &st), 0);
+	assert_true(S_ISFIFO(st.st_mode));
+	/* a link to a directory is still a directory */
+	snprintf(link, sizeof(link), "%s/dirlink", dir);
+	assert_int_equal(symlink("sub", link), 0);
+	assert_int_equal(bench_output_check(link, why, sizeof(why)), -EISDIR);
+	json_decref(doc);
+	assert_int_equal(bench_tmpdir_remove(dir), 0);
+}
+
 static void stats_number_follows_dotted_paths(void **state)
 {
 	json_t *st = json_loads("{\"ram\": {\"hits\": 3, \"frag\": 0.5},"
@@ -1308,6 +1377,46 @@ static void cli_bad_output_paths_exit_2_before_any_work(void **state)
 			   "plot", "--out /nonexistent-kvt/x.png");
 }
 
+/* --csv writes as --json does: a link's target replaced, the link kept;
+ * "-" sends the CSV alone to stdout and the tables to stderr. */
+static void cli_csv_follows_links_and_owns_stdout(void **state)
+{
+	char *dir = make_temp_dir("cli-csv");
+	char link[4200], target[4200];
+	struct proc p;
+	struct stat st;
+	FILE *f;
+	char line[64];
+
+	(void)state;
+	assert_non_null(dir);
+	snprintf(link, sizeof(link), "%s/link.csv", dir);
+	snprintf(target, sizeof(target), "%s/runs.csv", dir);
+	assert_int_equal(symlink("runs.csv", link), 0);
+	kvbench_run(&p, (const char *const[]){ REPLAY_ARGS, "--no-progress", "--csv", link,
+					       NULL });
+	assert_int_equal(p.status, 0);
+	proc_free(&p);
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	f = fopen(target, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_true(!strncmp(line, "label,policy,", 13));
+	fclose(f);
+
+	kvbench_run(&p, (const char *const[]){ REPLAY_ARGS, "--no-progress", "--csv", "-",
+					       NULL });
+	if (p.status != 0 || strncmp(p.out, "label,policy,", 13) || count_lines(p.out) != 2 ||
+	    !strstr(p.err, "kvbench replay"))
+		fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", p.status, p.out, p.err);
+	proc_free(&p);
+	expect_usage_error((const char *const[]){ "replay", "--csv", "-", "--json", "-", NULL },
+			   "replay", "cannot share standard output");
+	rm_rf(dir);
+	free(dir);
+}
+
 /* Sizes follow the library's grammar and its error text, in one line. */
 static void cli_sizes_use_the_library_grammar(void **state)
 {
@@ -1600,6 +1709,7 @@ int main(void)
 		cmocka_unit_test(json_document_has_the_common_shape),
 		cmocka_unit_test(json_maps_nan_to_null),
 		cmocka_unit_test(json_write_reports_an_unwritable_path),
+		cmocka_unit_test(json_write_keeps_links_devices_and_fifos),
 		cmocka_unit_test(stats_number_follows_dotted_paths),
 		cmocka_unit_test(subcommands_reject_bad_command_lines),
 		cmocka_unit_test(subcommands_print_help),
@@ -1614,6 +1724,7 @@ int main(void)
 		cmocka_unit_test(cli_json_stdout_is_json_alone_for_every_command),
 		cmocka_unit_test(cli_bad_output_paths_exit_2_before_any_work),
 		cmocka_unit_test(cli_bad_replay_options_exit_2),
+		cmocka_unit_test(cli_csv_follows_links_and_owns_stdout),
 		cmocka_unit_test(cli_sizes_use_the_library_grammar),
 		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
 		cmocka_unit_test(cli_unusable_dir_is_an_error),

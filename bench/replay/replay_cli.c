@@ -658,6 +658,9 @@ static int opt_output(struct cli *c, int ch, const char *arg, int sweep)
 	case O_CSV:
 		if (strcmp(arg, "-") && bench_output_check(arg, why, sizeof(why)))
 			return bench_usage_error(c->cmd, "--csv %s: %s", arg, why);
+		/* standard output for the CSV alone, as for --json - */
+		if (!strcmp(arg, "-"))
+			bench_json_stdout_only();
 		c->csv = arg;
 		return 0;
 	case O_NO_PROGRESS:
@@ -720,6 +723,8 @@ static int parse_args(struct cli *c, int argc, char **argv, int sweep)
 	}
 	if (optind < argc)
 		return bench_usage_error(c->cmd, "unexpected argument '%s'", argv[optind]);
+	if (c->csv && c->co.json_path && !strcmp(c->csv, "-") && !strcmp(c->co.json_path, "-"))
+		return bench_usage_error(c->cmd, "--json - and --csv - cannot share standard output");
 	if (c->o.chunk_tokens % c->o.gpu_block)
 		return bench_usage_error(c->cmd,
 					 "--chunk-tokens %u is not a multiple of --gpu-block %u",

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "replay.h"
@@ -649,18 +650,13 @@ json_t *replay_result_json(const struct replay_result *r)
 	return o;
 }
 
-int replay_write_csv(const char *path, const struct replay_result *r, size_t n,
-		     const char *sweep_param, const double *sweep_values)
+/* The CSV lines of replay_write_csv() to f. */
+static void csv_lines(FILE *f, const struct replay_result *r, size_t n,
+		      const char *sweep_param, const double *sweep_values)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
 	size_t k;
-	int i, rc = 0;
+	int i;
 
-	if (!f) {
-		rc = -errno;
-		fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
-		return rc;
-	}
 	fprintf(f, "label,policy");
 	if (sweep_param)
 		fprintf(f, ",%s", sweep_param);
@@ -680,13 +676,35 @@ int replay_write_csv(const char *path, const struct replay_result *r, size_t n,
 		}
 		fputc('\n', f);
 	}
-	if (f != stdout) {
-		if (fclose(f)) {
-			rc = -errno;
-			fprintf(stderr, "kvbench: cannot write %s: %s\n", path, strerror(errno));
-		}
+}
+
+int replay_write_csv(const char *path, const struct replay_result *r, size_t n,
+		     const char *sweep_param, const double *sweep_values)
+{
+	struct bench_out out;
+	FILE *f;
+	int err;
+
+	if (!strcmp(path, "-")) {
+		/* the standard output set aside for results (--csv - sent
+		 * the tables to stderr), through a copy that fclose may close */
+		out = (struct bench_out){ .fd = dup(bench_result_stdout()), .path = path };
+		if (out.fd < 0)
+			return bench_out_close(&out, -errno);
 	} else {
-		fflush(f);
+		/* as --json: a temporary file renamed over a regular file, a
+		 * device written in place (bench_out_open()) */
+		err = bench_out_open(path, &out);
+		if (err)
+			return err;
 	}
-	return rc;
+	f = fdopen(out.fd, "w");
+	if (!f)
+		return bench_out_close(&out, -errno);
+	out.fd = -1; /* f owns it now */
+	csv_lines(f, r, n, sweep_param, sweep_values);
+	err = ferror(f) ? -EIO : 0;
+	if (fclose(f) && !err)
+		err = -errno;
+	return bench_out_close(&out, err);
 }
