@@ -133,6 +133,11 @@ int bench_parse_uint(const char *s, unsigned long min, unsigned long max,
 int bench_parse_uint_list(const char *s, unsigned long min, unsigned long max,
 			  unsigned long *out, size_t max_n, size_t *n);
 
+/* Whether the comma-separated list s has an empty item ("", ",", "1,",
+ * ",1", "1,,2"), which the list parsers refuse: for the message that says
+ * so, since a list's other errors name a bad item. */
+int bench_list_has_empty(const char *s);
+
 /* --- sizes -------------------------------------------------------------------- */
 
 /*

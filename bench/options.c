@@ -142,6 +142,13 @@ static int list_item(const char **s, char *item, size_t cap)
 	return 1;
 }
 
+int bench_list_has_empty(const char *s)
+{
+	if (!s || !*s || *s == ',')
+		return 1;
+	return strstr(s, ",,") != NULL || s[strlen(s) - 1] == ',';
+}
+
 /*
  * Hands each comma-separated item of s to one(item, index, ctx), at most
  * max_n of them, and sets *n. Returns 0, -EINVAL (NULL, an empty item),

@@ -215,6 +215,12 @@ static int ram_parse(int argc, char **argv, struct ram_opts *o, struct bench_com
 			fputs(usage, stdout);
 			return BENCH_EXIT_OK;
 		case OPT_SIZES:
+			/* the size parser would give no reason for "" */
+			if (bench_list_has_empty(optarg))
+				return bench_usage_error(CMD,
+							 "bad --sizes '%s': an empty item; give sizes "
+							 "between commas, such as 64KiB,1MiB",
+							 optarg);
 			r = bench_parse_size_list(optarg, o->sizes, RAM_MAX_LIST, &o->nsizes);
 			if (r == -EINVAL)
 				return bench_usage_error(CMD, "bad --sizes: %s", kvt_last_error());

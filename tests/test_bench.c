@@ -185,6 +185,14 @@ static void parse_size_list_splits_on_commas(void **state)
 	assert_int_equal(bench_parse_size_list("0", v, 4, &n), -ERANGE);
 	assert_int_equal(bench_parse_size_list("64KiB,1.5", v, 4, &n), -EINVAL);
 	assert_int_equal(bench_parse_size_list("1MiB,zz", v, 4, &n), -EINVAL);
+	/* what tells an empty item from a bad one, for the message */
+	assert_true(bench_list_has_empty(""));
+	assert_true(bench_list_has_empty(","));
+	assert_true(bench_list_has_empty("1MiB,"));
+	assert_true(bench_list_has_empty(",1MiB"));
+	assert_true(bench_list_has_empty("1,,2"));
+	assert_false(bench_list_has_empty("1MiB"));
+	assert_false(bench_list_has_empty("64KiB,1MiB"));
 }
 
 static void parse_uint_checks_range_and_syntax(void **state)
@@ -1431,6 +1439,18 @@ static void cli_sizes_use_the_library_grammar(void **state)
 			   "demo", "--ram");
 }
 
+/* An empty item of a list is refused, with that as the reason. */
+static void cli_lists_refuse_empty_items(void **state)
+{
+	static const char *const sizes[] = { "1MiB,", ",", ",1MiB", "1MiB,,4MiB" };
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		expect_usage_error((const char *const[]){ "ram", "--sizes", sizes[i], NULL },
+				   "ram", "an empty item");
+}
+
 /* Errors without a command are kvbench's own; each is one line. */
 static void cli_errors_without_a_command_name_kvbench(void **state)
 {
@@ -1726,6 +1746,7 @@ int main(void)
 		cmocka_unit_test(cli_bad_replay_options_exit_2),
 		cmocka_unit_test(cli_csv_follows_links_and_owns_stdout),
 		cmocka_unit_test(cli_sizes_use_the_library_grammar),
+		cmocka_unit_test(cli_lists_refuse_empty_items),
 		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
 		cmocka_unit_test(cli_unusable_dir_is_an_error),
 		cmocka_unit_test(cli_help_speaks_to_users),
