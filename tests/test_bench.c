@@ -1251,7 +1251,8 @@ static void cli_json_stdout_is_json_alone_for_every_command(void **state)
 	free(dir);
 }
 
-/* The replay's engine and fleet options refuse what they cannot mean. */
+/* The replay's engine and fleet options refuse what they cannot mean, and
+ * say what they may be. */
 static void cli_bad_replay_options_exit_2(void **state)
 {
 	(void)state;
@@ -1266,7 +1267,24 @@ static void cli_bad_replay_options_exit_2(void **state)
 	expect_usage_error((const char *const[]){ "sweep", "--seeds", "0", NULL },
 			   "sweep", "bad --seeds '0'");
 	expect_usage_error((const char *const[]){ "replay", "--seeds", "17", NULL },
-			   "replay", "bad --seeds '17'");
+			   "replay", "bad --seeds '17': an integer from 1 to 16");
+	/* each says what it may be */
+	expect_usage_error((const char *const[]){ "replay", "--nodes", "9", NULL },
+			   "replay", "bad --nodes '9': an integer from 1 to 8");
+	expect_usage_error((const char *const[]){ "replay", "--seed", "-1", NULL },
+			   "replay", "bad --seed '-1': an integer from 0 to 10^15");
+	expect_usage_error((const char *const[]){ "sweep", "--endpoints", "1000000000", NULL },
+			   "sweep", "bad --endpoints '1000000000': an integer from 1 to 4096");
+	expect_usage_error((const char *const[]){ "replay", "--speed", "0", NULL },
+			   "replay", "bad --speed '0': a number above 0 (up to 10^15), or max");
+	expect_usage_error((const char *const[]){ "sweep", "--values", "-5", NULL },
+			   "sweep", "bad --values '-5': up to 64 numbers from 0 to 10^15");
+	expect_usage_error((const char *const[]){ "replay", "--width", "0", NULL },
+			   "replay", "bad --width '0': an integer from 1 to 1000000");
+	expect_usage_error((const char *const[]){ "replay", "--model", "gpt", NULL },
+			   "replay", "bad --model 'gpt': qwen3-coder-30b-a3b, llama-3.1-8b or");
+	expect_usage_error((const char *const[]){ "replay", "--ram", "1KiB", NULL },
+			   "replay", "bad --ram '1KiB': at least one token (98304 bytes)");
 	expect_usage_error((const char *const[]){ "replay", "--seeds", "2", "--trace",
 						  "/nonexistent/t.jsonl", NULL },
 			   "replay", "--seeds needs generated sessions, not --trace");

@@ -138,7 +138,7 @@ enum {
 	O_SCALE, O_POLICY, O_RAM_TOKENS, O_RAM, O_DISK_TOKENS, O_DISK, O_DISK_DIR, O_LEASE,
 	O_RELEASE, O_THREADS, O_NODES, O_CSV, O_NO_PROGRESS, O_OVER, O_VALUES, O_CHARGE, O_GROWTH, O_DISAGG, O_FLEET_TEXT,
 	O_GPU_HOLD, O_PAUSE, O_TOOL_CALLS, O_TOOL_TOKENS, O_TOOL_ANSWER,
-	O_ROLE_TOKENS, O_TOOL_THINK
+	O_ROLE_TOKENS, O_TOOL_THINK, O_WIDTH
 };
 
 static const struct option longopts[] = {
@@ -159,7 +159,7 @@ static const struct option longopts[] = {
 	{ "role-tokens", required_argument, NULL, O_ROLE_TOKENS },
 	{ "schedule", required_argument, NULL, O_SCHEDULE },
 	{ "active", required_argument, NULL, O_ACTIVE },
-	{ "width", required_argument, NULL, O_ACTIVE },
+	{ "width", required_argument, NULL, O_WIDTH },
 	{ "stagger", required_argument, NULL, O_STAGGER },
 	{ "reuse-distance", required_argument, NULL, O_DISTANCE },
 	{ "max-inflight", required_argument, NULL, O_INFLIGHT },
@@ -359,7 +359,9 @@ static const char *const sweep_params[] = {
 /* An option parser of one group returns 0 (taken), BENCH_EXIT_USAGE (bad,
  * the message printed) or NOT_MINE (an option of another group). */
 #define NOT_MINE (-2)
-#define BAD(what) return bench_usage_error(c->cmd, "bad --%s '%s'", what, arg)
+/* Names the option, the value and what it may be: a range, or choices. */
+#define BAD(what, may, ...) \
+	return bench_usage_error(c->cmd, "bad --%s '%s': " may, what, arg, ##__VA_ARGS__)
 
 /* First pass: the preset, whose values later options override; a sweep
  * without a preset sweeps the fleet, one policy a point. */
@@ -399,16 +401,16 @@ static int opt_fleet(struct cli *c, int ch, const char *arg)
 	switch (ch) {
 	case O_FLEET_TEXT:
 		if (strcmp(arg, "session") && strcmp(arg, "role"))
-			BAD("fleet-text");
+			BAD("fleet-text", "role or session");
 		c->fleet.role_text = !strcmp(arg, "role");
 		return 0;
 	case O_PAUSE:
 		if (parse_count(arg, 1e6, &c->fleet.pause_s))
-			BAD("pause");
+			BAD("pause", "seconds from 0 to 1000000");
 		return 0;
 	case O_TOOL_CALLS:
 		if (parse_u64(arg, 1, WL_FLEET_MAX_TOOL, &u))
-			BAD("tool-calls");
+			BAD("tool-calls", "an integer from 1 to %d", WL_FLEET_MAX_TOOL);
 		c->fleet.tool_calls = (uint32_t)u;
 		return 0;
 	case O_TOOL_THINK:
@@ -417,19 +419,19 @@ static int opt_fleet(struct cli *c, int ch, const char *arg)
 		else if (!strcmp(arg, "off"))
 			c->fleet.tool_think = 0;
 		else
-			BAD("tool-think");
+			BAD("tool-think", "on or off");
 		return 0;
 	case O_TOOL_TOKENS:
 		if (parse_pos(arg, &c->fleet.tool_median))
-			BAD("tool-tokens");
+			BAD("tool-tokens", "a number of tokens above 0");
 		return 0;
 	case O_TOOL_ANSWER:
 		if (parse_pos(arg, &c->fleet.tool_answer_median))
-			BAD("tool-answer");
+			BAD("tool-answer", "a number of tokens above 0");
 		return 0;
 	case O_ROLE_TOKENS:
 		if (parse_pos(arg, &c->fleet.role_median))
-			BAD("role-tokens");
+			BAD("role-tokens", "a number of tokens above 0");
 		return 0;
 	}
 	return NOT_MINE;
@@ -448,32 +450,32 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 		return 0;
 	case O_TRACE_FORMAT:
 		if (trace_format_parse(arg, &c->trace_format))
-			BAD("trace-format");
+			BAD("trace-format", "auto, kvbench or mooncake");
 		return 0;
 	case O_TRACE_BT:
 		if (parse_u64(arg, 1, 1u << 20, &u))
-			BAD("trace-block-tokens");
+			BAD("trace-block-tokens", "an integer from 1 to 1048576");
 		c->trace_block_tokens = (uint32_t)u;
 		return 0;
 	case O_SEED:
 		if (parse_u64(arg, 0, 1e15, &u))
-			BAD("seed");
+			BAD("seed", "an integer from 0 to 10^15");
 		c->gen.seed = u;
 		c->fleet.seed = u;
 		return 0;
 	case O_SEEDS:
 		if (parse_u64(arg, 1, REPLAY_SEEDS_MAX, &u))
-			BAD("seeds");
+			BAD("seeds", "an integer from 1 to %d", REPLAY_SEEDS_MAX);
 		c->nseeds = (unsigned)u;
 		return 0;
 	case O_SESSIONS:
 		if (parse_u64(arg, 1, 1e9, &c->sessions_limit))
-			BAD("sessions");
+			BAD("sessions", "an integer from 1 to 10^9");
 		c->per_width = 0;
 		return 0;
 	case O_SHARED:
 		if (parse_u64(arg, 0, 1 << 20, &u))
-			BAD("shared-tokens");
+			BAD("shared-tokens", "an integer from 0 to 1048576");
 		c->gen.shared_tokens = (uint32_t)u;
 		c->fleet.shared_tokens = (uint32_t)u;
 		return 0;
@@ -486,34 +488,35 @@ static int opt_workload(struct cli *c, int ch, const char *arg, int *schedule_se
 		else if (!strcmp(arg, "arrival"))
 			c->o.sched = SCHED_ARRIVAL;
 		else
-			BAD("schedule");
+			BAD("schedule", "active, distance or arrival");
 		return 0;
 	case O_ACTIVE:
+	case O_WIDTH:
 		if (parse_u64(arg, 1, 1e6, &u))
-			BAD("active");
+			BAD(ch == O_WIDTH ? "width" : "active", "an integer from 1 to 1000000");
 		c->o.active = (uint32_t)u;
 		return 0;
 	case O_STAGGER:
 		if (parse_count(arg, 1e9, &c->o.stagger_s))
-			BAD("stagger");
+			BAD("stagger", "seconds from 0 to 10^9");
 		return 0;
 	case O_DISTANCE:
 		if (parse_u64(arg, 0, 1e9, &u))
-			BAD("reuse-distance");
+			BAD("reuse-distance", "an integer from 0 to 10^9");
 		c->o.reuse_distance = (uint32_t)u;
 		if (!*schedule_set)
 			c->o.sched = SCHED_DISTANCE;
 		return 0;
 	case O_INFLIGHT:
 		if (parse_u64(arg, 1, 1e6, &u))
-			BAD("max-inflight");
+			BAD("max-inflight", "an integer from 1 to 1000000");
 		c->o.max_inflight = (uint32_t)u;
 		return 0;
 	case O_SPEED:
 		if (!strcmp(arg, "max"))
 			c->o.speed = 0;
 		else if (parse_pos(arg, &c->o.speed))
-			BAD("speed");
+			BAD("speed", "a number above 0 (up to 10^15), or max");
 		return 0;
 	}
 	return NOT_MINE;
@@ -527,38 +530,38 @@ static int opt_engine(struct cli *c, int ch, const char *arg)
 	switch (ch) {
 	case O_ENDPOINTS:
 		if (parse_u64(arg, 1, 4096, &u))
-			BAD("endpoints");
+			BAD("endpoints", "an integer from 1 to 4096");
 		c->o.endpoints = (uint32_t)u;
 		return 0;
 	case O_GPU_TOKENS:
 		if (parse_u64(arg, 0, 1e12, &c->o.gpu_tokens))
-			BAD("gpu-tokens");
+			BAD("gpu-tokens", "an integer from 0 to 10^12");
 		return 0;
 	case O_GPU_BLOCK:
 		if (parse_u64(arg, 1, 1 << 16, &u))
-			BAD("gpu-block");
+			BAD("gpu-block", "an integer from 1 to 65536");
 		c->o.gpu_block = (uint32_t)u;
 		return 0;
 	case O_CHUNK:
 		if (parse_u64(arg, 1, 1 << 20, &u))
-			BAD("chunk-tokens");
+			BAD("chunk-tokens", "an integer from 1 to 1048576");
 		c->o.chunk_tokens = (uint32_t)u;
 		return 0;
 	case O_SLACK:
 		if (parse_u64(arg, 0, 1e12, &c->o.sticky_slack))
-			BAD("sticky-slack");
+			BAD("sticky-slack", "an integer from 0 to 10^12");
 		return 0;
 	case O_PREFILL:
 		if (parse_pos(arg, &c->o.prefill_rate))
-			BAD("prefill-rate");
+			BAD("prefill-rate", "a number of tokens/s above 0");
 		return 0;
 	case O_DECODE:
 		if (parse_pos(arg, &c->o.decode_rate))
-			BAD("decode-rate");
+			BAD("decode-rate", "a number of tokens/s above 0");
 		return 0;
 	case O_GROWTH:
 		if (parse_count(arg, 1e6, &c->o.decode_growth))
-			BAD("decode-growth");
+			BAD("decode-growth", "a number from 0 to 1000000");
 		return 0;
 	case O_DISAGG:
 		c->o.disaggregated = 1;
@@ -569,25 +572,25 @@ static int opt_engine(struct cli *c, int ch, const char *arg)
 		else if (!strcmp(arg, "off"))
 			c->o.gpu_hold = 0;
 		else
-			BAD("gpu-hold");
+			BAD("gpu-hold", "on or off");
 		return 0;
 	case O_MODEL:
 		if (set_model(&c->o, arg))
-			BAD("model");
+			BAD("model", "qwen3-coder-30b-a3b, llama-3.1-8b or llama-3.1-70b");
 		return 0;
 	case O_KVBPT:
 		if (parse_u64(arg, 1, 1ull << 30, &c->o.kv_bytes_per_token))
-			BAD("kv-bytes-per-token");
+			BAD("kv-bytes-per-token", "an integer from 1 to 1073741824");
 		c->o.model = "custom";
 		return 0;
 	case O_SCALE:
 		if (parse_u64(arg, 1, 1ull << 30, &u))
-			BAD("scale");
+			BAD("scale", "an integer from 1 to 1073741824");
 		c->o.scale = (uint32_t)u;
 		return 0;
 	case O_CHARGE:
 		if (parse_count(arg, 1e9, &c->o.charge_scale))
-			BAD("charge-scale");
+			BAD("charge-scale", "a number from 0 to 10^9");
 		return 0;
 	}
 	return NOT_MINE;
@@ -602,24 +605,29 @@ static int opt_store(struct cli *c, int ch, const char *arg)
 	switch (ch) {
 	case O_POLICY:
 		if (set_policies(c, arg))
-			BAD("policy");
+			BAD("policy",
+			    "up to %d of default (ram+disk), ram-only, refuse, gpu-only, recompute, comma-separated",
+			    MAX_POLICIES);
 		return 0;
 	case O_RAM_TOKENS:
 		if (parse_u64(arg, 1, 1e13, &c->o.ram_tokens))
-			BAD("ram-tokens");
+			BAD("ram-tokens", "an integer from 1 to 10^13");
 		return 0;
 	case O_RAM:
-		if (bench_parse_size(arg, &u) || bytes_to_tokens(&c->o, u) == 0)
-			BAD("ram");
+		if (bench_parse_size(arg, &u))
+			return bench_usage_error(c->cmd, "bad --ram: %s", kvt_last_error());
+		if (bytes_to_tokens(&c->o, u) == 0)
+			BAD("ram", "at least one token (%llu bytes)",
+			    (unsigned long long)c->o.kv_bytes_per_token);
 		c->o.ram_tokens = bytes_to_tokens(&c->o, u);
 		return 0;
 	case O_DISK_TOKENS:
 		if (parse_u64(arg, 0, 1e13, &c->o.disk_tokens))
-			BAD("disk-tokens");
+			BAD("disk-tokens", "an integer from 0 to 10^13");
 		return 0;
 	case O_DISK:
 		if (bench_parse_size(arg, &u))
-			BAD("disk");
+			return bench_usage_error(c->cmd, "bad --disk: %s", kvt_last_error());
 		c->o.disk_tokens = bytes_to_tokens(&c->o, u);
 		return 0;
 	case O_DISK_DIR:
@@ -629,19 +637,19 @@ static int opt_store(struct cli *c, int ch, const char *arg)
 		return 0;
 	case O_LEASE:
 		if (parse_u64(arg, 1, 1e10, &c->o.lease_ms))
-			BAD("lease-ms");
+			BAD("lease-ms", "an integer from 1 to 10^10");
 		return 0;
 	case O_RELEASE:
 		c->o.release_leases = 1;
 		return 0;
 	case O_THREADS:
 		if (parse_u64(arg, 1, 256, &u))
-			BAD("threads");
+			BAD("threads", "an integer from 1 to 256");
 		c->o.threads = (uint32_t)u;
 		return 0;
 	case O_NODES:
 		if (parse_u64(arg, 1, REPLAY_NODES_MAX, &u))
-			BAD("nodes");
+			BAD("nodes", "an integer from 1 to %d", REPLAY_NODES_MAX);
 		c->o.nodes = (uint32_t)u;
 		return 0;
 	}
@@ -673,14 +681,17 @@ static int opt_output(struct cli *c, int ch, const char *arg, int sweep)
 			if (!strcmp(arg, sweep_params[i]))
 				break;
 		if (!sweep_params[i])
-			BAD("over");
+			BAD("over",
+			    "width, ram-tokens, disk-tokens, reuse-distance, lease-ms, endpoints, gpu-tokens or decode-growth");
 		c->over = sweep_params[i];
 		return 0;
 	case O_VALUES:
 		if (!sweep)
 			return bench_usage_error(c->cmd, "--values belongs to kvbench sweep");
 		if (parse_values(c, arg))
-			BAD("values");
+			BAD("values",
+			    "up to %d numbers from 0 to 10^15 (K, M, G suffixes), comma-separated",
+			    MAX_VALUES);
 		return 0;
 	}
 	return NOT_MINE;
