@@ -1467,6 +1467,16 @@ static void cli_lists_refuse_empty_items(void **state)
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
 		expect_usage_error((const char *const[]){ "ram", "--sizes", sizes[i], NULL },
 				   "ram", "an empty item");
+	/* replay and sweep refuse them too, where they skipped them */
+	expect_usage_error((const char *const[]){ "replay", "--policy", "default,", NULL },
+			   "replay", "bad --policy 'default,': an empty item");
+	expect_usage_error((const char *const[]){ "replay", "--policy", ",default,", NULL },
+			   "replay", "bad --policy ',default,': an empty item");
+	expect_usage_error((const char *const[]){ "sweep", "--values", "1,,2", NULL },
+			   "sweep", "bad --values '1,,2': an empty item");
+	expect_usage_error((const char *const[]){ "sweep", "--over", "width", "--values", ",",
+						  NULL },
+			   "sweep", "an empty item");
 }
 
 /* Errors without a command are kvbench's own; each is one line. */

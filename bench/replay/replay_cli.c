@@ -254,7 +254,8 @@ static int set_policies(struct cli *c, const char *list)
 {
 	char buf[256], *tok, *save = NULL;
 
-	if (strlen(list) >= sizeof(buf))
+	/* strtok_r would skip an empty item, which ram and hash refuse */
+	if (strlen(list) >= sizeof(buf) || bench_list_has_empty(list))
 		return -EINVAL;
 	strcpy(buf, list);
 	c->npol = 0;
@@ -339,7 +340,8 @@ static int parse_values(struct cli *c, const char *list)
 {
 	char buf[1024], *tok, *save = NULL;
 
-	if (strlen(list) >= sizeof(buf))
+	/* strtok_r would skip an empty item, which ram and hash refuse */
+	if (strlen(list) >= sizeof(buf) || bench_list_has_empty(list))
 		return -EINVAL;
 	strcpy(buf, list);
 	c->nvalues = 0;
@@ -604,6 +606,8 @@ static int opt_store(struct cli *c, int ch, const char *arg)
 
 	switch (ch) {
 	case O_POLICY:
+		if (bench_list_has_empty(arg))
+			BAD("policy", "an empty item");
 		if (set_policies(c, arg))
 			BAD("policy",
 			    "up to %d of default (ram+disk), ram-only, refuse, gpu-only, recompute, comma-separated",
@@ -688,6 +692,8 @@ static int opt_output(struct cli *c, int ch, const char *arg, int sweep)
 	case O_VALUES:
 		if (!sweep)
 			return bench_usage_error(c->cmd, "--values belongs to kvbench sweep");
+		if (bench_list_has_empty(arg))
+			BAD("values", "an empty item");
 		if (parse_values(c, arg))
 			BAD("values",
 			    "up to %d numbers from 0 to 10^15 (K, M, G suffixes), comma-separated",
