@@ -625,6 +625,68 @@ struct figures {
 	struct bench_summary sf[NF], sl[NF], ss[NF], sla, ssla;
 };
 
+/* The tier's region size for o: 64 MiB from a 1 GiB tier up, 16 MiB
+ * below, and at least four blocks with their header pages (MiB-aligned),
+ * so that a region holds a batch's worth of spills. */
+static uint64_t region_size(const struct opts *o)
+{
+	uint64_t rs = o->size >= (1ull << 30) ? 64ull << 20 : 16ull << 20;
+
+	if (rs < 4 * (o->bs + 4096))
+		rs = (4 * (o->bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
+	return rs;
+}
+
+#define ROUND_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+
+/*
+ * Whether a tier of size bytes in regions of rs holds the two regions the
+ * library needs after its metadata, as disk_geometry() (lib/disk_format.c)
+ * counts it: a page, then the checkpoint (a page, 16 bytes a region, 32 a
+ * block of at least two pages, page-aligned), aligned to 64 KiB. Checked
+ * up front so that a --size too small for --block-size is a usage error,
+ * not a failure once the run has started.
+ */
+static int holds_two_regions(uint64_t size, uint64_t rs)
+{
+	uint64_t dev = size / 4096 * 4096, nreg = dev / rs;
+	uint64_t ckpt = ROUND_UP(4096 + nreg * 16 + nreg * (rs / 8192) * 32, 4096);
+	uint64_t data_off = ROUND_UP(4096 + ckpt, 64 << 10);
+
+	return dev > data_off && (dev - data_off) / rs >= 2;
+}
+
+/*
+ * The options together: a --size that holds fewer than two regions (named
+ * with the least --size, MiB-aligned, that holds them), or a block larger
+ * than the RAM tier, which takes every block first and refuses one above
+ * its capacity (ram.max_block). Returns -1 or BENCH_EXIT_USAGE.
+ */
+static int disk_check_sizes(const struct opts *o)
+{
+	uint64_t rs = region_size(o), need = 2 * rs;
+	char a[32], b[32], c[32], d[32];
+
+	if (o->bs > o->ram)
+		return bench_usage_error(CMD, "--block-size %s is larger than --ram %s, the "
+					 "largest block the store takes; give --ram %s or more",
+					 bench_fmt_size(o->bs, a, sizeof(a)),
+					 bench_fmt_size(o->ram, b, sizeof(b)),
+					 bench_fmt_size(o->bs, c, sizeof(c)));
+	if (holds_two_regions(o->size, rs))
+		return -1;
+	while (!holds_two_regions(need, rs))
+		need += 1 << 20;
+	return bench_usage_error(CMD, "--size %s holds fewer than two regions of %s "
+				 "(four blocks of --block-size %s each, with their headers) "
+				 "after the tier's metadata; give --size %s or more, or a "
+				 "smaller --block-size",
+				 bench_fmt_size(o->size, a, sizeof(a)),
+				 bench_fmt_size(rs, b, sizeof(b)),
+				 bench_fmt_size(o->bs, c, sizeof(c)),
+				 bench_fmt_size(need, d, sizeof(d)));
+}
+
 /* Parses the command line. Returns -1 to run, else the exit status. */
 static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common *co)
 {
@@ -700,7 +762,7 @@ static int disk_parse(int argc, char **argv, struct opts *o, struct bench_common
 	}
 	if (optind < argc)
 		return bench_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-	return -1;
+	return disk_check_sizes(o);
 }
 
 /* Removes the run's directory and what it holds. */
@@ -747,9 +809,7 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 	r->cfg.ndisk = 1;
 	r->cfg.disk_paths = r->paths;
 	r->cfg.disk_capacity = r->o.size;
-	r->cfg.region_size = r->o.size >= (1ull << 30) ? 64ull << 20 : 16ull << 20;
-	if (r->cfg.region_size < 4 * (r->o.bs + 4096))
-		r->cfg.region_size = (4 * (r->o.bs + 4096) + (1 << 20) - 1) & ~((1ull << 20) - 1);
+	r->cfg.region_size = region_size(&r->o);
 	r->cfg.queue_depth = (unsigned)r->o.qd;
 	/* 80% of what the tier's regions hold (its metadata takes part of
 	 * --size), so that nothing is reclaimed, nor moved by reinsertion,

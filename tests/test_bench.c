@@ -1453,6 +1453,19 @@ static void cli_sizes_use_the_library_grammar(void **state)
 			   "disk", "unknown unit \"XB\"");
 	expect_usage_error((const char *const[]){ "disk", "--size", "1MiB", NULL },
 			   "disk", "at least 64MiB");
+	/* combinations the tier cannot open or the store cannot take are
+	 * refused before any work, not found at run time */
+	expect_usage_error((const char *const[]){ "disk", "--size", "64MiB", "--block-size",
+						  "64MiB", "--ram", "64MiB", NULL },
+			   "disk", "--size 64MiB holds fewer than two regions of 257MiB");
+	expect_usage_error((const char *const[]){ "disk", "--size", "516MiB", "--block-size",
+						  "64MiB", "--ram", "64MiB", NULL },
+			   "disk", "give --size 517MiB or more");
+	expect_usage_error((const char *const[]){ "disk", "--size", "64MiB", "--block-size",
+						  "64MiB", NULL },
+			   "disk", "--block-size 64MiB is larger than --ram 32MiB");
+	expect_usage_error((const char *const[]){ "disk", "--block-size", "6KiB", NULL },
+			   "disk", "a multiple of 4KiB");
 	expect_usage_error((const char *const[]){ "demo", "--ram", "64XiB", NULL },
 			   "demo", "--ram");
 }
