@@ -367,6 +367,13 @@ json_t *bench_json_reps(const struct bench_summary *s);
 /* {"p50", "p90", "p99", "max", "n"} of a latency sample (NAN as null). */
 json_t *bench_json_latency(const struct bench_summary *s);
 
+/*
+ * v through fmt (one double conversion, such as "%.2f GB/s"), or "n/a" for
+ * NAN and infinities, a figure not measured (a run stopped before it): the
+ * tables' word for the JSON's null. Returns buf.
+ */
+const char *bench_fmt_real(char *buf, size_t cap, const char *fmt, double v);
+
 /* A number, or null for NAN and infinities (JSON has no NaN). */
 json_t *bench_json_real(double x);
 

@@ -572,14 +572,24 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	disk_close(d);
 }
 
+/* A number for the report, or n/a (bench_fmt_real()). */
+#define NA(buf, fmt, v) bench_fmt_real(buf, sizeof(buf), fmt, v)
+
 static void row(struct bench_table *t, const char *name, const struct bench_summary *v,
 		const struct bench_summary *lim, const struct bench_summary *share)
 {
+	char a[32], b[32];
+
+	/* a figure a stopped run did not reach is n/a, as in the JSON (null) */
 	bench_table_cell(t, "%s", name);
-	bench_table_cell(t, "%.2f GB/s", v->median / 1e9);
-	bench_table_cell(t, "%.2f GB/s", lim->median / 1e9);
-	bench_table_cell(t, "%.0f%%", 100.0 * share->median);
-	bench_table_cell(t, "%.0f%%-%.0f%%", 100.0 * share->min, 100.0 * share->max);
+	bench_table_cell(t, "%s", NA(a, "%.2f GB/s", v->median / 1e9));
+	bench_table_cell(t, "%s", NA(a, "%.2f GB/s", lim->median / 1e9));
+	bench_table_cell(t, "%s", NA(a, "%.0f%%", 100.0 * share->median));
+	if (isfinite(share->min) && isfinite(share->max))
+		bench_table_cell(t, "%s-%s", NA(a, "%.0f%%", 100.0 * share->min),
+				 NA(b, "%.0f%%", 100.0 * share->max));
+	else
+		bench_table_cell(t, "n/a");
 	bench_table_end_row(t);
 }
 
@@ -994,6 +1004,7 @@ static void disk_print(const struct run *r, struct figures *g)
 	static const char *const hdr[] = { "figure (median)", "tier", "limit", "share",
 					   "share min-max" };
 	struct bench_table *t;
+	char a[32], b[32], c[32];
 
 	for (int f = 0; f < NF; f++) {
 		bench_summarize(g->fig[f], g->done, &g->sf[f]);
@@ -1019,15 +1030,18 @@ static void disk_print(const struct run *r, struct figures *g)
 	       (unsigned long long)(r->cfg.region_size >> 20), r->o.qd,
 	       r->o.huge ? "transparent huge pages (--huge-buffers)" : "posix_memalign",
 	       geteuid() == 0 ? ", page cache dropped" : "");
-	printf("  store batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, "
-	       "p99 %.0f us\n", r->o.batch, g->ssla.median, g->ssla.p90, g->ssla.p99);
+	printf("  store batch load latency per batch of %lu: p50 %s, p90 %s, p99 %s\n",
+	       r->o.batch, NA(a, "%.0f us", g->ssla.median), NA(b, "%.0f us", g->ssla.p90),
+	       NA(c, "%.0f us", g->ssla.p99));
 	printf("  \"one put at a time\" waits for each block: one block in flight, "
 	       "against the limit's %lu\n", r->o.qd);
-	printf("  batch load latency per batch of %lu: p50 %.0f us, p90 %.0f us, p99 %.0f us\n",
-	       r->o.batch, g->sla.median, g->sla.p90, g->sla.p99);
-	printf("  reopen %llu MiB tier: after clean close %.1f ms, after kill -9 %.1f ms\n",
-	       (unsigned long long)(r->o.size >> 20), g->clean_ms, g->crash_ms);
-	printf("  index bytes per block: %.1f\n", g->bpb);
+	printf("  batch load latency per batch of %lu: p50 %s, p90 %s, p99 %s\n",
+	       r->o.batch, NA(a, "%.0f us", g->sla.median), NA(b, "%.0f us", g->sla.p90),
+	       NA(c, "%.0f us", g->sla.p99));
+	printf("  reopen %llu MiB tier: after clean close %s, after kill -9 %s\n",
+	       (unsigned long long)(r->o.size >> 20), NA(a, "%.1f ms", g->clean_ms),
+	       NA(b, "%.1f ms", g->crash_ms));
+	printf("  index bytes per block: %s\n", NA(a, "%.1f", g->bpb));
 	if (g->bad)
 		printf("  ERROR: %d blocks missing or with wrong bytes\n", g->bad);
 }

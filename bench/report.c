@@ -335,6 +335,15 @@ void bench_json_stdout_only(void)
 		dup2(STDERR_FILENO, STDOUT_FILENO);
 }
 
+const char *bench_fmt_real(char *buf, size_t cap, const char *fmt, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, cap, fmt, v);
+	else
+		snprintf(buf, cap, "n/a");
+	return buf;
+}
+
 int bench_result_stdout(void)
 {
 	return json_stdout >= 0 ? json_stdout : STDOUT_FILENO;

@@ -481,6 +481,18 @@ static void json_document_has_the_common_shape(void **state)
 	json_decref(back);
 }
 
+/* What the JSON gives as null the tables give as n/a, never "nan". */
+static void fmt_real_says_n_a_for_what_was_not_measured(void **state)
+{
+	char b[32];
+
+	(void)state;
+	assert_string_equal(bench_fmt_real(b, sizeof(b), "%.2f GB/s", 1.5), "1.50 GB/s");
+	assert_string_equal(bench_fmt_real(b, sizeof(b), "%.2f GB/s", NAN), "n/a");
+	assert_string_equal(bench_fmt_real(b, sizeof(b), "%.0f%%", INFINITY), "n/a");
+	assert_string_equal(bench_fmt_real(b, sizeof(b), "p50 %.0f us", 0.0), "p50 0 us");
+}
+
 static void json_maps_nan_to_null(void **state)
 {
 	struct bench_summary s;
@@ -1603,6 +1615,27 @@ static void cli_interrupted_run_keeps_its_results(void **state)
 	free(dir);
 }
 
+/* A disk run stopped before its first counted repetition prints n/a
+ * where it measured nothing, as the JSON gives null, not "nan". */
+static void cli_interrupted_disk_prints_n_a(void **state)
+{
+	struct proc p;
+	int o, e;
+	pid_t pid;
+
+	(void)state;
+	if (test_disk_unavailable()) {
+		print_message("skipped: kvbench disk: %s\n", test_disk_unavailable());
+		return;
+	}
+	pid = start_kvbench((const char *const[]){ DISK_ARGS, NULL }, &o, &e);
+	assert_true(wait_until_caught(pid, SIGTERM));
+	finish_kvbench(&p, pid, o, e, SIGTERM, 0);
+	if (p.status != 143 || strstr(p.out, "nan") || !strstr(p.out, "spill"))
+		fail_msg("exit %d, stdout:\n%s\nstderr:\n%s", p.status, p.out, p.err);
+	proc_free(&p);
+}
+
 /* A replay sweep stopped in its first run ends that run where it was,
  * prints and writes what it replayed, the run marked incomplete and the
  * document interrupted, and exits 128 + signal. */
@@ -1769,6 +1802,7 @@ int main(void)
 		cmocka_unit_test(tmpdir_is_removed_with_its_tree_but_not_link_targets),
 		cmocka_unit_test(json_document_has_the_common_shape),
 		cmocka_unit_test(json_maps_nan_to_null),
+		cmocka_unit_test(fmt_real_says_n_a_for_what_was_not_measured),
 		cmocka_unit_test(json_write_reports_an_unwritable_path),
 		cmocka_unit_test(json_write_keeps_links_devices_and_fifos),
 		cmocka_unit_test(stats_number_follows_dotted_paths),
@@ -1792,6 +1826,7 @@ int main(void)
 		cmocka_unit_test(cli_unusable_dir_is_an_error),
 		cmocka_unit_test(cli_help_speaks_to_users),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
+		cmocka_unit_test(cli_interrupted_disk_prints_n_a),
 		cmocka_unit_test(cli_interrupted_sweep_keeps_the_run_so_far),
 		cmocka_unit_test(cli_seeds_show_the_median_seed_run),
 		cmocka_unit_test(cli_sweep_gives_the_disk_share_by_difference),
