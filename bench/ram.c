@@ -295,6 +295,10 @@ static int ram_check(const struct ram_opts *o)
 	unsigned long tmax = 1;
 	size_t i;
 
+	/* a run that measures nothing would exit 0 with an empty report */
+	if (!o->copy && !o->lookup)
+		return bench_usage_error(CMD, "--no-copy and --no-lookup together leave "
+					 "nothing to measure");
 	if (!o->copy)
 		return -1;
 	if (o->working_set > o->capacity / 10 * 8)

@@ -646,6 +646,7 @@ static void subcommands_reject_bad_command_lines(void **state)
 	assert_int_equal(run_main(bench_ram_main, "ram", "--help=1", NULL), 2);
 	assert_int_equal(run_main(bench_ram_main, "ram", "--sizes", "1MiB", "--working-set",
 				  "16MiB", "--batch", "32", NULL), 2);
+	assert_int_equal(run_main(bench_ram_main, "ram", "--no-copy", "--no-lookup", NULL), 2);
 	assert_int_equal(run_main(bench_demo_main, "demo", "--ram", "1MiB", NULL), 2);
 	assert_int_equal(run_main(bench_demo_main, "demo", "--reps", "x", NULL), 2);
 }
@@ -1459,6 +1460,8 @@ static void cli_csv_follows_links_and_owns_stdout(void **state)
 static void cli_sizes_use_the_library_grammar(void **state)
 {
 	(void)state;
+	expect_usage_error((const char *const[]){ "ram", "--no-copy", "--no-lookup", NULL },
+			   "ram", "--no-copy and --no-lookup together leave nothing to measure");
 	expect_usage_error((const char *const[]){ "ram", "--sizes", "1.5", NULL },
 			   "ram", "a fraction needs a unit");
 	expect_usage_error((const char *const[]){ "disk", "--size", "10XB", NULL },
