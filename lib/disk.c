@@ -28,6 +28,7 @@ struct append_ctx {
 	const uint32_t *own;      /* io index -> record */
 	struct disk_beside *b;    /* work to run beside the writes, or NULL */
 	const struct disk_each *each; /* told of each record as it ends, or NULL */
+	size_t base;              /* w[0]'s index in the caller's batch */
 	int reinsert;
 };
 
@@ -62,7 +63,7 @@ static void append_done(void *arg, unsigned i, struct dev_io *io)
 	publish_rec(c->d, x, c->reinsert);
 	pthread_mutex_unlock(&c->d->lock);
 	x->published = 1;
-	c->each->fn(c->each->arg, c->own[i]);
+	c->each->fn(c->each->arg, c->base + c->own[i]);
 }
 
 /*
@@ -291,8 +292,10 @@ static void append_publish(struct disk_tier *d, struct wr *w, size_t n, int rein
  * writes are complete and it is published, while later records are in
  * flight.
  */
-void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
-		      struct disk_beside *b, const struct disk_each *each)
+/* One submission of disk_append_each: w[0..n), the caller's records from
+ * base on. */
+static void append_piece(struct disk_tier *d, struct wr *w, size_t n, size_t base,
+			 int reinsert, struct disk_beside *b, const struct disk_each *each)
 {
 	struct dev_io **ios = calloc(2 * n + 1, sizeof(*ios));
 	uint32_t *own = calloc(2 * n + 1, sizeof(*own));
@@ -310,9 +313,9 @@ void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 	unsigned nios = append_ios(d, w, n, ios, own);
 	for (size_t i = 0; each && i < n; i++)
 		if (!w[i].active)
-			each->fn(each->arg, i);
+			each->fn(each->arg, base + i);
 	struct append_ctx ac = { .d = d, .w = w, .own = own, .b = b, .each = each,
-				 .reinsert = reinsert };
+				 .base = base, .reinsert = reinsert };
 	struct dev_hooks hooks = { .prep = append_prep,
 				   .done = b || each ? append_done : NULL, .arg = &ac };
 	disk_run(d, ios, nios, &hooks);
@@ -328,6 +331,43 @@ void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 		}
 	free(ios);
 	free(own);
+}
+
+/*
+ * Writes w[0..n) as one submission where the log holds them all at once.
+ * A batch of more than the log holds, less the open region and two spare,
+ * goes in pieces that fit, each once the one before is complete: a region stays pinned while a
+ * write into it is in flight, so one submission could not reclaim the
+ * regions its own first records took, and its later records would be
+ * refused (-ENOSPC) while earlier ones, then older than them, were kept.
+ * In pieces, later records reclaim the earliest as the log does between
+ * batches, and a batch keeps its newest.
+ */
+void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
+		      struct disk_beside *b, const struct disk_each *each)
+{
+	/* regions a piece may fill: all but the open one and two spare,
+	 * records packed into them as disk_reserve packs them */
+	uint32_t budget = d->nregions > 3 ? d->nregions - 3 : 1;
+	size_t at = 0;
+
+	while (at < n) {
+		uint32_t used = 1;
+		uint64_t left = d->region_pages;
+		size_t k = 0;
+		for (; at + k < n; k++) {
+			uint32_t p = rec_pages(w[at + k].len);
+			if (p > left) {
+				if (used == budget && k)
+					break;
+				used++;
+				left = d->region_pages;
+			}
+			left -= p < left ? p : left;
+		}
+		append_piece(d, w + at, k, at, reinsert, b, each);
+		at += k;
+	}
 }
 
 void disk_append(struct disk_tier *d, struct wr *w, size_t n, int reinsert,

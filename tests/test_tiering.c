@@ -405,6 +405,47 @@ static void test_close_writes_the_newest_that_fit(void **state)
 	kvt_close(s);
 }
 
+/*
+ * One kvt_put_batch of more than the whole disk tier holds: every op
+ * succeeds (the disk's later writes reclaim the regions its earlier ones
+ * took, as between batches), and what stays is a run of the newest blocks,
+ * each with its bytes, none older. (Written as one submission, the later
+ * records found every region pinned by the earlier ones: -ENOSPC for some,
+ * and an odd mix kept.)
+ */
+static void test_batch_larger_than_the_disk_keeps_its_newest(void **state)
+{
+	(void)state;
+	enum { N = 80 };
+	kvt_store *s = open_tiered("bigbatch.dat", 4, 0.5, "");
+	kvt_op ops[N];
+	char *buf = malloc((size_t)N * MiB);
+	assert_non_null(buf);
+	for (int i = 0; i < N; i++) {
+		fill_block(test_key(5000 + (uint64_t)i), buf + (size_t)i * MiB, MiB);
+		ops[i] = (kvt_op){ test_key(5000 + (uint64_t)i), buf + (size_t)i * MiB, MiB, 1 };
+	}
+	int rc = kvt_put_batch(s, ops, N);
+	if (rc)
+		fail_msg("kvt_put_batch: %s (%s)", kvt_strerror(rc), kvt_last_error());
+	for (int i = 0; i < N; i++)
+		assert_int_equal(ops[i].result, 0);
+	int first = -1, kept = 0;
+	for (int i = 0; i < N; i++) {
+		int r = store_get_block(s, test_key(5000 + (uint64_t)i), MiB);
+		assert_true(r == 0 || r == -ENOENT);
+		if (r == 0 && first < 0)
+			first = i;
+		if (first >= 0 && r != 0)
+			fail_msg("block %d missing after block %d was kept", i, first);
+		kept += r == 0;
+	}
+	print_message("kept the newest %d of %d\n", kept, N);
+	assert_true(kept >= 24 && kept < N);
+	free(buf);
+	kvt_close(s);
+}
+
 /* Puts blocks first..first+n-1 of len bytes, then enough others that RAM
  * (ram_mib) evicts those to disk; checks they are on disk only. */
 static void put_disk_only(kvt_store *s, uint64_t first, uint64_t n, size_t len,
@@ -1025,6 +1066,7 @@ int main(void)
 		cmocka_unit_test(test_restart_keeps_disk_blocks),
 		cmocka_unit_test(test_close_writes_ram_blocks_to_disk),
 		cmocka_unit_test(test_close_writes_the_newest_that_fit),
+		cmocka_unit_test(test_batch_larger_than_the_disk_keeps_its_newest),
 		cmocka_unit_test(test_threads_across_tiers),
 		cmocka_unit_test(test_batch_ops_sharing_a_buffer_promote_their_own_bytes),
 		cmocka_unit_test(test_threads_sharing_buffers_lose_no_block),
