@@ -415,8 +415,7 @@ static kvt_store *store_open(const struct run *r)
 		 (unsigned long long)r->cfg.region_size, r->o.qd);
 	int rc = kvt_open(cfg, &s);
 	if (rc) {
-		fprintf(stderr, "kvbench disk: kvt_open: %s (%s)\n", kvt_strerror(rc),
-			kvt_last_error());
+		fprintf(stderr, "kvbench disk: kvt_open: %s\n", kvt_last_error());
 		return NULL;
 	}
 	return s;

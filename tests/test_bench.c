@@ -1519,6 +1519,19 @@ static void cli_errors_without_a_command_name_kvbench(void **state)
 			   "hash", "kvbench hash: unknown option '--bogus'");
 }
 
+/* An attach that finds no node store says why in the library's words,
+ * not as "a miss" (kvt_strerror's reading of ENOENT for data calls). */
+static void cli_attach_failure_names_the_cause(void **state)
+{
+	struct proc p;
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "attach", "--socket", "/nonexistent-kvt/sock",
+					      "--reps", "1", NULL });
+	if (p.status != 1 || !strstr(p.err, "cannot connect") || strstr(p.err, "a miss"))
+		fail_msg("exit %d, stderr:\n%s", p.status, p.err);
+	proc_free(&p);
+}
+
 /* An explicit --dir (--disk-dir) that cannot be used is an error, not a
  * fallback; a directory where a file belongs says so. */
 static void cli_unusable_dir_is_an_error(void **state)
@@ -1830,6 +1843,7 @@ int main(void)
 		cmocka_unit_test(cli_sizes_use_the_library_grammar),
 		cmocka_unit_test(cli_lists_refuse_empty_items),
 		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
+		cmocka_unit_test(cli_attach_failure_names_the_cause),
 		cmocka_unit_test(cli_unusable_dir_is_an_error),
 		cmocka_unit_test(cli_help_speaks_to_users),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
