@@ -22,7 +22,8 @@
  * file" spills into a freshly preallocated file instead, against fio
  * writing a new file (the file system converts unwritten extents on first
  * write, which costs both).
- * Knows the tier only through disk.h and uring.h.
+ * The limit's passes are disk_limit.c's, the store's rows disk_store.c's
+ * (disk_cmd.h). Knows the tier only through disk.h and uring.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,9 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "config.h"
-#include "disk.h"
+#include "disk_cmd.h"
 #include "stats.h"
 #include "uring.h"
 #include "opts.h"
@@ -71,230 +70,13 @@ static const char usage[] =
 
 enum { OPT_DIR = BENCH_OPT_FIRST_FREE, OPT_SIZE, OPT_BS, OPT_QD, OPT_BATCH, OPT_NOFIO, OPT_HUGE, OPT_RAM };
 
-struct opts {
-	const char *dir;
-	uint64_t size, bs, ram;
-	unsigned long qd, batch;
-	int fio, huge;
-};
-
-struct run {
-	struct opts o;
-	char tierpath[4096], limpath[4096];
-	char *paths[1];
-	struct kvt_config cfg;
-	char *arena;              /* blocks to spill and buffers to load into */
-	size_t arena_len;
-	char *ubuf;               /* the same, as a caller's buffers (store figures) */
-	size_t nblocks;           /* blocks per repetition */
-};
-
-static kvt_key bkey(unsigned rep, size_t i)
-{
-	kvt_key k = { .lo = 0x9E3779B97F4A7C15ull * (i + 1), .hi = rep + 1 };
-	return k;
-}
-
-static int tier_open(struct run *r, struct disk_tier **d)
+int db_tier_open(struct run *r, struct disk_tier **d)
 {
 	int rc = disk_open_cfg(&r->cfg, r->arena, r->arena_len, NULL, d);
 
 	if (rc)
 		fprintf(stderr, "kvbench disk: cannot open the tier: %s\n", kvt_last_error());
 	return rc;
-}
-
-/* --- limits ------------------------------------------------------------------ */
-
-static int have_fio(void)
-{
-	return bench_system("exec fio --version >/dev/null 2>&1") == 0;
-}
-
-/* Runs fio on path for secs seconds (0: one pass over the file) and returns
- * bytes/s of the job's direction, or NAN. */
-static double fio_run(const struct run *r, const char *path, const char *rw,
-		      unsigned secs)
-{
-	char cmd[8800], out[4096 + 16], timed[64] = "";
-	snprintf(out, sizeof(out), "%s.json", r->limpath);
-	if (secs)
-		snprintf(timed, sizeof(timed), "--runtime=%u --time_based ", secs);
-	/* glibc.malloc.hugetlb=1: fio's buffers in transparent huge pages, the
-	 * kind of memory the store's arena and this bench's buffers are (with
-	 * 4 KiB pages a 1 MiB transfer takes 256 segments, and a virtio disk
-	 * splits it in two) */
-	snprintf(cmd, sizeof(cmd),
-		 "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 exec fio --name=limit --filename=%s --rw=%s --bs=%llu --iodepth=%lu "
-		 "--ioengine=io_uring --direct=1 --size=%llu %s"
-		 "--output-format=json --output=%s >/dev/null 2>&1",
-		 path, rw, (unsigned long long)r->o.bs, r->o.qd,
-		 (unsigned long long)r->o.size, timed, out);
-	if (bench_system(cmd) != 0) /* stopped with kvbench, too */
-		return NAN;
-	json_error_t e;
-	json_t *doc = json_load_file(out, 0, &e);
-	unlink(out);
-	if (!doc)
-		return NAN;
-	json_t *job = json_array_get(json_object_get(doc, "jobs"), 0);
-	json_t *dir = json_object_get(job, strcmp(rw, "write") ? "read" : "write");
-	double bw = json_is_number(json_object_get(dir, "bw_bytes")) ?
-		    json_number_value(json_object_get(dir, "bw_bytes")) : NAN;
-	json_decref(doc);
-	return bw;
-}
-
-/* The raw loop: the device layer alone, same sizes and depth, on path for
- * secs s (0: one pass of writes over the file). */
-static double raw_run(const struct run *r, const char *path, int write, unsigned secs)
-{
-	int fd = uring_dev_ops.dev_open(path, r->o.size);
-	void *q = NULL;
-	unsigned nf = 0, qd = (unsigned)r->o.qd;
-	uint64_t nb = r->o.size / r->o.bs, bytes = 0, pos = 0, seed = 88172645463325252ull;
-	double bw = NAN;
-
-	/* its own buffers: the arena holds the blocks the tier figures spill */
-	char *buf = NULL;
-	if (fd < 0 || posix_memalign((void **)&buf, 2u << 20, qd * r->o.bs) ||
-	    uring_dev_ops.queue_open(&fd, 1, qd, NULL, 0, &nf, &q)) {
-		if (fd >= 0)
-			uring_dev_ops.dev_close(fd);
-		free(buf);
-		return NAN;
-	}
-	madvise(buf, qd * r->o.bs, MADV_HUGEPAGE); /* as the arena */
-	memset(buf, 0x5a, qd * r->o.bs);
-	/* many ios per dev_run, so the queue stays full as the tier's batches do */
-	unsigned n = 8 * qd;
-	struct dev_io *io = calloc(n, sizeof(*io));
-	struct dev_io **p = calloc(n, sizeof(*p));
-	uint64_t t0 = bench_now_ns();
-	while (io && p && (secs ? bench_now_ns() - t0 < secs * 1000000000ull
-				: pos < nb)) {
-		for (unsigned i = 0; i < n; i++) {
-			uint64_t b;
-			if (write) {
-				b = pos++ % nb;
-			} else {
-				seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
-				b = seed % nb;
-				pos++;
-			}
-			io[i] = (struct dev_io){ .op = write ? DEV_WRITE : DEV_READ,
-				.buf = buf + (size_t)(i % qd) * r->o.bs, .off = b * r->o.bs,
-				.len = (uint32_t)r->o.bs, .fixed = -1 };
-			p[i] = &io[i];
-		}
-		if (dev_run(&uring_dev_ops, q, p, n, qd, NULL))
-			break;
-		bytes += n * r->o.bs;
-	}
-	free(buf);
-	if (bytes)
-		bw = (double)bytes / ((double)(bench_now_ns() - t0) / 1e9);
-	free(io);
-	free(p);
-	uring_dev_ops.queue_close(q);
-	uring_dev_ops.dev_close(fd);
-	return bw;
-}
-
-/*
- * Removes a file and flushes its file system, so that freeing its blocks
- * (and discarding them, on a file system mounted with -o discard) is done
- * before the next figure starts rather than under it.
- */
-static void drop_file(const char *path)
-{
-	char dir[4096];
-	const char *slash = strrchr(path, '/');
-	int fd;
-
-	if (unlink(path) != 0)
-		return;
-	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
-		 slash ? path : ".");
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		syncfs(fd);
-		close(fd);
-	}
-}
-
-/* One pass of the limit over path: sequential writes ("write") or random
- * reads ("randread") of the whole file once, bytes/s or NAN. */
-static double pass(const struct run *r, const char *path, const char *rw)
-{
-	if (r->o.fio)
-		return fio_run(r, path, rw, 0);
-	return raw_run(r, path, strcmp(rw, "write") == 0, 0);
-}
-
-/* A pass of writes into a new file at path, removed again afterwards. */
-static double pass_new(const struct run *r, const char *path)
-{
-	drop_file(path);
-	double bw = pass(r, path, "write");
-	drop_file(path);
-	return bw;
-}
-
-static double better(double a, double b)
-{
-	return isnan(a) || b > a ? b : a;
-}
-
-/*
- * Recreates the tier's file and writes every byte of it once (zeros, so no
- * superblock: the tier formats it), as fio writes its own file before it
- * rewrites it. Returns 0 or -errno.
- */
-static int layout(const struct run *r)
-{
-	const uint32_t chunk = 8u << 20;
-	uint64_t size = r->o.size / 4096 * 4096;
-	unsigned n = (unsigned)((size + chunk - 1) / chunk), nf = 0;
-	void *q = NULL, *buf = NULL;
-	struct dev_io *io = calloc(n, sizeof(*io));
-	struct dev_io **p = calloc(n, sizeof(*p));
-	int fd, err = 0;
-
-	drop_file(r->tierpath);
-	fd = uring_dev_ops.dev_open(r->tierpath, size);
-	if (fd < 0 || !io || !p || posix_memalign(&buf, 4096, chunk) ||
-	    uring_dev_ops.queue_open(&fd, 1, 8, NULL, 0, &nf, &q)) {
-		err = fd < 0 ? fd : -ENOMEM;
-		goto out;
-	}
-	memset(buf, 0, chunk);
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t off = (uint64_t)i * chunk;
-
-		io[i] = (struct dev_io){ .op = DEV_WRITE, .buf = buf, .off = off,
-			.len = (uint32_t)(size - off < chunk ? size - off : chunk),
-			.fixed = -1 };
-		p[i] = &io[i];
-	}
-	err = dev_run(&uring_dev_ops, q, p, n, 4, NULL);
-	for (unsigned i = 0; i < n && !err; i++)
-		if (io[i].res < 0)
-			err = io[i].res;
-	if (!err)
-		err = uring_dev_ops.dev_sync(fd);
-out:
-	if (err)
-		fprintf(stderr, "kvbench disk: writing %s once: %s\n", r->tierpath,
-			strerror(-err));
-	if (q)
-		uring_dev_ops.queue_close(q);
-	if (fd >= 0)
-		uring_dev_ops.dev_close(fd);
-	free(buf);
-	free(io);
-	free(p);
-	return err;
 }
 
 /* --- the tier ---------------------------------------------------------------------- */
@@ -332,7 +114,7 @@ static double spill(struct run *r, struct disk_tier *d, unsigned rep, int batche
 }
 
 /* 0..n-1 in a random order (malloc'd), or NULL. */
-static size_t *shuffled(size_t n)
+size_t *db_shuffled(size_t n)
 {
 	size_t *order = malloc(n * sizeof(*order));
 
@@ -353,7 +135,7 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 		   struct bench_samples *lat, int *bad)
 {
 	size_t n = r->nblocks, B = r->o.batch;
-	size_t *order = shuffled(n);
+	size_t *order = db_shuffled(n);
 	kvt_op *ops = calloc(B, sizeof(*ops));
 	uint64_t busy = 0, bytes = 0;
 
@@ -391,147 +173,6 @@ static double load(struct run *r, struct disk_tier *d, unsigned rep,
 	return (double)bytes / ((double)busy / 1e9);
 }
 
-/* --- the store, through the public API ------------------------------------------ */
-
-/* A store with the default configuration but for its RAM tier's capacity
- * (--ram) and its disk tier: the run's file and capacity, and the tier
- * rows' region size and queue depth where they are not the defaults (a
- * --size under 1GiB, a --qd other than 32). NULL on failure (said on
- * stderr). */
-static kvt_store *store_open(const struct run *r)
-{
-	char cfg[4400];
-	kvt_store *s = NULL;
-
-	if (strpbrk(r->tierpath, "\"\\")) {
-		fprintf(stderr, "kvbench disk: %s: a quote or backslash in the path\n",
-			r->tierpath);
-		return NULL;
-	}
-	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": %llu}, "
-		 "\"disk\": {\"path\": \"%s\", \"capacity\": %llu, "
-		 "\"region_size\": %llu, \"queue_depth\": %lu}}",
-		 (unsigned long long)r->o.ram, r->tierpath, (unsigned long long)r->o.size,
-		 (unsigned long long)r->cfg.region_size, r->o.qd);
-	int rc = kvt_open(cfg, &s);
-	if (rc) {
-		fprintf(stderr, "kvbench disk: kvt_open: %s\n", kvt_last_error());
-		return NULL;
-	}
-	return s;
-}
-
-/* A counter of the store's stats ("disk", "puts"), or -1. Read through
- * bench_store_stats(), which leaves room for counters that the store's
- * threads move between sizing the text and writing it. */
-static long long store_counter(kvt_store *s, const char *tier, const char *name)
-{
-	json_t *doc = bench_store_stats(s);
-	json_t *x = json_object_get(json_object_get(doc, tier), name);
-	long long v = json_is_integer(x) ? (long long)json_integer_value(x) : -1;
-
-	json_decref(doc);
-	return v;
-}
-
-/* Drops the page cache where this process may (root), so that a load after
- * a reopen reads the device; the tier's O_DIRECT reads bypass it anyway. */
-static void drop_page_cache(void)
-{
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-
-	sync();
-	if (fd >= 0) {
-		if (write(fd, "3", 1) != 1) {
-			/* not allowed here: O_DIRECT still keeps the cache out */
-		}
-		close(fd);
-	}
-}
-
-/*
- * kvt_put_batch of nblocks blocks under rep's keys from the caller buffers.
- * Returns bytes/s of what reached the disk tier by the last call's return
- * (the blocks the RAM tier still holds are not counted), or NAN.
- */
-static double store_spill(struct run *r, kvt_store *s, unsigned rep)
-{
-	size_t n = r->nblocks, B = r->o.batch;
-	kvt_op *ops = calloc(B, sizeof(*ops));
-	long long w0 = store_counter(s, "disk", "puts");
-	uint64_t t0 = bench_now_ns();
-	int err = ops ? 0 : -ENOMEM;
-
-	for (size_t i = 0; i < n && !err; i += B) {
-		size_t m = n - i < B ? n - i : B;
-
-		for (size_t j = 0; j < m; j++)
-			ops[j] = (kvt_op){ bkey(rep, i + j), r->ubuf + ((i + j) % B) * r->o.bs,
-					   r->o.bs, 0 };
-		err = kvt_put_batch(s, ops, m);
-	}
-	double dt = (double)(bench_now_ns() - t0) / 1e9;
-	long long w1 = store_counter(s, "disk", "puts");
-	free(ops);
-	if (err || w0 < 0 || w1 <= w0) {
-		fprintf(stderr, "kvbench disk: kvt_put_batch: %s (%s)\n", kvt_strerror(err),
-			kvt_last_error());
-		return NAN;
-	}
-	return (double)(w1 - w0) * (double)r->o.bs / dt;
-}
-
-/*
- * Cold kvt_get_batch of rep's blocks, shuffled, into the caller buffers;
- * verifies every byte. The close before wrote the blocks left in RAM to
- * disk (disk.flush_on_close), so every block should be found; more misses
- * than the RAM tier holds blocks count as bad. bytes/s or NAN.
- */
-static double store_load(struct run *r, kvt_store *s, unsigned rep,
-			 struct bench_samples *lat, int *bad)
-{
-	size_t n = r->nblocks, B = r->o.batch, found = 0;
-	size_t *order = shuffled(n);
-	kvt_op *ops = calloc(B, sizeof(*ops));
-	uint64_t busy = 0, bytes = 0;
-
-	if (!order || !ops) {
-		free(order);
-		free(ops);
-		return NAN;
-	}
-	for (size_t i = 0; i < n; i += B) {
-		size_t m = n - i < B ? n - i : B;
-
-		for (size_t j = 0; j < m; j++)
-			ops[j] = (kvt_op){ bkey(rep, order[i + j]), r->ubuf + (B + j) * r->o.bs,
-					   r->o.bs, 1 };
-		uint64_t t0 = bench_now_ns();
-		kvt_get_batch(s, ops, m);
-		uint64_t dt = bench_now_ns() - t0;
-		busy += dt;
-		bench_samples_add(lat, (double)dt / 1e3);
-		for (size_t j = 0; j < m; j++) {
-			if (ops[j].result == 0) {
-				found++;
-				bytes += ops[j].len;
-				if (common_check(ops[j].buf, ops[j].len,
-						 order[i + j] % B + 1) != -1)
-					(*bad)++;
-			} else if (ops[j].result != -ENOENT) {
-				(*bad)++;
-			}
-		}
-	}
-	if (found + r->o.ram / r->o.bs + 1 < n) {
-		fprintf(stderr, "kvbench disk: the store found %zu of %zu blocks\n", found, n);
-		(*bad)++;
-	}
-	free(order);
-	free(ops);
-	return busy ? (double)bytes / ((double)busy / 1e9) : NAN;
-}
-
 /* Fills a fresh tier, then reopens it cleanly and after kill -9 (ms). */
 static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 			 double *bpb)
@@ -539,7 +180,7 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	struct disk_tier *d = NULL;
 
 	*clean_ms = *crash_ms = *bpb = NAN;
-	if (tier_open(r, &d))
+	if (db_tier_open(r, &d))
 		return;
 	json_t *st = json_object();
 	struct stat_visitor sv = stats_json_visitor(st);
@@ -548,7 +189,7 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	json_decref(st);
 	disk_close(d);
 	uint64_t t0 = bench_now_ns();
-	if (tier_open(r, &d))
+	if (db_tier_open(r, &d))
 		return;
 	*clean_ms = (double)(bench_now_ns() - t0) / 1e6;
 	disk_close(d);
@@ -565,7 +206,7 @@ static void reopen_times(struct run *r, double *clean_ms, double *crash_ms,
 	if (pid < 0 || waitpid(pid, &status, 0) < 0)
 		return;
 	t0 = bench_now_ns();
-	if (tier_open(r, &d))
+	if (db_tier_open(r, &d))
 		return;
 	*crash_ms = (double)(bench_now_ns() - t0) / 1e6;
 	disk_close(d);
@@ -824,7 +465,7 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 	 * --size), so that nothing is reclaimed, nor moved by reinsertion,
 	 * within a rep */
 	per_region = r->cfg.region_size / (r->o.bs + 4096);
-	if (tier_open(r, &probe) == 0) {
+	if (db_tier_open(r, &probe) == 0) {
 		json_t *st = json_object();
 		struct stat_visitor sv = stats_json_visitor(st);
 		disk_stats(probe, &sv);
@@ -832,7 +473,7 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 		json_decref(st);
 		disk_close(probe);
 	}
-	drop_file(r->tierpath);
+	db_drop_file(r->tierpath);
 	if (!nregions) {
 		disk_cleanup(r, dir);
 		return BENCH_EXIT_FAIL;
@@ -891,55 +532,55 @@ static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
 
 	/* the store: write | kvt_put_batch | randread | cold kvt_get_batch |
 	 * randread, write */
-	if (layout(r))
+	if (db_layout(r))
 		return BENCH_EXIT_FAIL;
-	before[F_SSPILL] = pass(r, r->tierpath, "write");
-	if (!(s = store_open(r)))
+	before[F_SSPILL] = db_pass(r, r->tierpath, "write");
+	if (!(s = db_store_open(r)))
 		return BENCH_EXIT_FAIL;
-	x[F_SSPILL] = store_spill(r, s, 4000 + rep);
+	x[F_SSPILL] = db_store_spill(r, s, 4000 + rep);
 	kvt_close(s);
-	drop_page_cache();
-	before[F_SLOAD] = pass(r, r->tierpath, "randread");
-	if (!(s = store_open(r)))
+	db_drop_page_cache();
+	before[F_SLOAD] = db_pass(r, r->tierpath, "randread");
+	if (!(s = db_store_open(r)))
 		return BENCH_EXIT_FAIL;
-	x[F_SLOAD] = store_load(r, s, 4000 + rep, slat, bad);
+	x[F_SLOAD] = db_store_load(r, s, 4000 + rep, slat, bad);
 	kvt_close(s);
-	after[F_SLOAD] = pass(r, r->tierpath, "randread");
-	after[F_SSPILL] = pass(r, r->tierpath, "write");
+	after[F_SLOAD] = db_pass(r, r->tierpath, "randread");
+	after[F_SSPILL] = db_pass(r, r->tierpath, "write");
 
 	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
-	before[F_NEW] = pass_new(r, fresh);
-	drop_file(r->tierpath);
-	if (tier_open(r, &d))
+	before[F_NEW] = db_pass_new(r, fresh);
+	db_drop_file(r->tierpath);
+	if (db_tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_NEW] = spill(r, d, 2000 + rep, 1);
 	disk_close(d);
-	after[F_NEW] = pass_new(r, fresh);
+	after[F_NEW] = db_pass_new(r, fresh);
 	if (bench_stop_signal())
 		return 0;
-	if (layout(r))
+	if (db_layout(r))
 		return BENCH_EXIT_FAIL;
-	before[F_ONE] = pass(r, r->tierpath, "write");
-	if (tier_open(r, &d))
+	before[F_ONE] = db_pass(r, r->tierpath, "write");
+	if (db_tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_ONE] = spill(r, d, 1000 + rep, 0);
 	disk_close(d);
-	after[F_ONE] = before[F_BATCH] = pass(r, r->tierpath, "write");
+	after[F_ONE] = before[F_BATCH] = db_pass(r, r->tierpath, "write");
 	if (bench_stop_signal())
 		return 0;
-	if (tier_open(r, &d))
+	if (db_tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_BATCH] = spill(r, d, rep, 1);
 	disk_close(d); /* cold: the next open reads nothing from the page cache */
-	before[F_LOAD] = pass(r, r->tierpath, "randread");
+	before[F_LOAD] = db_pass(r, r->tierpath, "randread");
 	if (bench_stop_signal())
 		return 0;
-	if (tier_open(r, &d))
+	if (db_tier_open(r, &d))
 		return BENCH_EXIT_FAIL;
 	x[F_LOAD] = load(r, d, rep, lat, bad);
 	disk_close(d);
-	after[F_LOAD] = pass(r, r->tierpath, "randread");
-	after[F_BATCH] = pass(r, r->tierpath, "write");
+	after[F_LOAD] = db_pass(r, r->tierpath, "randread");
+	after[F_BATCH] = db_pass(r, r->tierpath, "write");
 	return 0;
 }
 
@@ -977,7 +618,7 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 		if (rep > 0 && rc == BENCH_EXIT_OK) {
 			for (int f = 0; f < NF; f++) {
 				g->fig[f][rep - 1] = x[f];
-				g->lim[f][rep - 1] = better(before[f], after[f]);
+				g->lim[f][rep - 1] = db_better(before[f], after[f]);
 				g->shr[f][rep - 1] = x[f] / g->lim[f][rep - 1];
 			}
 			g->done = rep;
@@ -988,7 +629,7 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 		bench_samples_free(&sl);
 	}
 	/* a full tier for the reopen times (the last pass overwrote it) */
-	if (rc == BENCH_EXIT_OK && tier_open(r, &d) == 0) {
+	if (rc == BENCH_EXIT_OK && db_tier_open(r, &d) == 0) {
 		if (isnan(spill(r, d, 3000, 1)))
 			rc = BENCH_EXIT_FAIL;
 		disk_close(d);
@@ -1108,7 +749,7 @@ int bench_disk_main(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	if (r.o.fio && !have_fio()) {
+	if (r.o.fio && !db_have_fio()) {
 		fprintf(stderr, "kvbench disk: fio not found; the limit is a raw io_uring loop\n");
 		r.o.fio = 0;
 	}
