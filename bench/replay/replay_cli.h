@@ -1,7 +1,8 @@
 /*
  * replay_cli.h - what the "kvbench replay" and "kvbench sweep" commands
  * share between their option parsing (replay_cli.c) and the loop over their
- * runs (replay_runs.c): the parsed command line and the steps of a run.
+ * runs (replay_runs.c), and what describes a run's set-up
+ * (replay_config.c): the parsed command line and the steps of a run.
  */
 #ifndef KVT_REPLAY_CLI_H
 #define KVT_REPLAY_CLI_H
