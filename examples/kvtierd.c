@@ -172,11 +172,10 @@ static char *read_config(const char *path)
 		errno = EISDIR; /* reading one would say only "Input/output error" */
 		return NULL;
 	}
-	if (f == stdin)
-		return read_all(stdin);
 	text = read_all(f);
 	err = errno;
-	fclose(f);
+	if (f != stdin)
+		fclose(f);
 	errno = err;
 	return text;
 }

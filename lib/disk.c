@@ -363,7 +363,7 @@ void disk_append_each(struct disk_tier *d, struct wr *w, size_t n, int reinsert,
 				used++;
 				left = d->region_pages;
 			}
-			left -= p < left ? p : left;
+			left -= p; /* p <= left: a record fits one region */
 		}
 		append_piece(d, w + at, k, at, reinsert, b, each);
 		at += k;

@@ -11,19 +11,32 @@
 
 #include "store_impl.h"
 
-static int check_put_args(kvt_store *s, const void *data, size_t len, const char *fn)
+/* Why a put's data and len are refused (written to why), or 0 when they
+ * are not: the one text of a put's -EINVAL, alone or in a batch's op. */
+static int put_args_why(uint64_t max_block, const void *data, size_t len, char *why,
+			size_t cap)
 {
 	if (!data)
-		return kvt_fail(-EINVAL, "%s: data is NULL", fn);
-	if (len == 0)
-		return kvt_fail(-EINVAL, "%s: len is 0", fn);
-	if (len > s->cfg.max_block)
-		return kvt_fail(-EINVAL, "%s: len %zu exceeds ram.max_block (%llu bytes)",
-				fn, len, (unsigned long long)s->cfg.max_block);
-	if (len > UINT32_MAX)
-		return kvt_fail(-EINVAL, "%s: len %zu exceeds the 4 GiB - 1 a block holds",
-				fn, len);
-	return 0;
+		snprintf(why, cap, "data is NULL");
+	else if (len == 0)
+		snprintf(why, cap, "len is 0");
+	else if (len > max_block)
+		snprintf(why, cap, "len %zu exceeds ram.max_block (%llu bytes)", len,
+			 (unsigned long long)max_block);
+	else if (len > UINT32_MAX)
+		snprintf(why, cap, "len %zu exceeds the 4 GiB - 1 a block holds", len);
+	else
+		return 0;
+	return -EINVAL;
+}
+
+static int check_put_args(kvt_store *s, const void *data, size_t len, const char *fn)
+{
+	char why[96];
+
+	if (!put_args_why(s->cfg.max_block, data, len, why, sizeof(why)))
+		return 0;
+	return kvt_fail(-EINVAL, "%s: %s", fn, why);
 }
 
 /* Why no tier could take a block (-ENOSPC). */
@@ -267,19 +280,11 @@ void store_put_batch_error(kvt_store *s, const kvt_op *ops, size_t n)
 		/* a lost node store: its own message says more */
 		if (r != -EINVAL && r != -ENOSPC && r != -EIO && r != -ENOMEM)
 			return;
-		if (op->result == -EINVAL && !op->buf)
-			snprintf(why, sizeof(why), "data is NULL");
-		else if (op->result == -EINVAL && !op->len)
-			snprintf(why, sizeof(why), "len is 0");
-		else if (op->result == -EINVAL)
-			snprintf(why, sizeof(why), "len %zu exceeds ram.max_block (%llu bytes)%s",
-				 op->len, (unsigned long long)max,
-				 op->len > UINT32_MAX ? " or the 4 GiB - 1 a block holds" : "");
-		else if (op->result == -ENOSPC)
+		if (r == -ENOSPC)
 			snprintf(why, sizeof(why), "no tier can take it: %s",
 				 s->client ? "the node store's tiers cannot" : nospc_why(s));
-		else
-			snprintf(why, sizeof(why), "%s", kvt_strerror(op->result));
+		else if (r != -EINVAL || !put_args_why(max, op->buf, op->len, why, sizeof(why)))
+			snprintf(why, sizeof(why), "%s", kvt_strerror(r));
 		kvt_set_error("kvt_put_batch: op %zu (key %s, %zu bytes): %s", i,
 			      kvt_key_str(op->key, kb), op->len, why);
 		return;

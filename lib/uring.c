@@ -256,55 +256,66 @@ static int preallocate(int fd, const char *path, uint64_t want)
 			(unsigned long long)want, strerror(e));
 }
 
+/*
+ * Opens the regular file at path, creating it when missing (*created), and
+ * takes its lock; *st is its fstat. Another process may create it between
+ * the two opens (EEXIST): then what that one made is opened, and the lock
+ * tells which of the two stores gets it. And one that created it, then
+ * failed, unlinks it under its lock: a lock taken on a file no path names
+ * any more is dropped and the path opened again. The descriptor, or
+ * -errno with the text set.
+ */
+static int file_open_locked(const char *path, struct stat *st, int *created)
+{
+	for (int again = 0;; again++) {
+		int fd = -1, err;
+
+		*created = 0;
+		for (int tries = 0; fd < 0 && tries < 8; tries++) {
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0 || errno != ENOENT)
+				break;
+			fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			if (fd < 0 && errno == ENOENT)
+				return kvt_fail(-ENOENT, "disk.path %s: directory does not "
+						"exist", path);
+			if (fd < 0 && errno != EEXIST)
+				break;
+			*created = fd >= 0;
+		}
+		if (fd < 0)
+			return kvt_fail(-errno, "disk.path %s: %s", path, strerror(errno));
+		if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+			close(fd);
+			return kvt_fail(-EINVAL, "disk.path %s: neither a regular file nor a "
+					"block device", path);
+		}
+		err = lock_file(fd, path);
+		if (err) {
+			close(fd); /* not unlinked even if created: the holder uses it */
+			return err;
+		}
+		struct stat now;
+		if (again == 8 || (stat(path, &now) == 0 && now.st_ino == st->st_ino &&
+				   now.st_dev == st->st_dev))
+			return fd;
+		close(fd);
+	}
+}
+
 static int uring_dev_open(const char *path, uint64_t want)
 {
 	struct stat st;
-	int created = 0, flags, err;
+	int created, flags, err = 0;
 
 	if (stat(path, &st) == 0 && S_ISBLK(st.st_mode))
 		return open_blockdev(path, want);
 
 	/* A file: create it if missing, lock it, then preallocate and switch
-	 * the same descriptor (which holds the lock) to O_DIRECT. Another
-	 * process may create it between the two opens (EEXIST): open what it
-	 * made, whose lock then tells which of the two stores gets it. */
-	int fd = -1, again = 0;
-retry:
-	for (int tries = 0; fd < 0 && tries < 8; tries++) {
-		fd = open(path, O_RDWR | O_CLOEXEC);
-		if (fd >= 0 || errno != ENOENT)
-			break;
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0 && errno == ENOENT)
-			return kvt_fail(-ENOENT, "disk.path %s: directory does not exist",
-					path);
-		if (fd < 0 && errno != EEXIST)
-			break;
-		created = fd >= 0;
-	}
+	 * the same descriptor (which holds the lock) to O_DIRECT. */
+	int fd = file_open_locked(path, &st, &created);
 	if (fd < 0)
-		return kvt_fail(-errno, "disk.path %s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return kvt_fail(-EINVAL, "disk.path %s: neither a regular file nor a "
-				"block device", path);
-	}
-	err = lock_file(fd, path);
-	if (err) {
-		close(fd); /* not unlinked even if created: the holder uses it */
-		return err;
-	}
-	/* The process that created the file may have failed and unlinked it
-	 * (under its lock) after we opened it: then this lock is on a file
-	 * no path names any more; open what the path names now. */
-	struct stat now;
-	if ((stat(path, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) &&
-	    again++ < 8) {
-		close(fd);
-		fd = -1;
-		created = 0;
-		goto retry;
-	}
+		return fd;
 	if ((uint64_t)st.st_size < want || created)
 		err = preallocate(fd, path, want);
 	if (!err && ((flags = fcntl(fd, F_GETFL)) < 0 ||
