@@ -28,6 +28,8 @@
 #define THREADS_MAX       64u
 #define QUEUE_DEPTH_MAX   4096u
 #define REGION_MIN        MiB
+#define REGION_DEFAULT    (64 * MiB)
+#define REGIONS_WANTED    8 /* per device, when disk.region_size is not given */
 #define REGION_MAX        (4 * GiB)
 #define REGION_ALIGN      4096u
 #define MAX_BLOCK_MIN     4096u
@@ -51,6 +53,7 @@
 struct given {
 	int max_block;
 	int disk_capacity;
+	int region_size;
 	const char *disk_key; /* some "disk" key other than path, or NULL */
 };
 
@@ -73,7 +76,7 @@ static void set_defaults(struct kvt_config *c)
 	c->ndisk = 0;
 	c->disk_paths = NULL;
 	c->disk_capacity = 0;
-	c->region_size = 64 * MiB;
+	c->region_size = REGION_DEFAULT;
 	c->queue_depth = 32;
 	c->write_policy = KVT_WRITE_ON_EVICT;
 	c->promote = 1;
@@ -376,6 +379,7 @@ static int parse_disk(const json_t *disk, struct kvt_config *c, struct given *g)
 			g->disk_capacity = 1;
 		} else if (!strcmp(k, "region_size")) {
 			r = get_size("disk.region_size", v, &c->region_size);
+			g->region_size = 1;
 			if (!r && (c->region_size < REGION_MIN ||
 				   c->region_size > REGION_MAX ||
 				   c->region_size % REGION_ALIGN))
@@ -680,6 +684,33 @@ static int parse_local(const json_t *local, struct kvt_config *c)
 	return 0;
 }
 
+/* A region of a power of two p of bytes below the default, as the default
+ * sizing makes it: p and 1/64 more, for the record headers, so that it
+ * holds a whole number of power-of-two blocks of 256 KiB or more with
+ * theirs (two of 1 MiB in 2 MiB + 32 KiB). */
+static uint64_t region_of(uint64_t p)
+{
+	return p >= REGION_DEFAULT ? p : p + p / 64;
+}
+
+/*
+ * disk.region_size when the key is not given: 64 MiB, or, where a device
+ * would hold fewer than REGIONS_WANTED of those, the largest power of two
+ * down to 1 MiB of which it holds that many (or 1 MiB), plus 1/64
+ * (region_of), so that a small tier still opens and reclaims a small share
+ * of itself at a time; never smaller than a given ram.max_block and its
+ * record header need.
+ */
+static uint64_t auto_region_size(const struct kvt_config *c, const struct given *g)
+{
+	uint64_t per_dev = c->disk_capacity / c->ndisk, p = REGION_DEFAULT;
+
+	while (p / 2 >= REGION_MIN && per_dev / p < REGIONS_WANTED &&
+	       (!g->max_block || region_of(p / 2) - DISK_RECORD_HEADER >= c->max_block))
+		p /= 2;
+	return region_of(p);
+}
+
 /* Checks that involve several keys, and defaults that depend on others. */
 static int cross_check(struct kvt_config *c, const struct given *g)
 {
@@ -693,6 +724,8 @@ static int cross_check(struct kvt_config *c, const struct given *g)
 	if (c->ndisk) {
 		if (!g->disk_capacity)
 			return kvt_fail(-EINVAL, "disk.capacity: required when disk.path is given");
+		if (!g->region_size)
+			c->region_size = auto_region_size(c, g);
 		if (c->disk_capacity / 2 < c->region_size)
 			return kvt_fail(-EINVAL, "disk.capacity: %llu bytes is less than two regions (disk.region_size %llu)",
 					(unsigned long long)c->disk_capacity,

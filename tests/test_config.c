@@ -453,13 +453,62 @@ static void test_disk_needs_path_and_enough_capacity(void **state)
 	expect_fail("{\"disk\": {\"path\": \"/x\"}}", -EINVAL,
 		    "disk.capacity: required when disk.path is given");
 	/* two regions is the least a log of regions can work with */
-	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"128MiB\"}}", &c);
+	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"128MiB\","
+		  " \"region_size\": \"64MiB\"}}", &c);
 	assert_int_equal(c.disk_capacity, 128 * MiB);
 	config_free(&c);
-	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": 134217727}}",
+	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": 134217727,"
+		    " \"region_size\": \"64MiB\"}}",
 		    -EINVAL, "disk.capacity: 134217727 bytes is less than two regions (disk.region_size 67108864)");
 	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"64MiB\","
 		    " \"region_size\": \"64MiB\"}}", -EINVAL, "less than two regions");
+	expect_fail("{\"disk\": {\"path\": \"/x\", \"capacity\": \"2MiB\"}}",
+		    -EINVAL, "disk.capacity: 2097152 bytes is less than two regions (disk.region_size 1064960)");
+}
+
+/* Without disk.region_size a small tier gets smaller regions, about eight
+ * to a device where 1 MiB allows, each a power of two and 1/64 for the
+ * record headers; max_block follows them; a given region size is kept, and
+ * a given max_block keeps the region that holds it. */
+static void test_small_disks_get_small_regions(void **state)
+{
+	(void)state;
+	static const struct { const char *cap; uint64_t region; } want[] = {
+		{ "3MiB", MiB + 16384 }, { "8MiB", MiB + 16384 },
+		{ "16MiB", 2 * MiB + 32768 }, { "64MiB", 8 * MiB + 131072 },
+		{ "128MiB", 16 * MiB + 262144 }, { "511MiB", 32 * MiB + 524288 },
+		{ "512MiB", 64 * MiB }, { "1GiB", 64 * MiB }, { "1TiB", 64 * MiB },
+	};
+	struct kvt_config c;
+	char j[256];
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		snprintf(j, sizeof(j), "{\"disk\": {\"path\": \"/x\", \"capacity\": \"%s\"}}",
+			 want[i].cap);
+		expect_ok(j, &c);
+		assert_int_equal(c.region_size, want[i].region);
+		assert_int_equal(c.max_block, want[i].region - 4096);
+		config_free(&c);
+	}
+	/* eight to each device of a stripe */
+	expect_ok("{\"disk\": {\"path\": [\"/x\", \"/y\"], \"capacity\": \"128MiB\"}}", &c);
+	assert_int_equal(c.region_size, 8 * MiB + 131072);
+	config_free(&c);
+	/* a given region size stays */
+	expect_ok("{\"disk\": {\"path\": \"/x\", \"capacity\": \"64MiB\","
+		  " \"region_size\": \"32MiB\"}}", &c);
+	assert_int_equal(c.region_size, 32 * MiB);
+	config_free(&c);
+	/* a given max_block keeps the region that holds it */
+	expect_ok("{\"ram\": {\"max_block\": \"6MiB\"}, \"disk\": {\"path\": \"/x\","
+		  " \"capacity\": \"64MiB\"}}", &c);
+	assert_int_equal(c.region_size, 8 * MiB + 131072);
+	assert_int_equal(c.max_block, 6 * MiB);
+	config_free(&c);
+	expect_ok("{\"ram\": {\"max_block\": \"12MiB\"}, \"disk\": {\"path\": \"/x\","
+		  " \"capacity\": \"64MiB\"}}", &c);
+	assert_int_equal(c.region_size, 16 * MiB + 262144);
+	config_free(&c);
 }
 
 static void test_max_block_defaults_to_what_fits(void **state)
@@ -758,6 +807,7 @@ int main(void)
 		cmocka_unit_test(test_sizes_take_integers_or_strings),
 		cmocka_unit_test(test_ranges_are_enforced_at_their_bounds),
 		cmocka_unit_test(test_disk_needs_path_and_enough_capacity),
+		cmocka_unit_test(test_small_disks_get_small_regions),
 		cmocka_unit_test(test_max_block_defaults_to_what_fits),
 		cmocka_unit_test(test_max_block_is_what_the_disk_can_hold),
 		cmocka_unit_test(test_malformed_json_reports_line_and_column),

@@ -147,6 +147,41 @@ static void test_eviction_spills_and_gets_come_back(void **state)
 	kvt_close(s);
 }
 
+/* A small tier configured as a user would, with neither disk.region_size
+ * nor ram.max_block: it opens, spills, returns its newest blocks verified
+ * and misses (never other bytes) on those it had to drop, before and after
+ * a reopen. */
+static void test_a_small_disk_with_defaults_spills(void **state)
+{
+	(void)state;
+	char cfg[512];
+	kvt_store *s = NULL;
+	int hits = 0, rc;
+
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"4MiB\"}, \"disk\": {\"path\": \"%s/small.dat\","
+		 " \"capacity\": \"16MiB\"}}", dir);
+	for (int round = 0; round < 2; round++) {
+		rc = kvt_open(cfg, &s);
+		if (rc)
+			fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+		for (uint64_t i = 0; round == 0 && i < 40; i++)
+			store_put_block(s, test_key(i), MiB);
+		if (round == 0)
+			assert_true(store_stat(s, "ram", "spills") >= 30);
+		hits = 0;
+		for (uint64_t i = 0; i < 40; i++) {
+			rc = store_get_block(s, test_key(i), MiB); /* checks the bytes */
+			assert_true(rc == 0 || rc == -ENOENT);
+			hits += rc == 0;
+			if (i >= 36) /* the newest are kept */
+				assert_int_equal(rc, 0);
+		}
+		assert_true(hits >= 10); /* 3 in RAM, 14 on disk less its spares */
+		kvt_close(s);
+	}
+}
+
 static void test_write_around_when_ram_is_all_leased(void **state)
 {
 	(void)state;
@@ -1057,6 +1092,7 @@ int main(void)
 	test_skip_without_disk();
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_eviction_spills_and_gets_come_back),
+		cmocka_unit_test(test_a_small_disk_with_defaults_spills),
 		cmocka_unit_test(test_promotion_admits_on_second_hit_when_full),
 		cmocka_unit_test(test_write_around_when_ram_is_all_leased),
 		cmocka_unit_test(test_batch_put_writes_around_in_one_go),
