@@ -479,7 +479,7 @@ static int put_piece(struct local_client *c, kvt_op *ops, size_t n)
 		return kvt_fail(-ENOMEM, "kvt_put: out of memory");
 	for (size_t i = 0; i < n; i++)
 		sl[i] = (kvt_slot){ .key = ops[i].key, .len = ops[i].len };
-	rc = lc_slots_rpc(c, LP_RESERVE, sl, n);
+	rc = lc_slots_rpc(c, LP_RESERVE | LC_HELD, sl, n);
 	if (rc < 0)
 		goto out;
 	for (size_t i = 0; i < n; i++)

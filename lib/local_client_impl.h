@@ -71,7 +71,11 @@ int lc_rpc(struct local_client *c, int type, const void *a, size_t alen,
 	   const void *b, size_t blen, void *out, size_t cap, size_t *olen);
 
 /* local_slots.c */
-/* PIN or RESERVE of slots[0..n), n <= LP_KEYS_MAX: returns the count. */
+/* With LP_RESERVE in lc_slots_rpc's type: the reservations are the
+ * library's own, for one kvt_put (LP_WANT_HELD): they do not lapse. */
+#define LC_HELD 0x100
+/* PIN or RESERVE (LC_HELD or not) of slots[0..n), n <= LP_KEYS_MAX:
+ * returns the count. */
 int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n);
 /* COMMIT (publish) or ABORT of up to LP_KEYS_MAX slots whose result is 0. */
 int lc_end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publish);

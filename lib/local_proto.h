@@ -98,11 +98,16 @@ struct lp_slot {
 	uint64_t ref;         /* this connection's handle of the slot */
 };
 
-/* One slot of a RESERVE request. */
+/* One slot of a RESERVE request. len with LP_WANT_HELD set: the
+ * reservation is the client library's own, for one kvt_put that writes it
+ * and commits it at once; the node store does not lapse it after
+ * ram.pin_ms (the client's copy may take longer), only the connection's
+ * end does. */
 struct lp_want {
 	struct lp_key key;
 	uint64_t len;
 };
+#define LP_WANT_HELD (1ull << 63)
 
 /* One slot of a COMMIT request: the checksum (kvt_checksum, XXH3-64) of
  * the bytes the client wrote, checked by the server before publishing. */

@@ -18,6 +18,7 @@
 
 #include "local_proto.h"
 #include "local_server_impl.h"
+#include "slot.h"
 
 /* --- requests: each returns 0 (answered) or -1 (malformed: close) ------------ */
 
@@ -250,10 +251,11 @@ static int do_reserve(struct conn *c, int type, const unsigned char *p, size_t l
 		return -1;
 	kvt_slot *sl = calloc((size_t)n + 1, sizeof(*sl));
 	struct lp_slot *out = calloc((size_t)n + 1, sizeof(*out));
+	uint8_t *keep = calloc((size_t)n + 1, 1);
 	int32_t count = 0;
 	int rc = 0;
 
-	if (!sl || !out) {
+	if (!sl || !out || !keep) {
 		rc = lsrv_send_error(c->fd, type, kvt_fail(-ENOMEM, "kvt_put_reserve: out of memory"));
 		goto out;
 	}
@@ -261,14 +263,12 @@ static int do_reserve(struct conn *c, int type, const unsigned char *p, size_t l
 		struct lp_want w;
 		memcpy(&w, p + 4 + (size_t)i * sizeof(w), sizeof(w));
 		sl[i].key = (kvt_key){ w.key.lo, w.key.hi };
+		keep[i] = !!(w.len & LP_WANT_HELD);
+		w.len &= ~LP_WANT_HELD;
 		sl[i].len = w.len > SIZE_MAX ? SIZE_MAX : (size_t)w.len;
 	}
 	uint32_t m = room_for(c, n);
-	int r = kvt_put_reserve(c->srv->s, sl, m, 0);
-	if (r < 0) {
-		rc = lsrv_send_error(c->fd, type, r);
-		goto out;
-	}
+	slot_reserve(store_slots(c->srv->s), sl, m, keep);
 	for (uint32_t i = m; i < n; i++)
 		sl[i].result = -EAGAIN;
 	slots_out(c, H_RES, sl, n, out, &count);
@@ -276,6 +276,7 @@ static int do_reserve(struct conn *c, int type, const unsigned char *p, size_t l
 out:
 	free(sl);
 	free(out);
+	free(keep);
 	return rc;
 }
 

@@ -40,6 +40,9 @@ static int slot_in(struct local_client *c, const unsigned char *p, kvt_slot *sl,
 /* PIN or RESERVE of slots[0..n), n <= LP_KEYS_MAX: returns the count. */
 int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
 {
+	uint64_t held = type & LC_HELD ? LP_WANT_HELD : 0;
+
+	type &= ~LC_HELD;
 	size_t each = type == LP_PIN ? sizeof(struct lp_key) : sizeof(struct lp_want);
 	size_t qlen = 4 + n * each, rlen = 4 + n * sizeof(struct lp_slot), got = 0;
 	unsigned char qs[4 + SMALL * sizeof(struct lp_want)];
@@ -57,7 +60,7 @@ int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		lc_put_key(q + 4 + i * each, slots[i].key);
 		if (type == LP_RESERVE) {
-			uint64_t l = slots[i].len;
+			uint64_t l = slots[i].len | held;
 			memcpy(q + 4 + i * each + sizeof(struct lp_key), &l, 8);
 		}
 	}

@@ -142,12 +142,22 @@ uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state)
 	return id;
 }
 
+void slot_rec_keep(struct slot_table *t, uint32_t id)
+{
+	live_unlink(t, id);
+	t->recs[id].kept = 1;
+	t->nkept++;
+}
+
 /* Frees a record whose resources are given back or handed on. */
 void slot_rec_drop(struct slot_table *t, uint32_t id)
 {
 	struct slot_rec *r = &t->recs[id];
 
 	live_unlink(t, id);
+	if (r->kept)
+		t->nkept--;
+	r->kept = 0;
 	if (r->pb)
 		pin_rec_untie(r);
 	t->held_bytes -= r->len;
@@ -249,11 +259,12 @@ void slot_close(struct slot_table *t)
 
 void slot_stats(struct slot_table *t, const struct stat_visitor *v)
 {
-	uint64_t held, live = 0;
+	uint64_t held, live;
 
 	pthread_mutex_lock(&t->lock);
 	slot_expire(t, kvt_now_ns());
 	held = t->held_bytes;
+	live = t->nkept;
 	for (uint32_t id = t->live_head; id != NIL; id = t->recs[id].next)
 		live++;
 	pthread_mutex_unlock(&t->lock);

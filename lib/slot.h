@@ -56,6 +56,15 @@ struct slot_peers {
  * are open, before any pin). */
 void slot_set_peers(struct slot_table *t, const struct slot_peers *p);
 
+/*
+ * kvt_put_reserve of a store with tiers, its arguments checked. A slot
+ * whose keep[i] is set (keep NULL: none) is reserved for the length of one
+ * library call, that of an attached process's kvt_put: it never lapses
+ * after ram.pin_ms, since that process writes it and commits or aborts it
+ * at once (or its connection closes, which aborts it).
+ */
+int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t *keep);
+
 /* Finishes queued loads, stops the loaders and gives back every slot still
  * held; before the tiers close. NULL: no-op. */
 void slot_close(struct slot_table *t);

@@ -43,6 +43,9 @@ struct slot_rec {
 	uint8_t released;     /* LOADING: unpinned or lapsed; freed by its loader */
 	uint8_t linked;       /* on the live list */
 	uint8_t has_off;      /* LOADING: off is allocated */
+	uint8_t kept;         /* RESERVED for the length of one library call
+				 (an attached process's kvt_put): off the live
+				 list, never lapses */
 	struct kvt_pin_batch *pb; /* a landed load's batch, which it holds
 				     (a ref) until the record is freed */
 	size_t pbi;               /* the slot's index in pb */
@@ -102,6 +105,7 @@ struct slot_table {
 	pthread_mutex_t lock;
 	struct slot_rec *recs;
 	uint32_t nrecs, free_head, live_head, live_tail;
+	uint32_t nkept;           /* records kept off the live list (kept) */
 	uint64_t held_bytes;
 
 	/* loaders (under lock) */
@@ -156,6 +160,9 @@ uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state);
 void slot_rec_drop(struct slot_table *t, uint32_t id);
 void slot_rec_free(struct slot_table *t, uint32_t id);
 void slot_rec_release(struct slot_table *t, uint32_t id);
+/* Takes a new record off the live list for good: it never lapses, and
+ * lives until it is ended or the table closes. Table locked. */
+void slot_rec_keep(struct slot_table *t, uint32_t id);
 void slot_expire(struct slot_table *t, uint64_t now);
 
 /* slot.c: the checks every public call of the slots makes first. */

@@ -14,17 +14,8 @@
 
 /* --- save: reserve, commit, abort ---------------------------------------------- */
 
-KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags)
+int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t *keep)
 {
-	int rc = slot_check_args(s, slots, n, "kvt_put_reserve");
-	if (rc)
-		return rc;
-	if (flags)
-		return kvt_fail(-EINVAL, "kvt_put_reserve: unknown flags 0x%x", flags);
-	if (store_client(s)) /* attached: the node store reserves */
-		return local_reserve(store_client(s), slots, n);
-
-	struct slot_table *t = store_slots(s);
 	int reserved = 0, kick = 0;
 	char kb[34];
 
@@ -54,7 +45,10 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned fl
 		if (id != NIL) {
 			t->recs[id].off = (uint64_t)off;
 			sl->ref = handle_of(t, id);
-			slot_start_timer(t);
+			if (keep && keep[i])
+				slot_rec_keep(t, id);
+			else
+				slot_start_timer(t);
 		}
 		pthread_mutex_unlock(&t->lock);
 		if (off >= 0 && id == NIL) {
@@ -77,6 +71,18 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned fl
 	if (kick && t->kick)
 		t->kick(t->kick_arg);
 	return reserved;
+}
+
+KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags)
+{
+	int rc = slot_check_args(s, slots, n, "kvt_put_reserve");
+	if (rc)
+		return rc;
+	if (flags)
+		return kvt_fail(-EINVAL, "kvt_put_reserve: unknown flags 0x%x", flags);
+	if (store_client(s)) /* attached: the node store reserves */
+		return local_reserve(store_client(s), slots, n);
+	return slot_reserve(store_slots(s), slots, n, NULL);
 }
 
 /* Takes the live reservation of slots[i] out of the table: 1 with *off and

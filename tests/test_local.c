@@ -976,6 +976,44 @@ static void test_attached_calls(void **state)
  * unpin waits for the process's next request, which carries it in front of
  * itself; at most 16 wait so; they all end when the process closes its
  * store or is killed. */
+/* The reservations behind an attached process's kvt_put are the library's
+ * own, for the length of the call: they do not lapse after ram.pin_ms (1
+ * ms here, far less than copying 32 MiB takes), so the copy never lands in
+ * space given to another block meanwhile, and the put succeeds. */
+static void test_attached_puts_outlast_pin_ms(void **state)
+{
+	(void)state;
+	char sock[256];
+	size_t len = 32u << 20, got = 0;
+	char cfg[512];
+	kvt_store *node = NULL;
+	snprintf(sock, sizeof(sock), "%s/lapse.sock", g_dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"160MiB\", \"mlock\": false, "
+		 "\"pin_ms\": 1, \"max_block\": \"32MiB\"}, \"local\": {\"socket\": \"%s\", "
+		 "\"directory\": 0}}", sock);
+	assert_int_equal(kvt_open(cfg, &node), 0);
+	kvt_store *a = attach_within(sock, 1000);
+	unsigned char *buf = malloc(len), *back = malloc(len);
+
+	assert_non_null(buf);
+	assert_non_null(back);
+	for (uint64_t i = 0; i < 4; i++) {
+		kvt_key k = test_key(900 + i);
+		fill_block(k, buf, len);
+		int rc = kvt_put(a, k, buf, len);
+		if (rc)
+			fail_msg("put %u: %s: %s", (unsigned)i, kvt_strerror(rc), kvt_last_error());
+		assert_int_equal(kvt_get(node, k, back, len, &got), 0);
+		assert_int_equal(got, len);
+		assert_true(check_block(k, back, len));
+	}
+	assert_int_equal(store_stat(node, "slots", "held"), 0);
+	kvt_close(a);
+	kvt_close(node);
+	free(buf);
+	free(back);
+}
+
 static void test_get_unpins_with_next_request(void **state)
 {
 	(void)state;
@@ -2005,6 +2043,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_spin_setting),
 		cmocka_unit_test(test_attached_calls),
 		cmocka_unit_test(test_get_unpins_with_next_request),
+		cmocka_unit_test(test_attached_puts_outlast_pin_ms),
 		cmocka_unit_test(test_dozens_of_clients),
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_directory_gets_need_no_request),
