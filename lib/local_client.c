@@ -280,6 +280,7 @@ int local_client_open(const char *path, unsigned timeout_ms, struct local_client
 	c->arena_len = (size_t)hl.arena_len;
 	c->max_block = hl.max_block;
 	c->spin_us = hl.spin_us;
+	c->pin_ns = (uint64_t)hl.pin_ms * 1000000ull;
 	c->base = arena_map_fd(fds[0], c->arena_len);
 	if (!c->base) {
 		rc = kvt_fail(-ENOMEM, "attach: cannot map the node store's arena (%zu "
@@ -383,9 +384,39 @@ static int dir_get(struct local_client *c, kvt_op *op)
 	return 1;
 }
 
+/* kvt_op.result of an op whose copy out of its pin ended when the pin may
+ * have lapsed (ram.pin_ms after the PIN was sent), so that the space may
+ * have held another block by then: the op is loaded again (held). */
+#define LC_LATE 2
+
+/* Copies the block of pinned slot sl into op (a result of 0 or -errno;
+ * LC_LATE with op->len untouched when the copy ended past late, 0: never). */
+static void copy_out(kvt_op *op, const kvt_slot *sl, uint64_t late)
+{
+	char kb[34];
+
+	if (!op->buf && op->len) {
+		op->result = kvt_fail(-EINVAL, "kvt_get: buf is NULL but cap is %zu", op->len);
+	} else if (sl->len > op->len) {
+		op->result = -ENOBUFS;
+		kvt_set_error("block %s is %zu bytes; the buffer holds %zu",
+			      kvt_key_str(op->key, kb), sl->len, op->len);
+	} else {
+		memcpy(op->buf, sl->addr, sl->len);
+		op->result = 0;
+		if (late && kvt_now_ns() >= late) {
+			op->result = LC_LATE;
+			return;
+		}
+	}
+	op->len = sl->len;
+}
+
 /* Gets up to LP_KEYS_MAX ops: from the directory where it can, else pins,
- * copies out, unpins later. */
-static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
+ * copies out, unpins later. With held, the pins do not lapse and are
+ * ended at once; without, a copy that ended when its pin may have lapsed
+ * leaves its op LC_LATE. */
+static int get_piece(struct local_client *c, kvt_op *ops, size_t n, int held)
 {
 	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
 	uint64_t rsmall[SMALL] = { 0 }, *refs = n <= SMALL ? rsmall : calloc(n, sizeof(*refs));
@@ -405,25 +436,17 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 		}
 	if (!m)
 		goto out;
-	rc = lc_slots_rpc(c, LP_PIN, sl, m);
+	/* The node store's pins lapse pin_ns after it made them, which is
+	 * after this: a copy that ends before late read the pinned block. */
+	uint64_t late = held ? 0 : kvt_now_ns() + c->pin_ns;
+	rc = lc_slots_rpc(c, held ? LP_PIN | LC_HELD : LP_PIN, sl, m);
 	if (rc < 0)
 		goto out;
 	for (size_t i = 0; i < m; i++) {
 		kvt_op *op = &ops[at[i]];
 		if (sl[i].result == 0) {
 			refs[k++] = sl[i].ref;
-			if (!op->buf && op->len) {
-				op->result = kvt_fail(-EINVAL, "kvt_get: buf is NULL but cap is %zu",
-						      op->len);
-			} else if (sl[i].len > op->len) {
-				op->result = -ENOBUFS;
-				kvt_set_error("block %s is %zu bytes; the buffer holds %zu",
-					      kvt_key_str(op->key, kb), sl[i].len, op->len);
-			} else {
-				memcpy(op->buf, sl[i].addr, sl[i].len);
-				op->result = 0;
-			}
-			op->len = sl[i].len;
+			copy_out(op, &sl[i], late);
 		} else if (sl[i].result == -ENOENT) {
 			op->result = -ENOENT;
 			kvt_set_error("key %s is not stored", kvt_key_str(op->key, kb));
@@ -433,7 +456,7 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n)
 				      kvt_key_str(op->key, kb), kvt_strerror(sl[i].result));
 		}
 	}
-	rc = k ? lc_unpin_later(c, refs, k) : 0;
+	rc = !k ? 0 : held ? lc_unpin_now(c, refs, k) : lc_unpin_later(c, refs, k);
 out:
 	if (sl != small)
 		free(sl);
@@ -444,11 +467,40 @@ out:
 	return rc < 0 ? rc : 0;
 }
 
+/* Loads again, with held pins, the ops of ops[0..n) left LC_LATE. */
+static int get_late(struct local_client *c, kvt_op *ops, size_t n)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		m += ops[i].result == LC_LATE;
+	if (!m)
+		return 0;
+	kvt_op *late = malloc(m * sizeof(*late));
+	size_t *at = malloc(m * sizeof(*at));
+	int rc = late && at ? 0 : kvt_fail(-ENOMEM, "kvt_get: out of memory");
+
+	for (size_t i = 0, j = 0; !rc && i < n; i++)
+		if (ops[i].result == LC_LATE) {
+			at[j] = i;
+			late[j++] = ops[i];
+		}
+	if (!rc)
+		rc = get_piece(c, late, m, 1);
+	for (size_t j = 0; !rc && j < m; j++)
+		ops[at[j]] = late[j];
+	free(late);
+	free(at);
+	return rc;
+}
+
 int local_get_ops(struct local_client *c, kvt_op *ops, size_t n)
 {
 	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
 		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
-		int rc = get_piece(c, ops + i, k);
+		int rc = get_piece(c, ops + i, k, 0);
+		if (!rc)
+			rc = get_late(c, ops + i, k);
 		if (rc < 0) {
 			for (size_t j = i; j < n; j++)
 				ops[j].result = rc;

@@ -35,6 +35,7 @@ struct local_client {
 	size_t arena_len;
 	uint64_t max_block;
 	unsigned spin_us;      /* the node store's local.spin_us */
+	uint64_t pin_ns;       /* the node store's ram.pin_ms, in ns */
 	struct dir_view dir;   /* the node store's directory (dir.head NULL: none) */
 	uint64_t defer[LC_DEFER]; /* pins of finished gets, not yet unpinned */
 	uint32_t ndefer;
@@ -71,8 +72,9 @@ int lc_rpc(struct local_client *c, int type, const void *a, size_t alen,
 	   const void *b, size_t blen, void *out, size_t cap, size_t *olen);
 
 /* local_slots.c */
-/* With LP_RESERVE in lc_slots_rpc's type: the reservations are the
- * library's own, for one kvt_put (LP_WANT_HELD): they do not lapse. */
+/* With LP_RESERVE or LP_PIN in lc_slots_rpc's type: the reservations
+ * (LP_WANT_HELD) or pins (LP_HELD) are the library's own, for one kvt_put
+ * or get: they do not lapse. */
 #define LC_HELD 0x100
 /* PIN or RESERVE (LC_HELD or not) of slots[0..n), n <= LP_KEYS_MAX:
  * returns the count. */
@@ -82,5 +84,7 @@ int lc_end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publish)
 /* The unpins of a finished get: carried by the next request where they fit
  * beside those waiting, else sent now without a reply. */
 int lc_unpin_later(struct local_client *c, const uint64_t *refs, size_t n);
+/* UNPIN of the refs (non-zero), answered: the pins released, or -errno. */
+int lc_unpin_now(struct local_client *c, const uint64_t *refs, size_t n);
 
 #endif

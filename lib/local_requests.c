@@ -219,7 +219,7 @@ static int do_pin(struct conn *c, int type, const unsigned char *p, size_t len)
 	for (uint32_t i = 0; i < n; i++)
 		get_keys(p + 4 + (size_t)i * sizeof(struct lp_key), &sl[i].key, 1);
 	uint32_t m = room_for(c, n);
-	int r = kvt_get_pin(c->srv->s, sl, m, 0, &b);
+	int r = slot_get_pin(c->srv->s, sl, m, !!(type & LP_HELD), &b);
 	if (r < 0) {
 		rc = lsrv_send_error(c->fd, type, r);
 		goto out;
@@ -379,17 +379,20 @@ static int do_hits(struct conn *c, const unsigned char *p, size_t len)
 /* Serves one request; -1 ends the connection. */
 int lsrv_serve(struct conn *c, int type, const unsigned char *p, size_t len)
 {
-	int t = type & ~LP_NOREPLY;
+	int t = type & ~(LP_NOREPLY | LP_HELD);
 
-	/* Only an unpin may go unanswered, and hits always do. */
+	/* Only an unpin may go unanswered, and hits always do; only pins
+	 * may be held. */
 	if ((type & LP_NOREPLY) ? t != LP_UNPIN && t != LP_HITS : t == LP_HITS)
+		return -1;
+	if ((type & LP_HELD) && t != LP_PIN)
 		return -1;
 	switch (t) {
 	case LP_LOOKUP: return do_lookup(c, t, p, len);
 	case LP_RELEASE: return do_release(c, t, p, len);
 	case LP_REMOVE: return do_remove(c, t, p, len);
 	case LP_STATS: return do_stats(c, t, len);
-	case LP_PIN: return do_pin(c, t, p, len);
+	case LP_PIN: return do_pin(c, type, p, len);
 	case LP_UNPIN: return do_unpin(c, type, p, len);
 	case LP_RESERVE: return do_reserve(c, t, p, len);
 	case LP_COMMIT: return do_end(c, t, p, len, 1);

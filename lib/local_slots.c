@@ -43,6 +43,7 @@ int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
 	uint64_t held = type & LC_HELD ? LP_WANT_HELD : 0;
 
 	type &= ~LC_HELD;
+	int wire = held && type == LP_PIN ? type | (int)LP_HELD : type;
 	size_t each = type == LP_PIN ? sizeof(struct lp_key) : sizeof(struct lp_want);
 	size_t qlen = 4 + n * each, rlen = 4 + n * sizeof(struct lp_slot), got = 0;
 	unsigned char qs[4 + SMALL * sizeof(struct lp_want)];
@@ -64,7 +65,7 @@ int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n)
 			memcpy(q + 4 + i * each + sizeof(struct lp_key), &l, 8);
 		}
 	}
-	rc = lc_rpc(c, type, q, qlen, NULL, 0, r, rlen, &got);
+	rc = lc_rpc(c, wire, q, qlen, NULL, 0, r, rlen, &got);
 	if (rc < 0)
 		goto out;
 	memcpy(&n32, r, 4);
@@ -223,8 +224,7 @@ int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
 	return total;
 }
 
-/* UNPIN of the refs (non-zero), answered. */
-static int unpin_refs(struct local_client *c, const uint64_t *refs, size_t n)
+int lc_unpin_now(struct local_client *c, const uint64_t *refs, size_t n)
 {
 	int total = 0;
 
@@ -271,7 +271,7 @@ int local_unpin(struct local_client *c, const kvt_slot *slots, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (slots[i].ref)
 			refs[k++] = slots[i].ref;
-	int rc = unpin_refs(c, refs, k);
+	int rc = lc_unpin_now(c, refs, k);
 	free(refs);
 	if (rc >= 0 && (size_t)rc < n)
 		kvt_set_error("kvt_unpin: %zu of the %zu slots were not live pins "

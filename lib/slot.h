@@ -65,6 +65,15 @@ void slot_set_peers(struct slot_table *t, const struct slot_peers *p);
  */
 int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t *keep);
 
+/*
+ * kvt_get_pin, its arguments checked. With keep, the pins are the
+ * library's own, those behind one get of an attached process whose copy
+ * out of the first ones outlasted ram.pin_ms: they never lapse, and that
+ * process unpins them as soon as it has copied (or its connection closes,
+ * which unpins them).
+ */
+int slot_get_pin(kvt_store *s, kvt_slot *slots, size_t n, int keep, kvt_pin_batch **out);
+
 /* Finishes queued loads, stops the loaders and gives back every slot still
  * held; before the tiers close. NULL: no-op. */
 void slot_close(struct slot_table *t);

@@ -127,17 +127,9 @@ static int pin_one(struct slot_table *t, kvt_slot *sl, uint32_t *rec)
 	return -EINPROGRESS;
 }
 
-KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
-			kvt_pin_batch **out)
+int slot_get_pin(kvt_store *s, kvt_slot *slots, size_t n, int keep, kvt_pin_batch **out)
 {
-	int rc = slot_check_args(s, slots, n, "kvt_get_pin");
-	if (rc)
-		return rc;
-	if (!out)
-		return kvt_fail(-EINVAL, "kvt_get_pin: out is NULL");
-	if (flags)
-		return kvt_fail(-EINVAL, "kvt_get_pin: unknown flags 0x%x", flags);
-
+	int rc;
 	struct slot_table *t = store_slots(s);
 	struct kvt_pin_batch *b = calloc(1, sizeof(*b));
 	size_t *load = malloc((n ? n : 1) * sizeof(*load));
@@ -192,8 +184,11 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 		sl->result = pin_one(t, sl, &rec[nload]);
 		if (sl->result == -EINPROGRESS)
 			load[nload++] = i;
-		if (sl->result == 0 || sl->result == -EINPROGRESS)
+		if (sl->result == 0 || sl->result == -EINPROGRESS) {
 			pinned++;
+			if (keep)
+				slot_rec_keep(t, (uint32_t)sl->ref);
+		}
 		else if (sl->result == -EAGAIN)
 			kvt_set_error("kvt_get_pin: slot %zu (%s): ram.pin_cap is held in slots",
 				      i, kvt_key_str(sl->key, kb));
@@ -219,6 +214,19 @@ KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
 	free(rec);
 	*out = b;
 	return pinned;
+}
+
+KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n, unsigned flags,
+			kvt_pin_batch **out)
+{
+	int rc = slot_check_args(s, slots, n, "kvt_get_pin");
+	if (rc)
+		return rc;
+	if (!out)
+		return kvt_fail(-EINVAL, "kvt_get_pin: out is NULL");
+	if (flags)
+		return kvt_fail(-EINVAL, "kvt_get_pin: unknown flags 0x%x", flags);
+	return slot_get_pin(s, slots, n, 0, out);
 }
 
 KVT_API int kvt_pin_reap(kvt_pin_batch *b, size_t *idx, size_t max, int timeout_ms)

@@ -1014,6 +1014,101 @@ static void test_attached_puts_outlast_pin_ms(void **state)
 	free(back);
 }
 
+struct churn {
+	kvt_store *node;
+	kvt_key key;              /* the block the test reads */
+	const unsigned char *want;
+	size_t len;
+	atomic_int ready;         /* the block is stored: the reader may get it */
+	atomic_int asked;         /* gets the reader started */
+	atomic_int stop;
+};
+
+/* Once the reader's get has pinned the block, removes it (its space is
+ * given back once the pin ends or lapses) and puts 16 fresh 1 MiB blocks,
+ * which may take that space, then puts the block back for the next get. */
+static void *churn_main(void *p)
+{
+	struct churn *ch = p;
+	size_t len = 1u << 20;
+	unsigned char *buf = malloc(len);
+	int seen = 0;
+
+	for (uint64_t i = 0; buf; i++) {
+		long long pins = store_stat(ch->node, "slots", "pins_ram");
+		kvt_put(ch->node, ch->key, ch->want, ch->len);
+		atomic_store(&ch->ready, 1);
+		while (atomic_load(&ch->asked) == seen && !atomic_load(&ch->stop))
+			sched_yield();
+		if (atomic_load(&ch->stop))
+			break;
+		seen = atomic_load(&ch->asked);
+		while (store_stat(ch->node, "slots", "pins_ram") == pins && !atomic_load(&ch->stop))
+			sched_yield();
+		kvt_remove(ch->node, ch->key);
+		for (int j = 0; j < 16; j++) {
+			kvt_key k = test_key(100000 + i * 16 + (uint64_t)j);
+			fill_block(k, buf, len);
+			kvt_put(ch->node, k, buf, len);
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+/* An attached process's get copies a block out of a pin of the node
+ * store. With ram.pin_ms 1 that pin lapses while a 16 MiB block is being
+ * copied, and the churn removes the block, whose space other blocks then
+ * take: the get must still hand out the block's own bytes (or miss),
+ * never others. */
+static void test_attached_gets_outlast_pin_ms(void **state)
+{
+	(void)state;
+	char sock[256], cfg[512];
+	size_t len = 16u << 20, got = 0;
+	kvt_store *node = NULL;
+	snprintf(sock, sizeof(sock), "%s/lapse-get.sock", g_dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false, "
+		 "\"pin_ms\": 1, \"max_block\": \"16MiB\"}, \"local\": {\"socket\": \"%s\", "
+		 "\"directory\": 0}}", sock);
+	assert_int_equal(kvt_open(cfg, &node), 0);
+	kvt_store *a = attach_within(sock, 1000);
+	unsigned char *want = malloc(len), *buf = malloc(len);
+	kvt_key k = test_key(990);
+	struct churn ch = { .node = node, .key = k, .want = want, .len = len };
+	pthread_t th;
+	int hits = 0, wrong = 0, other = 0;
+
+	assert_non_null(want);
+	assert_non_null(buf);
+	fill_block(k, want, len);
+	assert_int_equal(pthread_create(&th, NULL, churn_main, &ch), 0);
+	for (int i = 0; i < 100; i++) {
+		while (!atomic_exchange(&ch.ready, 0))
+			sched_yield();
+		atomic_fetch_add(&ch.asked, 1);
+		int rc = kvt_get(a, k, buf, len, &got);
+		if (rc == -ENOENT)
+			continue;
+		if (rc || got != len) {
+			other++;
+			continue;
+		}
+		hits++;
+		wrong += memcmp(buf, want, len) != 0;
+	}
+	atomic_store(&ch.stop, 1);
+	pthread_join(th, NULL);
+	print_message("    %d hits, %d with wrong bytes, %d failed otherwise\n", hits,
+		      wrong, other);
+	assert_int_equal(wrong, 0);
+	assert_int_equal(other, 0);
+	kvt_close(a);
+	kvt_close(node);
+	free(want);
+	free(buf);
+}
+
 static void test_get_unpins_with_next_request(void **state)
 {
 	(void)state;
@@ -2044,6 +2139,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_attached_calls),
 		cmocka_unit_test(test_get_unpins_with_next_request),
 		cmocka_unit_test(test_attached_puts_outlast_pin_ms),
+		cmocka_unit_test(test_attached_gets_outlast_pin_ms),
 		cmocka_unit_test(test_dozens_of_clients),
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_directory_gets_need_no_request),
