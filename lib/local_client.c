@@ -386,7 +386,8 @@ static int dir_get(struct local_client *c, kvt_op *op)
 
 /* kvt_op.result of an op whose copy out of its pin ended when the pin may
  * have lapsed (ram.pin_ms after the PIN was sent), so that the space may
- * have held another block by then: the op is loaded again (held). */
+ * have held another block by then, or whose disk load in the node store
+ * outlasted its pin (-ECANCELED): the op is loaded again (held). */
 #define LC_LATE 2
 
 /* Copies the block of pinned slot sl into op (a result of 0 or -errno;
@@ -414,8 +415,8 @@ static void copy_out(kvt_op *op, const kvt_slot *sl, uint64_t late)
 
 /* Gets up to LP_KEYS_MAX ops: from the directory where it can, else pins,
  * copies out, unpins later. With held, the pins do not lapse and are
- * ended at once; without, a copy that ended when its pin may have lapsed
- * leaves its op LC_LATE. */
+ * ended at once; without, a copy that ended when its pin may have lapsed,
+ * or a pin that lapsed while its disk load ran, leaves its op LC_LATE. */
 static int get_piece(struct local_client *c, kvt_op *ops, size_t n, int held)
 {
 	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
@@ -447,6 +448,8 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n, int held)
 		if (sl[i].result == 0) {
 			refs[k++] = sl[i].ref;
 			copy_out(op, &sl[i], late);
+		} else if (sl[i].result == -ECANCELED && !held) {
+			op->result = LC_LATE; /* a disk hit's load outlasted its pin */
 		} else if (sl[i].result == -ENOENT) {
 			op->result = -ENOENT;
 			kvt_set_error("key %s is not stored", kvt_key_str(op->key, kb));

@@ -42,9 +42,10 @@
 #define LP_NOREPLY 0x80u      /* request bit of type: send no reply */
 #define LP_HELD 0x20u         /* request bit of LP_PIN (kept in the reply's
 				 type): the pins are the client library's
-				 own, for one get whose earlier copy outlasted
-				 ram.pin_ms; they do not lapse, and the client
-				 unpins them at once */
+				 own, for one get whose first pin may have
+				 lapsed (its copy or its load outlasted
+				 ram.pin_ms); they do not lapse, and the
+				 client unpins them at once */
 #define LP_KEYS_MAX 4096u     /* keys or slots in one request */
 #define LP_TEXT_MAX 1024u     /* error text in a reply */
 #define LP_STATS_MAX (4u << 20) /* statistics document in a reply */

@@ -1109,6 +1109,45 @@ static void test_attached_gets_outlast_pin_ms(void **state)
 	free(buf);
 }
 
+/* A get of a block only on the node store's disk: the node store loads it
+ * into a fresh slot before it answers, and with ram.pin_ms 1 that pin
+ * lapses while 16 MiB are read and checked. The get still loads the block
+ * (under a pin that does not lapse) instead of failing with -ECANCELED. */
+static void test_attached_disk_gets_outlast_pin_ms(void **state)
+{
+	(void)state;
+	TEST_NEED_DISK();
+	char sock[256], cfg[768];
+	size_t len = 16u << 20, got = 0;
+	kvt_store *node = NULL;
+	snprintf(sock, sizeof(sock), "%s/lapse-disk.sock", g_dir);
+	snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"64MiB\", \"mlock\": false, "
+		 "\"pin_ms\": 1, \"max_block\": \"16MiB\"}, \"disk\": {\"path\": "
+		 "\"%s/lapse.disk\", \"capacity\": \"160MiB\", \"region_size\": \"32MiB\"}, "
+		 "\"local\": {\"socket\": \"%s\", \"directory\": 0}}", g_dir, sock);
+	unsigned char *buf = malloc(len);
+
+	assert_non_null(buf);
+	/* Stored, then on disk only: closing writes RAM's blocks to disk. */
+	assert_int_equal(kvt_open(cfg, &node), 0);
+	for (uint64_t i = 0; i < 2; i++)
+		store_put_block(node, test_key(980 + i), len);
+	kvt_close(node);
+	assert_int_equal(kvt_open(cfg, &node), 0);
+	kvt_store *a = attach_within(sock, 1000);
+	for (uint64_t i = 0; i < 2; i++) {
+		kvt_key k = test_key(980 + i);
+		int rc = kvt_get(a, k, buf, len, &got);
+		if (rc)
+			fail_msg("get %u: %s: %s", (unsigned)i, kvt_strerror(rc), kvt_last_error());
+		assert_int_equal(got, len);
+		assert_true(check_block(k, buf, len));
+	}
+	kvt_close(a);
+	kvt_close(node);
+	free(buf);
+}
+
 static void test_get_unpins_with_next_request(void **state)
 {
 	(void)state;
@@ -2140,6 +2179,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_get_unpins_with_next_request),
 		cmocka_unit_test(test_attached_puts_outlast_pin_ms),
 		cmocka_unit_test(test_attached_gets_outlast_pin_ms),
+		cmocka_unit_test(test_attached_disk_gets_outlast_pin_ms),
 		cmocka_unit_test(test_dozens_of_clients),
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_directory_gets_need_no_request),
