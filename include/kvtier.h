@@ -403,7 +403,8 @@ typedef struct kvt_pin_batch kvt_pin_batch;
  * but before the lapse still publishes. Only a copy and commit that finish
  * within ram.pin_ms are sure to publish, and the caller must not write into
  * a slot past ram.pin_ms. Returns the number of slots reserved; -EINVAL
- * for a NULL store, slots NULL with n non-zero, or flags non-zero.
+ * for a NULL store, slots NULL with n non-zero, n above INT32_MAX, or
+ * flags non-zero.
  */
 KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
 			    unsigned flags);
@@ -422,8 +423,8 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
  * -ESTALE (not a live reservation of this store: aborted, committed, or
  * lapsed, which a reservation older than ram.pin_ms may have done; see
  * kvt_put_reserve()) or -ENOMEM; ref and addr are cleared. Returns
- * the number of slots published; -EINVAL for a NULL store, or slots NULL
- * with n non-zero.
+ * the number of slots published; -EINVAL for a NULL store, slots NULL
+ * with n non-zero, or n above INT32_MAX.
  */
 KVT_API int kvt_put_commit(kvt_store *s, kvt_slot *slots, size_t n);
 
@@ -456,7 +457,7 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * unpin). A pin not released within ram.pin_ms of its call is taken to be
  * forgotten and lapses, like a lease. flags must be 0. Returns the number of
  * slots pinned or loading; -EINVAL for a NULL store or out, slots NULL with
- * n non-zero, or flags non-zero; -ENOMEM.
+ * n non-zero, n above INT32_MAX, or flags non-zero; -ENOMEM.
  */
 KVT_API int kvt_get_pin(kvt_store *s, kvt_slot *slots, size_t n,
 			unsigned flags, kvt_pin_batch **out);
@@ -501,7 +502,8 @@ KVT_API void kvt_pin_free(kvt_pin_batch *b);
  * read lands, and kvt_pin_reap() reports it with -ECANCELED. Slots with ref
  * 0 are skipped; one that is not a live pin of this store (unpinned before,
  * a failed load, or lapsed after ram.pin_ms) is ignored. Returns the number
- * of pins released; -EINVAL for a NULL store, or slots NULL with n non-zero.
+ * of pins released; -EINVAL for a NULL store, slots NULL with n non-zero,
+ * or n above INT32_MAX.
  */
 KVT_API int kvt_unpin(kvt_store *s, const kvt_slot *slots, size_t n);
 
