@@ -37,7 +37,7 @@
 #include "internal.h"
 
 #define LP_MAGIC 0x4c4bu      /* "KL" */
-#define LP_VERSION 2u
+#define LP_VERSION 3u
 #define LP_REPLY 0x40u        /* reply bit of type */
 #define LP_NOREPLY 0x80u      /* request bit of type: send no reply */
 #define LP_HELD 0x20u         /* request bit of LP_PIN (kept in the reply's

@@ -68,7 +68,7 @@
 
 /* The wire (lib/local_proto.h, kvtier(7)), written out to pin it. */
 #define W_MAGIC 0x4c4bu
-#define W_VERSION 2u
+#define W_VERSION 3u
 #define W_HELLO 1u
 #define W_LOOKUP 2u
 #define W_RESERVE 8u

@@ -42,7 +42,7 @@
 
 /* The wire (lib/local_proto.h); host byte order. */
 #define LW_MAGIC 0x4c4bu
-#define LW_VERSION 2u
+#define LW_VERSION 3u
 #define LW_HELLO 1u
 #define LW_REPLY 0x40u
 #define LW_TEXT_MAX 1024u
