@@ -454,8 +454,9 @@ KVT_API int kvt_put_abort(kvt_store *s, kvt_slot *slots, size_t n);
  * negative has addr NULL (and, reaped, len 0). A pinned block is never
  * evicted, moved or reused, even
  * when kvt_remove() removes its key meanwhile (the bytes stay until the
- * unpin). A pin not released within ram.pin_ms of its call is taken to be
- * forgotten and lapses, like a lease. flags must be 0. Returns the number of
+ * unpin). A pin not released within ram.pin_ms of its call (of its
+ * landing, for a load: a load in flight never lapses, however slow) is
+ * taken to be forgotten and lapses, like a lease. flags must be 0. Returns the number of
  * slots pinned or loading; -EINVAL for a NULL store or out, slots NULL with
  * n non-zero, n above INT32_MAX, or flags non-zero; -ENOMEM.
  */

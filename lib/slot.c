@@ -15,7 +15,9 @@
  *   PIN_OWN   - that extent, loaded and checked, private to the slot
  * and a load that the RAM tier admits as a promotion becomes PIN_RAM: its
  * extent is then the RAM block of its key, pinned by the slot.
- * A LOADING record released early (unpinned or lapsed) is marked and freed
+ * A LOADING record has no deadline yet: the library's own read never lapses
+ * (a pin never expires while its transfer runs), and its ram.pin_ms starts
+ * when the load lands. One released early (unpinned) is marked and freed
  * by its loader once the read is done, so no I/O ever lands in reused space.
  * This file knows what each state holds in the RAM tier, never how a slot
  * came to be (slot_save.c, slot_pin.c) or how a load runs (slot_load.c).
@@ -99,8 +101,27 @@ static void live_unlink(struct slot_table *t, uint32_t id)
 	r->linked = 0;
 }
 
-/* A new record for len bytes of key, held until now + pin_ms; NIL when the
- * table cannot grow. */
+/* Starts a record's ram.pin_ms: its deadline is now + pin_ms, at the tail
+ * of the live list (every deadline before it is earlier or the same). */
+void slot_rec_arm(struct slot_table *t, uint32_t id)
+{
+	struct slot_rec *r = &t->recs[id];
+
+	r->deadline = kvt_now_ns() + t->pin_ns;
+	r->prev = t->live_tail;
+	r->next = NIL;
+	if (t->live_tail != NIL)
+		t->recs[t->live_tail].next = id;
+	else
+		t->live_head = id;
+	t->live_tail = id;
+	r->linked = 1;
+}
+
+/* A new record for len bytes of key; NIL when the table cannot grow. It is
+ * held until now + pin_ms, except a LOADING one: a pin never lapses while
+ * the library's own read into it runs, so its ram.pin_ms starts when the
+ * load lands (slot_rec_arm from the loader). */
 uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state)
 {
 	if (t->free_head == NIL) {
@@ -129,15 +150,11 @@ uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state)
 	r->key = key;
 	r->len = (uint32_t)len;
 	r->state = (uint8_t)state;
-	r->deadline = kvt_now_ns() + t->pin_ns;
-	r->prev = t->live_tail;
-	r->next = NIL;
-	if (t->live_tail != NIL)
-		t->recs[t->live_tail].next = id;
+	r->next = r->prev = NIL;
+	if (state == R_LOADING)
+		t->loading++;
 	else
-		t->live_head = id;
-	t->live_tail = id;
-	r->linked = 1;
+		slot_rec_arm(t, id);
 	t->held_bytes += len;
 	return id;
 }
@@ -146,7 +163,8 @@ void slot_rec_keep(struct slot_table *t, uint32_t id)
 {
 	live_unlink(t, id);
 	t->recs[id].kept = 1;
-	t->nkept++;
+	if (t->recs[id].state != R_LOADING) /* counted as loading until it lands */
+		t->nkept++;
 }
 
 /* Frees a record whose resources are given back or handed on. */
@@ -155,7 +173,9 @@ void slot_rec_drop(struct slot_table *t, uint32_t id)
 	struct slot_rec *r = &t->recs[id];
 
 	live_unlink(t, id);
-	if (r->kept)
+	if (r->state == R_LOADING)
+		t->loading--;
+	else if (r->kept)
 		t->nkept--;
 	r->kept = 0;
 	if (r->pb)
@@ -267,6 +287,7 @@ void slot_stats(struct slot_table *t, const struct stat_visitor *v)
 	live = t->nkept;
 	for (uint32_t id = t->live_head; id != NIL; id = t->recs[id].next)
 		live++;
+	live += t->loading;
 	pthread_mutex_unlock(&t->lock);
 	stat_int(v, "held", (int64_t)live);
 	stat_int(v, "held_bytes", (int64_t)held);

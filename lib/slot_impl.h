@@ -35,12 +35,12 @@ struct slot_rec {
 	uint64_t ram_ref;     /* PIN_RAM */
 	uint64_t ram_gen;     /* LOADING: the key's RAM generation at the pin */
 	int32_t owner;        /* LOADING: the member read from, or -1: the disk */
-	uint64_t deadline;    /* CLOCK_MONOTONIC ns */
+	uint64_t deadline;    /* CLOCK_MONOTONIC ns; none while LOADING */
 	uint32_t len;
 	uint32_t gen;         /* bumped at every free: stale handles do not match */
-	uint32_t prev, next;  /* live list (made order), or free list through next */
+	uint32_t prev, next;  /* live list (deadline order), or free list through next */
 	uint8_t state;
-	uint8_t released;     /* LOADING: unpinned or lapsed; freed by its loader */
+	uint8_t released;     /* LOADING: unpinned; freed by its loader */
 	uint8_t linked;       /* on the live list */
 	uint8_t has_off;      /* LOADING: off is allocated */
 	uint8_t kept;         /* RESERVED for the length of one library call
@@ -105,7 +105,9 @@ struct slot_table {
 	pthread_mutex_t lock;
 	struct slot_rec *recs;
 	uint32_t nrecs, free_head, live_head, live_tail;
-	uint32_t nkept;           /* records kept off the live list (kept) */
+	uint32_t nkept;           /* records kept off the live list (kept),
+				     LOADING ones aside */
+	uint32_t loading;         /* LOADING records: not on the live list */
 	uint64_t held_bytes;
 
 	/* loaders (under lock) */
@@ -157,6 +159,7 @@ void pin_rec_tie(struct slot_table *t, uint32_t id, struct kvt_pin_batch *b, siz
  * the record's hold on the batch (the last hold frees it). Table locked. */
 void pin_rec_untie(struct slot_rec *r);
 uint32_t slot_rec_new(struct slot_table *t, kvt_key key, size_t len, int state);
+void slot_rec_arm(struct slot_table *t, uint32_t id);
 void slot_rec_drop(struct slot_table *t, uint32_t id);
 void slot_rec_free(struct slot_table *t, uint32_t id);
 void slot_rec_release(struct slot_table *t, uint32_t id);

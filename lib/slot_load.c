@@ -165,7 +165,14 @@ static void run_job(struct slot_table *t, struct slot_job *j)
 			res[k] = -ECANCELED;
 		ctr_add(res[k] == 0 ? &t->loads : &t->load_failures, 1);
 		if (res[k] == 0) {
+			/* Landed: the pin's ram.pin_ms starts now, unless it
+			 * is kept (it never lapses) */
+			t->loading--;
 			r->state = R_PIN_OWN;
+			if (r->kept)
+				t->nkept++;
+			else
+				slot_rec_arm(t, j->rec[k]);
 			pin_rec_tie(t, j->rec[k], j->b, j->idx[k]);
 			promote(t, r, sum[k]);
 		} else {

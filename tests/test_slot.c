@@ -6,7 +6,8 @@
  * through the eventfd), promoted into RAM in place; blocks a peer owns
  * loaded the same way; committed blocks written through in the background
  * and copied to the members that own them;
- * a forgotten pin and a forgotten reservation lapsing;
+ * a forgotten pin and a forgotten reservation lapsing, and a slow load
+ * that never lapses while it is read;
  * a pin on a block that kvt_remove removes, also from another thread while
  * the store churns; the arena's regions; bad arguments.
  */
@@ -15,6 +16,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,7 +27,9 @@
 
 #include <cmocka.h>
 
+#include "faultdev.h"
 #include "kvtier.h"
+#include "store_impl.h"
 #include "util.h"
 
 #define MiB (1024u * 1024u)
@@ -705,6 +709,46 @@ static void test_landed_but_unreaped_loads_are_cancelled(void **state)
 	kvt_close(s);
 }
 
+/* A pin never lapses while the library's own read into it runs: with a
+ * ram.pin_ms far shorter than the loads (each reap of the device held 20 ms
+ * by the fault layer), every load still lands and counts as loaded, none
+ * as failed (before, a load still in flight at its deadline was cancelled
+ * and reaped as -ECANCELED). Its ram.pin_ms starts when it lands, so a
+ * landed load may lapse before its reap: the reap says 0 or -ECANCELED. */
+static void test_slow_load_never_lapses_in_flight(void **state)
+{
+	(void)state;
+	const uint64_t n = 4;
+	kvt_slot sl[4];
+	kvt_pin_batch *b = NULL;
+	size_t idx[4], got = 0;
+	int r;
+
+	store_dev_ops = &fops;
+	kvt_store *s = blocks_on_disk_only("slowload.dat", n, MiB,
+					   ", \"pin_ms\": 1, \"pin_cap\": 1.0",
+					   WT ", \"promote\": false");
+	store_dev_ops = NULL;
+	atomic_store(&faults.delay_us, 20000);
+	for (uint64_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(i), 0);
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	for (uint64_t i = 0; i < n; i++)
+		assert_int_equal(sl[i].result, -EINPROGRESS);
+	while ((r = kvt_pin_reap(b, idx, 4, -1)) > 0)
+		for (int k = 0; k < r; k++, got++)
+			if (sl[idx[k]].result != 0 && sl[idx[k]].result != -ECANCELED)
+				fail_msg("slot %zu: %d", idx[k], sl[idx[k]].result);
+	atomic_store(&faults.delay_us, 0);
+	assert_int_equal(r, 0);
+	assert_int_equal(got, n);
+	assert_int_equal(store_stat(s, "slots", "loads"), n);
+	assert_int_equal(store_stat(s, "slots", "load_failures"), 0);
+	kvt_unpin(s, sl, n);
+	kvt_pin_free(b);
+	kvt_close(s);
+}
+
 static void test_forgotten_pin_and_reservation_lapse(void **state)
 {
 	(void)state;
@@ -957,6 +1001,7 @@ int main(void)
 		cmocka_unit_test(test_commit_is_copied_to_the_owner),
 		cmocka_unit_test(test_unpin_while_loading_cancels),
 		cmocka_unit_test(test_landed_but_unreaped_loads_are_cancelled),
+		cmocka_unit_test(test_slow_load_never_lapses_in_flight),
 		cmocka_unit_test(test_forgotten_pin_and_reservation_lapse),
 		cmocka_unit_test(test_forgotten_ram_pin_lapses_without_sweeping_calls),
 		cmocka_unit_test(test_pin_survives_remove),
@@ -965,5 +1010,6 @@ int main(void)
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_pin_cap),
 	};
+	faultdev_init();
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
