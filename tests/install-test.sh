@@ -1,10 +1,10 @@
 #!/bin/sh
 # Installs the built tree into a temporary prefix and builds outside
 # programs against it through pkg-config, as users do: a C consumer linked
-# dynamically and statically, the header as strict C99 and as C++, and a
-# check that the shared library exports only kvt_ symbols and that the static
-# archive defines no other global name (its internal symbols are local, so an
-# engine linking it inherits none of them).
+# dynamically, statically and fully static (cc -static), the header as
+# strict C99 and as C++, and a check that the shared library exports only
+# kvt_ symbols and that the static archive defines no other global name (its
+# internal symbols are local, so an engine linking it inherits none of them).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d /tmp/kvt-install-XXXXXX)
@@ -26,6 +26,9 @@ cflags=$(pkg-config --cflags kvtier) libs=$(pkg-config --libs kvtier)
 slibs=$(pkg-config --static --libs kvtier)
 check "pkg-config-dynamic" sh -c "cc -o $tmp/c tests/install/consumer.c $cflags $libs && $tmp/c"
 check "static-archive" sh -c "cc -o $tmp/cs tests/install/consumer.c $cflags $tmp/prefix/lib/libkvtier.a $(echo "$slibs" | sed 's/-lkvtier//') && $tmp/cs"
+# Fully static, as `cc -static` with what pkg-config --static lists: every
+# dependency's own dependencies must be there (librdmacm's libnl).
+check "pkg-config-static-full" sh -c "cc -static -o $tmp/cf tests/install/consumer.c $cflags $slibs && $tmp/cf"
 check "header-c99" cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only $cflags -x c tests/install/consumer.c
 check "header-c++" sh -c "c++ -std=c++11 -Wall -Wextra -Werror -o $tmp/cpp tests/install/header.cpp $cflags $libs && $tmp/cpp"
 check "exports-only-kvt" sh -c "nm -D --defined-only $tmp/prefix/lib/libkvtier.so | awk '{print \$3}' | grep -v '^KVTIER_' | grep -v '^kvt_' | (! grep .)"
