@@ -16,6 +16,16 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/* XXH3's output is fixed from xxHash 0.8.0 on; before it, XXH3 was
+ * experimental and its output could change between releases, so a build
+ * against an older xxhash.h (inlined here) could give other keys (and other
+ * disk checksums and peer owners) than every other build. Refuse it rather
+ * than build a library whose keys need not match; tests/test_hash.c's
+ * vectors check the hash itself. */
+#if !defined(XXH_VERSION_NUMBER) || XXH_VERSION_NUMBER < 800
+#error "libkvtier needs xxHash 0.8.0 or later (XXH3 is stable from 0.8.0 on)"
+#endif
+
 #include "internal.h"
 #include "kvtier.h"
 
