@@ -359,6 +359,26 @@ static int admit_promotion(struct ram_tier *r, kvt_key key, size_t len)
 }
 
 /*
+ * Whether a put of len bytes would be dropped at once: without a disk tier
+ * an evicted block is gone, and once the put takes RAM past the high
+ * watermark the evictor frees down to the low one, the newest block last;
+ * when the leased blocks and this one alone stay above the low watermark,
+ * this block is dropped too, so the put would be reported stored and lost.
+ * Such a put is refused (-ENOSPC, counted) as when RAM is full of leased
+ * blocks: no tier can take it. (A block above the low watermark by itself
+ * is not a matter of leases: left to the evictor.)
+ */
+static int dropped_at_once(struct ram_tier *r, size_t len)
+{
+	if (r->spill || len > r->low_bytes ||
+	    atomic_load_explicit(&r->used, memory_order_relaxed) + len <= r->high_bytes ||
+	    ctr_get(&r->leased_bytes) + len <= r->low_bytes)
+		return 0;
+	expire_all(r); /* lapsed leases count until swept */
+	return ctr_get(&r->leased_bytes) + len > r->low_bytes;
+}
+
+/*
  * ram_put, and with gen (a promotion) ram_promote: the copy must match *sum
  * (when given) and no removal may have changed key's generation since *gen.
  * With summed (and no sum), the copy's checksum is computed as it is made
@@ -383,6 +403,10 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 	if (gen && !admit_promotion(r, key, len)) {
 		ctr_add(&r->promotions_declined, 1);
 		return -EAGAIN;
+	}
+	if (!gen && dropped_at_once(r, len)) {
+		ctr_add(&r->refused_puts, 1);
+		return -ENOSPC;
 	}
 	int64_t off = alloc_extent(r, len, may_spill);
 	if (off < 0) {

@@ -238,13 +238,57 @@ static void put_refused_when_only_leased_blocks_remain(void **state)
 	assert_int_equal(ram_put(r, test_key(16), buf, sizeof(buf)), -ENOSPC);
 	assert_int_equal(ram_counter(r, "refused_puts"), 1);
 	assert_int_equal(ram_counter(r, "evictions"), 0);
-	/* one lease ended: that block makes room for the put */
+	/* One lease ended: still refused, since the 15 leased blocks and this
+	 * one stay above the low watermark (13.6 blocks), where the evictor
+	 * would drop the new block as soon as it came in. */
 	assert_int_equal(ram_release(r, test_key(3)), 1);
+	assert_int_equal(ram_put(r, test_key(16), buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(ram_counter(r, "refused_puts"), 2);
+	/* Four ended: the unleased blocks make room for the put, and it stays. */
+	for (uint64_t i = 4; i < 7; i++)
+		assert_int_equal(ram_release(r, test_key(i)), 1);
 	assert_int_equal(ram_put(r, test_key(16), buf, sizeof(buf)), 0);
 	assert_int_equal(has_block(r, 3), 0);
 	assert_int_equal(has_block(r, 16), 1);
-	for (uint64_t i = 0; i < 16; i++)
-		assert_int_equal(has_block(r, i), i != 3);
+	for (uint64_t i = 7; i < 16; i++)
+		assert_int_equal(has_block(r, i), 1);
+	for (uint64_t i = 0; i < 3; i++)
+		assert_int_equal(has_block(r, i), 1);
+	ram_close(r);
+	config_free(&cfg);
+}
+
+/*
+ * Without a disk tier an evicted block is gone. With leased blocks alone
+ * above the low watermark, a put that takes RAM past the high watermark
+ * would be the evictor's victim at once (reported stored, then dropped):
+ * it is refused and counted, though the arena still has room for it. A put
+ * that stays below the high watermark is taken.
+ */
+static void put_refused_when_leases_would_drop_it_at_once(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	uint8_t buf[BLK];
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
+				      " \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
+				      " \"mlock\": false}}", &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
+	put_blocks(r, 0, 12); /* 12 of 16 blocks: below the high watermark (12.8) */
+	for (uint64_t i = 0; i < 12; i++)
+		lease(r, i, 1);
+	fill_block(test_key(12), buf, sizeof(buf));
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(ram_counter(r, "refused_puts"), 1);
+	assert_int_equal(has_block(r, 12), 0);
+	/* Without leases the same put is taken (nothing above the high mark). */
+	for (uint64_t i = 0; i < 12; i++)
+		assert_int_equal(ram_release(r, test_key(i)), 1);
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), 0);
+	assert_int_equal(has_block(r, 12), 1);
+	assert_int_equal(ram_counter(r, "refused_puts"), 1);
 	ram_close(r);
 	config_free(&cfg);
 }
@@ -1201,6 +1245,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(lease_cap_bounds_leased_bytes),
 		cmocka_unit_test(put_refused_when_only_leased_blocks_remain),
+		cmocka_unit_test(put_refused_when_leases_would_drop_it_at_once),
 		cmocka_unit_test(watermarks_evict_least_recent_down_to_low),
 		cmocka_unit_test(lease_taken_during_spill_keeps_block),
 		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),
