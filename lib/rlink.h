@@ -64,7 +64,9 @@ struct rlink_ev {
 	int type;
 	void *req;                 /* REQUEST: to accept or reject */
 	struct sockaddr_storage from;   /* REQUEST: the dialler's address */
-	void *qp;                  /* GONE: an accepted queue pair that closed */
+	void *qp;                  /* GONE: an accepted queue pair that closed, or
+				      whose connection failed before it was
+				      established */
 };
 
 struct rlink_node;

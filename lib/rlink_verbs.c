@@ -156,7 +156,13 @@ static int v_event(void *dev, int wait_ms, struct rlink_ev *out)
 		memcpy(&out->from, from, sa_len(from));
 		break;
 	}
+	/* an accepted connection that closed, or that failed before it was
+	 * established (its dialler went away in the middle of the handshake):
+	 * either way its queue pair is dropped */
 	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
 		if (ev->id->context) {
 			out->type = RLINK_EV_GONE;
 			out->qp = ev->id->context;

@@ -6,8 +6,10 @@
  * one-sided with every byte verified and the byte counters, strangers
  * refused before a queue pair exists, an unreachable address, a bad rkey
  * (a completion error breaks the link; dialling again works), a WRITE into
- * memory registered without remote writes (fails, lands nowhere), and an owner
- * process killed in the middle of a READ (bounded failure, link broken).
+ * memory registered without remote writes (fails, lands nowhere), an owner
+ * process killed in the middle of a READ (bounded failure, link broken), and
+ * diallers that go away in the middle of the handshake (the queue pairs
+ * accepted for them are dropped).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +28,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dirent.h>
+#include <rdma/rdma_cma.h>
 
 #include "internal.h"
 #include "rlink.h"
@@ -327,6 +331,88 @@ static void test_owner_killed_mid_read(void **state)
 	munmap(dst, len);
 }
 
+/* Descriptors this process has open. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* The next event on ch (a blocking channel), which must be want. */
+static void expect_cm_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *ev;
+
+	assert_int_equal(rdma_get_cm_event(ch, &ev), 0);
+	assert_int_equal(ev->event, want);
+	rdma_ack_cm_event(ev);
+}
+
+/*
+ * A member that sends a connection request and goes away before the
+ * connection is established (raw librdmacm from 10.77.0.2: the dialler
+ * never reads the owner's reply, so it never completes the handshake, and
+ * then destroys its id, as a process killed in the middle of its dial
+ * would). The owner accepted it, so a queue pair exists for it there; it
+ * must be dropped when the connection fails, not kept until the node
+ * closes (each kept one holds a queue pair, a completion queue, a
+ * descriptor and one of the node's 1024 places).
+ */
+static void test_dialler_gone_before_established(void **state)
+{
+	(void)state;
+	int port = next_port;
+	struct rlink_node *owner = open_node(1), *req = open_node(2);
+	struct sockaddr_in oa = addr_of(1, port), src = addr_of(2, 0);
+	struct rlink *l = NULL;
+
+	/* one whole dial first: whatever librdmacm opens once is open */
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	rlink_close(l);
+	rlink_node_close(req);
+	usleep(200000);
+	int fds = open_fds();
+	for (unsigned i = 0; i < 4; i++) {
+		struct rdma_event_channel *ch = rdma_create_event_channel();
+		struct rdma_cm_id *id;
+		struct ibv_qp_init_attr qa = {
+			.qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+		};
+		struct rdma_conn_param cp = { .initiator_depth = 1, .responder_resources = 1,
+					      .retry_count = 1 };
+		assert_non_null(ch);
+		assert_int_equal(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+		assert_int_equal(rdma_resolve_addr(id, (struct sockaddr *)&src,
+						   (struct sockaddr *)&oa, 2000), 0);
+		expect_cm_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+		assert_int_equal(rdma_resolve_route(id, 2000), 0);
+		expect_cm_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+		assert_int_equal(rdma_create_qp(id, NULL, &qa), 0);
+		assert_int_equal(rdma_connect(id, &cp), 0);
+		assert_int_equal(accepted_soon(owner, 2 + i), 2 + i);
+		rdma_destroy_qp(id);
+		rdma_destroy_id(id);
+		rdma_destroy_event_channel(ch);
+	}
+	/* every queue pair the owner accepted for them is gone again */
+	int now = open_fds();
+	for (int i = 0; i < 3000 && now > fds; i++) {
+		usleep(10000);
+		now = open_fds();
+	}
+	printf("# descriptors: %d before the half-open dials, %d after\n", fds, now);
+	assert_int_equal(now, fds);
+	rlink_node_close(owner);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "--owner"))
@@ -339,6 +425,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_unreachable_and_no_listener),
 		cmocka_unit_test(test_bad_rkey_breaks_link),
 		cmocka_unit_test(test_owner_killed_mid_read),
+		cmocka_unit_test(test_dialler_gone_before_established),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
