@@ -167,7 +167,8 @@ check-install: all
 # Debian's kernel under QEMU with a soft-RoCE device and runs them there
 # (.ci/rdma-deps.sh installs QEMU and the rest). Without QEMU or the kernel
 # package it says SKIP, unless KVT_REQUIRE_RDMA=1 (CI), where that fails.
-RDMA_TESTS := $(BUILD)/tests/test_rlink_verbs $(BUILD)/tests/test_peer_rdma_verbs
+RDMA_TESTS := $(BUILD)/tests/test_rlink_verbs $(BUILD)/tests/test_peer_rdma_verbs \
+	$(BUILD)/tests/test_peer_rdma_owner
 check-rdma: all $(RDMA_TESTS)
 	@rc=0; tests/rdma/vm.sh --timeout 900 -- sh tests/run.sh $(RDMA_TESTS) || rc=$$?; \
 	if [ $$rc -eq 77 ] && [ "$(KVT_REQUIRE_RDMA)" != 1 ]; then \

@@ -1,0 +1,316 @@
+/*
+ * test_peer_rdma_owner.c - a loader's RDMA gets while the owner of the
+ * blocks misbehaves, over the real libibverbs, librdmacm and kernel verbs
+ * stack (the soft-RoCE VM of tests/rdma/vm.sh, `make check-rdma`; anywhere
+ * else it exits 77). The owner is another process (a fresh exec of this
+ * program, member a at 10.77.0.1) that puts its blocks and waits; the
+ * loader is member b at 10.77.0.2 in this process, loading in a thread
+ * while the main thread kills, stops or restarts the owner. Each op of a
+ * batch either holds the owner's exact bytes or fails (a miss, or
+ * -ETIMEDOUT from a silent owner), and every batch returns within a bound
+ * of the configured timeouts.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "internal.h"
+#include "util.h"
+
+#define MiB (1024u * 1024u)
+#define NB 32u
+#define REQUEST_MS 4000u
+
+static const char *const names[2] = { "a", "b" };
+static int next_port = 7700;
+
+static int open_member(int self, int port, kvt_store **s)
+{
+	char cfg[1024];
+
+	snprintf(cfg, sizeof(cfg),
+		 "{\"ram\": {\"capacity\": \"128MiB\"}, "
+		 "\"peers\": {\"self\": \"%s\", \"transport\": \"rdma\", "
+		 "\"request_timeout_ms\": %u, \"connect_timeout_ms\": 3000, "
+		 "\"down_ms\": 300, \"members\": ["
+		 "{\"name\": \"a\", \"addr\": \"10.77.0.1:%d\"}, "
+		 "{\"name\": \"b\", \"addr\": \"10.77.0.2:%d\"}]}}",
+		 names[self], REQUEST_MS, port, port);
+	int e = kvt_open(cfg, s);
+	if (e)
+		printf("# kvt_open: %s\n", kvt_last_error());
+	return e;
+}
+
+/* The owner: member a, its NB blocks put, then waiting to be killed. */
+static void owner(int port, int wfd)
+{
+	kvt_store *a;
+	kvt_key keys[NB];
+	uint8_t *blk = malloc(MiB);
+	char ok = blk && open_member(0, port, &a) == 0;
+
+	test_owned_keys(names, 2, 0, 1, keys, NB);
+	for (unsigned i = 0; ok && i < NB; i++) {
+		fill_block(keys[i], blk, MiB);
+		ok = kvt_put(a, keys[i], blk, MiB) == 0;
+	}
+	if (write(wfd, &ok, 1) != 1 || !ok)
+		_exit(1);
+	for (;;)
+		pause();
+}
+
+static pid_t spawn_owner(int port)
+{
+	int fds[2];
+	char ok = 0;
+
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char ps[16], fs[16];
+		close(fds[0]);
+		snprintf(ps, sizeof(ps), "%d", port);
+		snprintf(fs, sizeof(fs), "%d", fds[1]);
+		execl("/proc/self/exe", "test_peer_rdma_owner", "owner", ps, fs, (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &ok, 1), 1);
+	close(fds[0]);
+	assert_int_equal(ok, 1);
+	return pid;
+}
+
+/* The loader's side: batches of every key until told to stop. */
+struct loader {
+	kvt_store *b;
+	kvt_key keys[NB];
+	uint8_t *mem;
+	atomic_int stop, batches;
+	int wrong, hits, misses, timeouts, others;
+	uint64_t longest_ns;
+};
+
+/* One batch: counts each op's outcome; a hit must hold the exact bytes. */
+static void one_batch(struct loader *l)
+{
+	kvt_op ops[NB];
+
+	memset(l->mem, 0xa5, (size_t)NB * MiB);
+	for (unsigned i = 0; i < NB; i++)
+		ops[i] = (kvt_op){ .key = l->keys[i], .buf = l->mem + (size_t)i * MiB, .len = MiB };
+	uint64_t t0 = kvt_now_ns();
+	kvt_get_batch(l->b, ops, NB);
+	uint64_t took = kvt_now_ns() - t0;
+	if (took > l->longest_ns)
+		l->longest_ns = took;
+	for (unsigned i = 0; i < NB; i++) {
+		if (ops[i].result == 0) {
+			l->hits++;
+			if (ops[i].len != MiB || !check_block(l->keys[i], ops[i].buf, MiB))
+				l->wrong++;
+		} else if (ops[i].result == -ENOENT) {
+			l->misses++;
+		} else if (ops[i].result == -ETIMEDOUT) {
+			l->timeouts++;
+		} else {
+			printf("# op %u: %s\n", i, kvt_strerror(ops[i].result));
+			l->others++;
+		}
+	}
+	atomic_fetch_add(&l->batches, 1);
+}
+
+static void *loader_main(void *arg)
+{
+	struct loader *l = arg;
+
+	while (!atomic_load(&l->stop))
+		one_batch(l);
+	return NULL;
+}
+
+static void loader_open(struct loader *l, int port)
+{
+	memset(l, 0, sizeof(*l));
+	l->mem = mmap(NULL, (size_t)NB * MiB, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(l->mem != MAP_FAILED);
+	assert_int_equal(open_member(1, port, &l->b), 0);
+	test_owned_keys(names, 2, 0, 1, l->keys, NB);
+}
+
+static void loader_close(struct loader *l)
+{
+	kvt_close(l->b);
+	munmap(l->mem, (size_t)NB * MiB);
+}
+
+/* A JSON value at path (dot-separated, a number selects a member) of the
+ * store's statistics, as an integer. */
+static long long stat_at(kvt_store *s, const char *path)
+{
+	int n = kvt_stats_json(s, NULL, 0);
+	char *buf = malloc((size_t)n + 65536);
+	assert_true(kvt_stats_json(s, buf, (size_t)n + 65536) > 0);
+	json_t *root = json_loads(buf, 0, NULL), *v = root;
+	free(buf);
+	char p[256], *save = NULL;
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *t = strtok_r(p, ".", &save); t && v; t = strtok_r(NULL, ".", &save))
+		v = json_is_array(v) ? json_array_get(v, (size_t)atoi(t)) : json_object_get(v, t);
+	if (!v)
+		fail_msg("no statistic %s", path);
+	long long r = json_integer_value(v);
+	json_decref(root);
+	return r;
+}
+
+/* Waits until the loader has begun to READ from the owner again. */
+static void wait_reading(struct loader *l)
+{
+	long long wrs = stat_at(l->b, "peer.members.0.rdma_work_requests");
+
+	for (int i = 0; i < 6000; i++) {
+		if (stat_at(l->b, "peer.members.0.rdma_work_requests") > wrs)
+			return;
+		usleep(10000);
+	}
+	fail_msg("the loader never READ from the owner");
+}
+
+static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int port)
+{
+	pthread_t t;
+	pid_t pid = spawn_owner(port);
+
+	/* one whole batch first: every block there, every byte right */
+	one_batch(l);
+	printf("# first batch: %d hits, %d misses, %d timeouts\n", l->hits, l->misses,
+	       l->timeouts);
+	assert_int_equal(l->hits, NB);
+	assert_int_equal(l->wrong, 0);
+	l->hits = l->misses = l->timeouts = 0;
+	assert_int_equal(pthread_create(&t, NULL, loader_main, l), 0);
+	wait_reading(l);
+	act(&pid, port);
+	int before = atomic_load(&l->batches);
+	/* the loader goes on: batches keep ending */
+	for (int i = 0; i < 3000 && atomic_load(&l->batches) < before + 3; i++)
+		usleep(10000);
+	atomic_store(&l->stop, 1);
+	pthread_join(t, NULL);
+	printf("# %d batches: %d hits, %d misses, %d timeouts, %d others, %d wrong; "
+	       "longest %.1f s\n", atomic_load(&l->batches), l->hits, l->misses, l->timeouts,
+	       l->others, l->wrong, (double)l->longest_ns / 1e9);
+	if (pid > 0) {
+		/* the owner is up: a batch after its member was marked down
+		 * (down_ms) is whole again */
+		usleep(400000);
+		int before_hits = l->hits;
+		one_batch(l);
+		assert_int_equal(l->hits, before_hits + (int)NB);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	assert_int_equal(l->wrong, 0);
+	assert_int_equal(l->others, 0);
+	assert_true(atomic_load(&l->batches) >= before + 3);
+	/* bounded: a batch asks one owner one round trip (request timeout,
+	 * plus its bytes at 100 MB/s) after a dial (connect timeout) */
+	assert_true(l->longest_ns < 10ull * (REQUEST_MS + 3000 + NB * 10) * 1000000ull);
+}
+
+static void act_kill(pid_t *pid, int port)
+{
+	(void)port;
+	kill(*pid, SIGKILL);
+	waitpid(*pid, NULL, 0);
+	*pid = -1;
+}
+
+/* The owner killed while the loader READs its blocks. */
+static void test_owner_killed_mid_get(void **state)
+{
+	(void)state;
+	struct loader l;
+	int port = next_port++;
+
+	loader_open(&l, port);
+	run_with(&l, act_kill, port);
+	assert_true(l.misses > 0);
+	loader_close(&l);
+}
+
+static void act_stop(pid_t *pid, int port)
+{
+	(void)port;
+	kill(*pid, SIGSTOP);
+	sleep(REQUEST_MS / 1000 + 2);
+	kill(*pid, SIGCONT);
+}
+
+/* The owner stopped (SIGSTOP) while the loader READs, then continued. */
+static void test_owner_stopped_mid_get(void **state)
+{
+	(void)state;
+	struct loader l;
+	int port = next_port++;
+
+	loader_open(&l, port);
+	run_with(&l, act_stop, port);
+	/* the batch in flight waited for its answers past the request
+	 * timeout: -ETIMEDOUT, as over TCP */
+	assert_true(l.timeouts > 0);
+	loader_close(&l);
+}
+
+static void act_restart(pid_t *pid, int port)
+{
+	kill(*pid, SIGKILL);
+	waitpid(*pid, NULL, 0);
+	*pid = spawn_owner(port);
+}
+
+/* The owner killed and started again at its address, with its blocks. */
+static void test_owner_restarted_mid_get(void **state)
+{
+	(void)state;
+	struct loader l;
+	int port = next_port++;
+
+	loader_open(&l, port);
+	run_with(&l, act_restart, port);
+	loader_close(&l);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], "owner"))
+		owner(atoi(argv[2]), atoi(argv[3]));
+
+	test_need_rdma_vm(7699);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_owner_killed_mid_get),
+		cmocka_unit_test(test_owner_stopped_mid_get),
+		cmocka_unit_test(test_owner_restarted_mid_get),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
