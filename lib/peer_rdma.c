@@ -178,7 +178,9 @@ static int link_locked(struct peer_tier *p, unsigned m)
 	struct member *x = &p->m[m];
 	uint64_t now = kvt_now_ns();
 
-	if (rlink_alive(x->rl))
+	/* a link whose member went away since (a restart, say) is dialled
+	 * again now, before a request relies on it */
+	if (rlink_check(x->rl))
 		return 1;
 	rlink_close(x->rl);
 	x->rl = NULL;

@@ -250,6 +250,19 @@ static int brk(struct rlink *l, int e)
 	return e;
 }
 
+int rlink_check(struct rlink *l)
+{
+	struct rlink_wc wc;
+
+	if (!rlink_alive(l))
+		return 0;
+	if (l->node->ops->poll(l->qp, 0, &wc, 0) == -ECONNRESET) {
+		brk(l, 0);
+		return 0;
+	}
+	return 1;
+}
+
 /*
  * Reaps completions until at most target work requests are outstanding. Each signalled work request's
  * id is the count of requests it covers (RC completes in order, so its

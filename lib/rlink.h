@@ -102,7 +102,9 @@ struct rlink_ops {
 	 * refused them (none of them then completes). */
 	int (*post)(void *qp, const struct rlink_wr *wr, size_t n);
 	/* Up to max completions, waiting up to wait_ms for the first: the count
-	 * (0 when none came), or -ECONNRESET when the connection closed. */
+	 * (0 when none came), or -ECONNRESET when the connection closed. With
+	 * max 0 it only tells, without waiting, whether the connection closed
+	 * (-ECONNRESET) or not (0). */
 	int (*poll)(void *qp, int wait_ms, struct rlink_wc *wc, int max);
 	/* Disconnects and destroys the queue pair: once it returns nothing of
 	 * it touches memory any more. */
@@ -186,6 +188,16 @@ int rlink_move(struct rlink *l, int write, const struct rlink_seg *s, size_t n,
 
 /* 1 while the link can carry transfers. */
 int rlink_alive(const struct rlink *l);
+
+/*
+ * Asks the device, without waiting, whether the link's connection closed
+ * since its last transfer (its member's process ended or restarted, say):
+ * then the link is broken (its queue pair destroyed, counted in
+ * links_broken) and 0 is returned, so that the caller dials again before
+ * it relies on the link rather than failing a transfer on it. 1 while it
+ * can carry transfers; 0 for a link already broken.
+ */
+int rlink_check(struct rlink *l);
 
 /* Drops the link's queue pair (if still there) and frees it. */
 void rlink_close(struct rlink *l);

@@ -413,6 +413,9 @@ static int gone(struct vqp *q)
 static int v_poll(void *qp, int wait_ms, struct rlink_wc *out, int max)
 {
 	struct vqp *q = qp;
+
+	if (max <= 0)
+		return gone(q) ? -ECONNRESET : 0;
 	int n = take(q, out, max);
 
 	if (n)
