@@ -470,19 +470,23 @@ int peer_rdma_lapse(struct peer_tier *p)
 	return every < 10 ? 10 : every > 1000 ? 1000 : every;
 }
 
+/* Segments one offered block's READ may take: one per registered piece of
+ * the arena that its reservation touches (a block is at most 4 GiB). */
+#define PULL_SEGS (UINT32_MAX / RLINK_PIECE + 2)
+
 void peer_rdma_pull(struct peer_tier *p, unsigned m, const kvt_key *keys,
 		    const struct rdesc *d, size_t n, int32_t *res, uint64_t deadline)
 {
 	struct peer_rdma *r = p->rdma;
-	struct rlink_seg *s = malloc(sizeof(*s) * (n ? n : 1));
-	uint64_t *h = malloc(sizeof(*h) * (n ? n : 1));
-	size_t *idx = malloc(sizeof(*idx) * (n ? n : 1));
-	size_t k = 0;
+	struct rlink_seg *s = malloc(sizeof(*s) * (n * PULL_SEGS + 1));
+	/* the blocks reserved: offer, reserved space and its handle */
+	struct { size_t i; uint8_t *at; uint64_t h; } *b = malloc(sizeof(*b) * (n ? n : 1));
+	size_t k = 0, ns = 0;
 	int e = 0;
 
 	for (size_t i = 0; i < n; i++)
 		res[i] = -EIO;
-	if (!s || !h || !idx)
+	if (!s || !b)
 		goto out;
 	if (!r || !r->arena || !p->local.reserve) {
 		for (size_t i = 0; i < n; i++)
@@ -492,35 +496,38 @@ void peer_rdma_pull(struct peer_tier *p, unsigned m, const kvt_key *keys,
 	ctr_add(&r->pulls, 1);
 	for (size_t i = 0; i < n; i++) {
 		void *at;
-		uint32_t rkey;
-		int st = p->local.reserve(p->local.arg, d[i].len, &at, &h[k]);
+		int st = p->local.reserve(p->local.arg, d[i].len, &at, &b[k].h);
 		if (st) {
 			res[i] = st;
 			continue;
 		}
-		s[k] = (struct rlink_seg){ .local = at, .rkey = d[i].rkey, .remote = d[i].addr,
-					   .len = (uint32_t)d[i].len };
-		if (rlink_keys(r->arena, at, d[i].len, &s[k].lkey, &rkey)) {
-			p->local.unreserve(p->local.arg, h[k]);
+		/* space that crosses from one registered piece of the arena
+		 * into the next is READ in one segment per piece */
+		size_t g = rlink_segs(r->arena, at, d[i].len, d[i].addr, d[i].rkey, s + ns,
+				      PULL_SEGS);
+		if (!g) {
+			p->local.unreserve(p->local.arg, b[k].h);
 			continue;
 		}
-		idx[k++] = i;
+		ns += g;
+		b[k].i = i;
+		b[k++].at = at;
 	}
-	e = k ? move(p, m, s, k, deadline) : 0;
+	e = ns ? move(p, m, s, ns, deadline) : 0;
 	for (size_t j = 0; j < k; j++) {
-		size_t i = idx[j];
+		size_t i = b[j].i;
 		if (e) {
-			p->local.unreserve(p->local.arg, h[j]);
+			p->local.unreserve(p->local.arg, b[j].h);
 			continue;
 		}
-		if (kvt_checksum(s[j].local, d[i].len) != d[i].sum) {
+		if (kvt_checksum(b[j].at, d[i].len) != d[i].sum) {
 			/* never visible: the reservation is freed unpublished */
 			ctr_add(&p->checksum_failures, 1);
-			p->local.unreserve(p->local.arg, h[j]);
+			p->local.unreserve(p->local.arg, b[j].h);
 			res[i] = -EBADMSG;
 			continue;
 		}
-		res[i] = p->local.publish(p->local.arg, keys[i], h[j], d[i].len, d[i].sum);
+		res[i] = p->local.publish(p->local.arg, keys[i], b[j].h, d[i].len, d[i].sum);
 		if (res[i] == 0) {
 			ctr_add(&r->pulled_bytes, d[i].len);
 			ctr_add(&p->served_puts, 1);
@@ -530,8 +537,7 @@ void peer_rdma_pull(struct peer_tier *p, unsigned m, const kvt_key *keys,
 		ctr_add(&r->pull_failures, 1);
 out:
 	free(s);
-	free(h);
-	free(idx);
+	free(b);
 }
 
 /* --- counters -------------------------------------------------------------------- */

@@ -213,6 +213,32 @@ int rlink_keys(const struct rlink_region *r, const void *p, size_t len,
 	return 0;
 }
 
+size_t rlink_segs(const struct rlink_region *r, void *p, size_t len, uint64_t remote,
+		  uint32_t rkey, struct rlink_seg *out, size_t max)
+{
+	uint8_t *b = p;
+	size_t k = 0;
+
+	if (!len || b < r->addr || len > r->len || (size_t)(b - r->addr) > r->len - len)
+		return 0;
+	while (len) {
+		size_t off = (size_t)(b - r->addr), i = off / RLINK_PIECE;
+		size_t take = RLINK_PIECE - off % RLINK_PIECE;
+
+		if (k == max)
+			return 0;
+		if (take > len)
+			take = len;
+		out[k++] = (struct rlink_seg){ .local = b, .lkey = r->piece[i].lkey,
+					       .rkey = rkey, .remote = remote,
+					       .len = (uint32_t)take };
+		b += take;
+		remote += take;
+		len -= take;
+	}
+	return k;
+}
+
 /* --- links ---------------------------------------------------------------------- */
 
 int rlink_dial(struct rlink_node *n, const struct sockaddr *dst, int wait_ms,

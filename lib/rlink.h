@@ -168,6 +168,16 @@ int rlink_keys(const struct rlink_region *r, const void *p, size_t len,
 	       uint32_t *lkey, uint32_t *rkey);
 
 /*
+ * The segments that move [p, p + len) of r from or to remote (rkey): one
+ * per piece of r that the range touches, each with that piece's lkey, the
+ * remote address advancing with the local one. Writes at most max to out
+ * and returns how many; 0 when the range is empty, not within r, or would
+ * need more than max. A range touches at most len / RLINK_PIECE + 2 pieces.
+ */
+size_t rlink_segs(const struct rlink_region *r, void *p, size_t len, uint64_t remote,
+		  uint32_t rkey, struct rlink_seg *out, size_t max);
+
+/*
  * Dials dst from the node's own address, waiting up to wait_ms. Returns 0
  * with *out, or the dial error with kvt_last_error() naming dst.
  */

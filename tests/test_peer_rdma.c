@@ -11,7 +11,9 @@
  * failure as a miss or a counted failure in bounded time with the link
  * redialled: a completion error, a queue pair in error, a disconnect in the
  * middle of a transfer, completions that never come (the deadline), an
- * offer whose READ fails (never visible, its reservation freed). Also: pins
+ * offer whose READ fails (never visible, its reservation freed). An offer
+ * whose space in the owner's arena crosses two registered pieces of it is
+ * READ piece by piece and stored. Also: pins
  * lapse on the owner, a stranger's RDMA connection is refused, and
  * peers.transport "rdma" without a device fails kvt_open naming the address
  * while "auto" falls back to TCP.
@@ -76,13 +78,18 @@ static int open_tier(struct fx *f, unsigned self, int transport,
 	return open_tier_with(f, self, transport, ops, NULL, out);
 }
 
-static int setup(void **state)
+/* Two stores (b's RAM of b_ram), their tiers over the fabric; NB blocks
+ * in b's RAM. */
+static int setup_with(void **state, const char *b_ram)
 {
 	struct fx *f = calloc(1, sizeof(*f));
+	char cfg[128];
 
 	fabric_reset();
 	for (int i = 0; i < 2; i++) {
-		assert_int_equal(kvt_open("{\"ram\": {\"capacity\": \"32MiB\"}}", &f->s[i]), 0);
+		snprintf(cfg, sizeof(cfg), "{\"ram\": {\"capacity\": \"%s\"%s}}",
+			 i ? b_ram : "32MiB", i && strcmp(b_ram, "32MiB") ? ", \"mlock\": false" : "");
+		assert_int_equal(kvt_open(cfg, &f->s[i]), 0);
 		f->port[i] = test_free_port();
 		snprintf(f->addr[i], sizeof(f->addr[i]), "127.0.0.1:%d", f->port[i]);
 	}
@@ -95,6 +102,17 @@ static int setup(void **state)
 	}
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, "32MiB");
+}
+
+/* b's arena is registered in two pieces (RLINK_PIECE each at most). */
+static int setup_two_pieces(void **state)
+{
+	return setup_with(state, "1100MiB");
 }
 
 static int teardown(void **state)
@@ -261,6 +279,40 @@ static void test_put_offer_is_pulled_and_verified(void **state)
 	assert_int_equal(tstat(f->t[1], 0, "rdma_bytes_read"), 8ll * BLK);
 	assert_int_equal(tstat(f->t[1], -2, "pulled_bytes"), 8ll * BLK);
 	assert_int_equal(tstat(f->t[0], -1, "bytes_out"), 0); /* nothing inline */
+}
+
+/*
+ * An offer whose space reserved in the owner's arena crosses from one
+ * registered piece of the arena into the next (an arena larger than 1 GiB
+ * is registered in pieces of 1 GiB, each with its own keys): the owner
+ * READs it in two segments, one per piece, and stores it, as any other.
+ */
+static void test_offer_across_two_registered_pieces(void **state)
+{
+	struct fx *f = *state;
+	struct ram_tier *r = f->s[1]->ram;
+	kvt_op op = { .key = test_key(9100), .buf = f->buf[0], .len = BLK };
+	uint64_t ref, off;
+	size_t len;
+	int res = 1;
+
+	/* b's next free space starts at next; take it up to half a block
+	 * short of the first piece's end, so the offer's space crosses it */
+	int64_t next = ram_slot_alloc(r, 4096, 0);
+	assert_true(next >= 0);
+	ram_slot_free(r, (uint64_t)next);
+	int64_t hole = ram_slot_alloc(r, RLINK_PIECE - BLK / 2 - (uint64_t)next, 0);
+	assert_int_equal(hole, next);
+	fill_block(op.key, f->buf[0], BLK);
+	assert_int_equal(peer_put_batch(f->t[0], 1, &op, 1, &res), 0);
+	assert_int_equal(res, 0);
+	assert_int_equal(store_get_block(f->s[1], op.key, BLK), 0);
+	assert_int_equal(ram_pin(r, op.key, BLK, &ref, &off, &len), 0);
+	ram_unpin(r, ref);
+	assert_true(off < RLINK_PIECE && off + len > RLINK_PIECE);
+	assert_int_equal(tstat(f->t[1], -2, "pulled_bytes"), BLK);
+	assert_int_equal(tstat(f->t[1], -2, "pull_failures"), 0);
+	ram_slot_free(r, (uint64_t)hole);
 }
 
 /* Flips a byte of key's block in b's RAM (a fault or a stray write, after
@@ -585,6 +637,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_get_reads_pinned_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_get_into_registered_memory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_put_offer_is_pulled_and_verified, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_offer_across_two_registered_pieces,
+						setup_two_pieces, teardown),
 		cmocka_unit_test_setup_teardown(test_descriptor_carries_the_kept_checksum, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_completion_error_is_a_miss, setup, teardown),

@@ -336,6 +336,26 @@ static void test_registration(void **state)
 	assert_int_equal(rlink_keys(r, p + RLINK_PIECE - 50, 100, &lk, &rk), -ERANGE);
 	assert_int_equal(rlink_keys(r, p + len - 50, 100, &lk, &rk), -ERANGE);
 	assert_int_equal(rlink_keys(r, p - 1, 10, &lk, &rk), -ERANGE);
+	/* a range across pieces moves in one segment per piece */
+	struct rlink_seg sg[4];
+	uint32_t lk1;
+	assert_int_equal(rlink_keys(r, p, 1, &lk, &rk), 0);
+	assert_int_equal(rlink_keys(r, p + RLINK_PIECE, 1, &lk1, &rk), 0);
+	assert_int_equal(rlink_segs(r, p + RLINK_PIECE - 50, 100, 7000, 9, sg, 4), 2);
+	assert_ptr_equal(sg[0].local, p + RLINK_PIECE - 50);
+	assert_int_equal(sg[0].len, 50);
+	assert_int_equal(sg[0].lkey, lk);
+	assert_ptr_equal(sg[1].local, p + RLINK_PIECE);
+	assert_int_equal(sg[1].len, 50);
+	assert_int_equal(sg[1].lkey, lk1);
+	assert_int_equal(sg[1].remote, 7050);
+	assert_int_equal(sg[0].rkey, 9);
+	assert_int_equal(sg[1].rkey, 9);
+	assert_int_equal(rlink_segs(r, p + 10, 100, 0, 9, sg, 4), 1);
+	assert_int_equal(rlink_segs(r, p + 10, 2 * RLINK_PIECE, 0, 9, sg, 4), 3);
+	assert_int_equal(rlink_segs(r, p + 10, 2 * RLINK_PIECE, 0, 9, sg, 2), 0);
+	assert_int_equal(rlink_segs(r, p + len - 50, 100, 0, 9, sg, 4), 0);
+	assert_int_equal(rlink_segs(r, p, 0, 0, 9, sg, 4), 0);
 	rlink_unreg(r);
 	assert_int_equal(live_mrs(), 0);
 	/* a piece that fails: the others are undone, the error is clear */
