@@ -368,8 +368,9 @@ int peer_mem_register(struct peer_tier *p, void *base, size_t len)
 
 	if (!r)
 		return -ENOTSUP;
-	/* local writes only: the device writes READ data into it */
-	e = rlink_reg(r->node, base, len, 0, &reg);
+	/* local writes only: the device writes READ data into it, and no
+	 * member can READ it (its rkey is never sent, but keys are guessable) */
+	e = rlink_reg(r->node, base, len, RLINK_LOCAL_ONLY, &reg);
 	if (e) {
 		kvt_log(KVT_LOG_WARN, "peers: caller memory of %zu bytes not registered with "
 			"the RDMA device (%s); gets into it go through staging", len,

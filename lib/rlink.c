@@ -176,7 +176,8 @@ int rlink_reg(struct rlink_node *n, void *addr, size_t len, int flags,
 	for (size_t i = 0; i < np; i++) {
 		size_t off = i * RLINK_PIECE;
 		size_t pl = len - off < RLINK_PIECE ? len - off : RLINK_PIECE;
-		int e = n->ops->reg(n->dev, r->addr + off, pl, flags & RLINK_REMOTE_WRITE,
+		int e = n->ops->reg(n->dev, r->addr + off, pl,
+				    flags & (RLINK_REMOTE_WRITE | RLINK_LOCAL_ONLY),
 				    &r->piece[i].mr, &r->piece[i].lkey, &r->piece[i].rkey);
 		if (e) {
 			rlink_unreg(r);

@@ -89,9 +89,10 @@ struct rlink_ops {
 	 * by drop. reject refuses a request (no queue pair is created). */
 	int (*accept)(void *dev, void *req, void **qp);
 	void (*reject)(void *dev, void *req);
-	/* Registers for local writes and remote reads, and for remote writes
-	 * too when remote_write. */
-	int (*reg)(void *dev, void *addr, size_t len, int remote_write, void **mr,
+	/* Registers for local writes, and for remote reads unless flags has
+	 * RLINK_LOCAL_ONLY, and for remote writes too when it has
+	 * RLINK_REMOTE_WRITE. */
+	int (*reg)(void *dev, void *addr, size_t len, int flags, void **mr,
 		   uint32_t *lkey, uint32_t *rkey);
 	void (*dereg)(void *mr);
 	/* Resolves dst from the node's own address, creates a queue pair and
@@ -153,10 +154,13 @@ struct rlink_counters *rlink_node_counters(struct rlink_node *n);
  * Registers [addr, addr + len) with the node's device for local writes and
  * remote reads; remote writes only with RLINK_REMOTE_WRITE in flags (a
  * member's WRITE into memory registered without it fails with a completion
- * error on its side and never lands). Returns 0 or -errno (kvt_last_error()
- * says why).
+ * error on its side and never lands); no remote access at all with
+ * RLINK_LOCAL_ONLY (a member's READ of it fails the same way). Returns 0
+ * or -errno (kvt_last_error() says why).
  */
 #define RLINK_REMOTE_WRITE 1
+#define RLINK_LOCAL_ONLY 2         /* no remote access at all: only this
+				      node's READs land in it */
 int rlink_reg(struct rlink_node *n, void *addr, size_t len, int flags,
 	      struct rlink_region **out);
 

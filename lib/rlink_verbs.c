@@ -256,13 +256,16 @@ static void v_reject(void *dev, void *req)
 	rdma_destroy_id(req);
 }
 
-static int v_reg(void *dev, void *addr, size_t len, int remote_write, void **mr,
+static int v_reg(void *dev, void *addr, size_t len, int flags, void **mr,
 		 uint32_t *lkey, uint32_t *rkey)
 {
 	struct vdev *d = dev;
-	struct ibv_mr *m = ibv_reg_mr(d->pd, addr, len, IBV_ACCESS_LOCAL_WRITE |
-				      IBV_ACCESS_REMOTE_READ |
-				      (remote_write ? IBV_ACCESS_REMOTE_WRITE : 0));
+	int access = IBV_ACCESS_LOCAL_WRITE;
+
+	if (!(flags & RLINK_LOCAL_ONLY))
+		access |= IBV_ACCESS_REMOTE_READ |
+			  (flags & RLINK_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+	struct ibv_mr *m = ibv_reg_mr(d->pd, addr, len, access);
 
 	if (!m)
 		return errno ? -errno : -ENOMEM;

@@ -102,7 +102,7 @@ static void f_reject(void *dev, void *req)
 	pthread_mutex_unlock(&F.lock);
 }
 
-static int f_reg(void *dev, void *addr, size_t len, int remote_write, void **mr,
+static int f_reg(void *dev, void *addr, size_t len, int flags, void **mr,
 		 uint32_t *lkey, uint32_t *rkey)
 {
 	(void)dev;
@@ -114,7 +114,9 @@ static int f_reg(void *dev, void *addr, size_t len, int remote_write, void **mr,
 	}
 	for (int i = 0; i < MRS; i++)
 		if (!F.mr[i].live) {
-			F.mr[i] = (struct fmr){ 1, remote_write, addr, len, ++F.next_key };
+			F.mr[i] = (struct fmr){ 1, (flags & RLINK_REMOTE_WRITE) != 0,
+						!(flags & RLINK_LOCAL_ONLY), addr, len,
+						++F.next_key };
 			*mr = &F.mr[i];
 			*lkey = *rkey = F.mr[i].key;
 			pthread_mutex_unlock(&F.lock);
@@ -194,7 +196,7 @@ int run_wr(const struct rlink_wr *w)
 			continue;
 		uint8_t *r = (uint8_t *)(uintptr_t)w->seg.remote;
 		if (r < m->addr || r + w->seg.len > m->addr + m->len ||
-		    (w->write && !m->writable))
+		    (w->write && !m->writable) || !m->readable)
 			return 10;
 		if (w->write)
 			memcpy(r, w->seg.local, w->seg.len);

@@ -18,7 +18,8 @@
 #define MRS 64
 #define DEVS 8
 
-struct fmr { int live, writable; uint8_t *addr; size_t len; uint32_t key; };
+/* readable: by members (remote reads and writes); writable: by their WRITEs */
+struct fmr { int live, writable, readable; uint8_t *addr; size_t len; uint32_t key; };
 struct fqp;
 struct fdev {
 	int live;

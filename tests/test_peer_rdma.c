@@ -4,7 +4,8 @@
  * TCP and their bytes through the in-process fabric of fabric.h, which
  * injects what a soft-RoCE VM cannot produce on demand. Checks gets by
  * descriptor (READs of pinned RAM blocks, every byte verified, pins
- * released by UNPIN; straight into registered caller memory), puts by offer (the owner READs, verifies, publishes),
+ * released by UNPIN; straight into registered caller memory, which no
+ * member can READ), puts by offer (the owner READs, verifies, publishes),
  * descriptors that carry the checksum kept with the block (bytes damaged in
  * the owner's RAM are a miss), the inline fallback (a block not in RAM, a
  * member without RDMA), and each
@@ -240,6 +241,20 @@ static void test_get_into_registered_memory(void **state)
 	}
 	assert_int_equal(tstat(f->t[0], -2, "direct_reads"), NB);
 	assert_int_equal(f->t[0]->m[1].stage_len, 0); /* no staging was needed */
+	/* registered for local writes only: a member's READ of it with its
+	 * key (never sent, but keys can be guessed) fails */
+	uint8_t peek[64];
+	int reads = -1;
+	pthread_mutex_lock(&F.lock);
+	for (int i = 0; i < MRS; i++)
+		if (F.mr[i].live && F.mr[i].addr == mem) {
+			struct rlink_wr w = { .seg = { .local = peek, .rkey = F.mr[i].key,
+						       .remote = (uintptr_t)mem,
+						       .len = sizeof(peek) } };
+			reads = run_wr(&w) == 0;
+		}
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(reads, 0);
 	/* a mix: half into registered memory, half into plain buffers */
 	for (unsigned i = 0; i < NB; i++)
 		ops[i] = (kvt_op){ .key = f->keys[i], .len = BLK,

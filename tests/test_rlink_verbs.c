@@ -6,7 +6,8 @@
  * one-sided with every byte verified and the byte counters, strangers
  * refused before a queue pair exists, an unreachable address, a bad rkey
  * (a completion error breaks the link; dialling again works), a WRITE into
- * memory registered without remote writes (fails, lands nowhere), an owner
+ * memory registered without remote writes (fails, lands nowhere), a READ of
+ * memory registered for local access only (fails), an owner
  * process killed in the middle of a READ (bounded failure, link broken), and
  * diallers that go away in the middle of the handshake (the queue pairs
  * accepted for them are dropped).
@@ -227,6 +228,34 @@ static void test_bad_rkey_breaks_link(void **state)
 	assert_true(e == -EIO || e == -ECONNRESET);
 	assert_true(check_block(test_key(7), src, MiB));
 	rlink_close(l);
+	/* registered for local access only (RLINK_LOCAL_ONLY): a READ of it
+	 * with its own key fails too, and a READ into it lands */
+	struct rlink_region *ro;
+	uint8_t *hidden = big(MiB);
+	fill_block(test_key(9), hidden, MiB);
+	assert_int_equal(rlink_reg(owner, hidden, MiB, RLINK_LOCAL_ONLY, &ro), 0);
+	assert_int_equal(rlink_keys(ro, hidden, MiB, &lk, &rk), 0);
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	memset(dst, 0, MiB);
+	s = (struct rlink_seg){ .local = dst, .lkey = dlk, .remote = (uintptr_t)hidden,
+				.rkey = rk, .len = MiB };
+	e = rlink_move(l, 0, &s, 1, kvt_now_ns() + 20000000000ull);
+	assert_true(e == -EIO || e == -ECONNRESET);
+	assert_false(check_block(test_key(9), dst, MiB));
+	rlink_close(l);
+	rlink_unreg(ro);
+	/* ... and this node's own READs land in such memory */
+	assert_int_equal(rlink_reg(req, hidden, MiB, RLINK_LOCAL_ONLY, &ro), 0);
+	assert_int_equal(rlink_keys(ro, hidden, MiB, &dlk, &drk), 0);
+	assert_int_equal(rlink_keys(rs, src, MiB, &lk, &rk), 0);
+	assert_int_equal(rlink_dial(req, (struct sockaddr *)&oa, DIAL_MS, &l), 0);
+	s = (struct rlink_seg){ .local = hidden, .lkey = dlk, .remote = (uintptr_t)src,
+				.rkey = rk, .len = MiB };
+	assert_int_equal(rlink_move(l, 0, &s, 1, kvt_now_ns() + 20000000000ull), 0);
+	assert_true(check_block(test_key(7), hidden, MiB));
+	rlink_close(l);
+	rlink_unreg(ro);
+	munmap(hidden, MiB);
 	rlink_unreg(rs);
 	rlink_unreg(rd);
 	rlink_node_close(req);
