@@ -50,13 +50,13 @@ static void on_request(struct rlink_node *n, struct rlink_ev *ev)
 	void *qp = NULL;
 	unsigned slot;
 
-	/* the members-only rule, before any queue pair exists */
-	/* counted before the dialler can learn of the refusal */
+	/* the members-only rule, before any queue pair exists; counted
+	 * before the dialler can learn of the refusal, and not logged here:
+	 * admit reports it (the peer tier's, rate-limited, so that strangers
+	 * cannot fill the log) */
 	if (!n->admit(n->arg, (const struct sockaddr *)&ev->from)) {
 		ctr_add(&n->ctr.refused, 1);
 		n->ops->reject(n->dev, ev->req);
-		kvt_log(KVT_LOG_WARN, "rdma: refused a connection from an address that "
-			"is no member's");
 		return;
 	}
 	pthread_mutex_lock(&n->lock);

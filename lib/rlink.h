@@ -138,7 +138,8 @@ struct rlink {
  * Opens a node: listens on self (an RDMA CM port space of its own, so the
  * port may equal a TCP port of the same address) and starts the thread that
  * accepts requests from addresses for which admit(arg, from) returns 1 and
- * rejects every other. Returns 0, -ENODEV (no RDMA device for self, with
+ * rejects every other (counted in refused; admit logs what it refuses, if
+ * it wants to: a stranger's requests are not logged here). Returns 0, -ENODEV (no RDMA device for self, with
  * kvt_last_error() saying so), -EADDRINUSE, -ENOMEM.
  */
 int rlink_node_open(const struct rlink_ops *ops, const struct sockaddr *self,
