@@ -5,7 +5,8 @@
  * else it exits 77). The owner is another process (a fresh exec of this
  * program, member a at 10.77.0.1) that puts its blocks and waits; the
  * loader is member b at 10.77.0.2 in this process, loading in a thread
- * while the main thread kills, stops or restarts the owner. Each op of a
+ * while the main thread kills, stops or restarts the owner, or has it
+ * close its store (kvt_close) in the middle of the READs. Each op of a
  * batch either holds the owner's exact bytes or fails (a miss, or
  * -ETIMEDOUT from a silent owner), and every batch returns within a bound
  * of the configured timeouts. An owner restarted while the loader is idle
@@ -53,12 +54,23 @@ static int open_member(int self, int port, kvt_store **s)
 		 "{\"name\": \"b\", \"addr\": \"10.77.0.2:%d\"}]}}",
 		 names[self], REQUEST_MS, port, port);
 	int e = kvt_open(cfg, s);
-	if (e)
+	if (e) {
 		printf("# kvt_open: %s\n", kvt_last_error());
+		fflush(stdout);
+	}
 	return e;
 }
 
-/* The owner: member a, its NB blocks put, then waiting to be killed. */
+static volatile sig_atomic_t close_now;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	close_now = 1;
+}
+
+/* The owner: member a, its NB blocks put, then waiting to be killed; on
+ * SIGUSR1 it closes its store (and goes on waiting). */
 static void owner(int port, int wfd)
 {
 	kvt_store *a;
@@ -73,8 +85,16 @@ static void owner(int port, int wfd)
 		fill_block(keys[i], blk, MiB);
 		ok = kvt_put(a, keys[i], blk, MiB) == 0;
 	}
+	if (!ok) {
+		printf("# the owner could not start: %s\n", kvt_last_error());
+		fflush(stdout);
+	}
+	signal(SIGUSR1, on_usr1);
 	if (write(wfd, &ok, 1) != 1 || !ok)
 		_exit(1);
+	while (!close_now)
+		pause();
+	kvt_close(a);
 	for (;;)
 		pause();
 }
@@ -200,7 +220,8 @@ static void wait_reading(struct loader *l)
 	fail_msg("the loader never READ from the owner");
 }
 
-static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int port)
+static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int port,
+		     int serves_after)
 {
 	pthread_t t;
 	pid_t pid = spawn_owner(port);
@@ -224,13 +245,15 @@ static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int po
 	printf("# %d batches: %d hits, %d misses, %d timeouts, %d others, %d wrong; "
 	       "longest %.1f s\n", atomic_load(&l->batches), l->hits, l->misses, l->timeouts,
 	       l->others, l->wrong, (double)l->longest_ns / 1e9);
-	if (pid > 0) {
+	if (pid > 0 && serves_after) {
 		/* the owner is up: a batch after its member was marked down
 		 * (down_ms) is whole again */
 		usleep(400000);
 		int before_hits = l->hits;
 		one_batch(l);
 		assert_int_equal(l->hits, before_hits + (int)NB);
+	}
+	if (pid > 0) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 	}
@@ -258,7 +281,7 @@ static void test_owner_killed_mid_get(void **state)
 	int port = next_port++;
 
 	loader_open(&l, port);
-	run_with(&l, act_kill, port);
+	run_with(&l, act_kill, port, 1);
 	assert_true(l.misses > 0);
 	loader_close(&l);
 }
@@ -279,10 +302,29 @@ static void test_owner_stopped_mid_get(void **state)
 	int port = next_port++;
 
 	loader_open(&l, port);
-	run_with(&l, act_stop, port);
+	run_with(&l, act_stop, port, 1);
 	/* the batch in flight waited for its answers past the request
 	 * timeout: -ETIMEDOUT, as over TCP */
 	assert_true(l.timeouts > 0);
+	loader_close(&l);
+}
+
+static void act_close(pid_t *pid, int port)
+{
+	(void)port;
+	kill(*pid, SIGUSR1);
+}
+
+/* The owner closes its store (kvt_close) while the loader READs from it. */
+static void test_owner_closed_mid_get(void **state)
+{
+	(void)state;
+	struct loader l;
+	int port = next_port++;
+
+	loader_open(&l, port);
+	run_with(&l, act_close, port, 0);
+	assert_true(l.misses > 0);
 	loader_close(&l);
 }
 
@@ -301,7 +343,7 @@ static void test_owner_restarted_mid_get(void **state)
 	int port = next_port++;
 
 	loader_open(&l, port);
-	run_with(&l, act_restart, port);
+	run_with(&l, act_restart, port, 1);
 	loader_close(&l);
 }
 
@@ -346,6 +388,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_owner_killed_mid_get),
 		cmocka_unit_test(test_owner_stopped_mid_get),
+		cmocka_unit_test(test_owner_closed_mid_get),
 		cmocka_unit_test(test_owner_restarted_mid_get),
 		cmocka_unit_test(test_owner_restarted_between_gets),
 	};
