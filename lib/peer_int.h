@@ -75,6 +75,9 @@ struct member {
 	 * and by the server's pulls of its offers */
 	pthread_mutex_t rlock;    /* rl, rl_retry, rl_dials */
 	struct rlink *rl;
+	atomic_int rl_up;         /* rl can carry transfers: for the stats,
+				     which never wait for rlock (a transfer
+				     holds it up to its deadline) */
 	uint64_t rl_retry;        /* ns: no dial before this after a failure */
 	uint64_t rl_dials;
 	/* client side, under lock: registered staging for gets and offers */

@@ -147,6 +147,7 @@ void peer_rdma_close(struct peer_tier *p)
 	for (unsigned i = 0; i < p->n; i++) {
 		rlink_close(p->m[i].rl);
 		p->m[i].rl = NULL;
+		atomic_store(&p->m[i].rl_up, 0);
 		stage_free(&p->m[i]);
 	}
 	pins_close(r->pins);          /* every pin ends: no link reads now */
@@ -167,6 +168,7 @@ static void link_broken(struct peer_tier *p, struct member *x, int e)
 {
 	rlink_close(x->rl);
 	x->rl = NULL;
+	atomic_store(&x->rl_up, 0);
 	ctr_add(&x->rdma_errors, 1);
 	kvt_log(KVT_LOG_WARN, "peer %s (%s): RDMA transfer failed: %s; the link is "
 		"closed and dialled again on next use", x->name, x->addr, strerror(-e));
@@ -206,6 +208,7 @@ int peer_rdma_link(struct peer_tier *p, unsigned m)
 		return 0;
 	pthread_mutex_lock(&p->m[m].rlock);
 	int ok = link_locked(p, m);
+	atomic_store(&p->m[m].rl_up, ok);
 	pthread_mutex_unlock(&p->m[m].rlock);
 	return ok;
 }
@@ -223,6 +226,7 @@ static int move(struct peer_tier *p, unsigned m, const struct rlink_seg *s, size
 		bytes += s[i].len;
 	pthread_mutex_lock(&x->rlock);
 	e = link_locked(p, m) ? 0 : -ENOTCONN;
+	atomic_store(&x->rl_up, !e);
 	if (!e) {
 		uint64_t ce = x->rl->completion_errors;
 		ctr_add(&x->rdma_wrs, n);
@@ -549,10 +553,7 @@ void peer_rdma_member_stats(struct peer_tier *p, unsigned m, const struct stat_v
 
 	if (!p->rdma)
 		return;
-	pthread_mutex_lock(&x->rlock);
-	int up = rlink_alive(x->rl);
-	pthread_mutex_unlock(&x->rlock);
-	stat_bool(v, "rdma_link", up);
+	stat_bool(v, "rdma_link", atomic_load(&x->rl_up));
 	stat_int(v, "rdma_bytes_read", (int64_t)ctr_get(&x->rdma_read));
 	stat_int(v, "rdma_bytes_offered", (int64_t)ctr_get(&x->rdma_offered));
 	stat_int(v, "rdma_work_requests", (int64_t)ctr_get(&x->rdma_wrs));

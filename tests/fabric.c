@@ -21,6 +21,7 @@ void fabric_reset(void)
 	F.nodev = 0;
 	F.wrs = F.signalled = F.posts = F.max_chain = F.regs = 0;
 	F.server_qps = F.server_drops = F.max_outstanding = F.outstanding = 0;
+	F.dialled_drops = 0;
 	F.gone_dev = NULL;
 	F.gone_qp = NULL;
 	pthread_mutex_unlock(&F.lock);
@@ -275,6 +276,8 @@ static void f_drop(void *qp)
 	pthread_mutex_lock(&F.lock);
 	if (q->server)
 		F.server_drops++;
+	else
+		F.dialled_drops++;
 	pthread_mutex_unlock(&F.lock);
 	free(q);
 }

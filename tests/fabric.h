@@ -53,6 +53,7 @@ struct fabric {
 	int nodev;
 	/* observations */
 	int wrs, signalled, posts, max_chain, regs, server_qps, server_drops;
+	int dialled_drops;         /* queue pairs of dialled links destroyed */
 	int max_outstanding, outstanding;
 	struct fdev *gone_dev;
 	struct fqp *gone_qp;

@@ -21,6 +21,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -456,6 +457,57 @@ static void test_deadline_is_a_miss(void **state)
 
 /* The owner's READ of an offer fails (the requester's side broke): counted,
  * never visible, the reserved arena freed. */
+struct put_arg {
+	struct fx *f;
+	kvt_op op;
+	int res;
+};
+
+static void *put_one(void *arg)
+{
+	struct put_arg *a = arg;
+
+	peer_put_batch(a->f->t[0], 1, &a->op, 1, &a->res);
+	return NULL;
+}
+
+/*
+ * The owner's statistics do not wait for a transfer in flight on a
+ * member's link (which holds the link up to its deadline): with the READ
+ * of an offer stalled, b's stats (its member a's rdma_link among them)
+ * come back before the pull's deadline breaks the link.
+ */
+static void test_stats_do_not_wait_for_a_transfer(void **state)
+{
+	struct fx *f = *state;
+	struct put_arg a = { .f = f, .op = { .key = test_key(7100), .buf = f->buf[0],
+					     .len = BLK } };
+	pthread_t t;
+
+	fill_block(a.op.key, f->buf[0], BLK);
+	pthread_mutex_lock(&F.lock);
+	F.stall = 1;
+	int wrs = F.wrs, drops = F.dialled_drops;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(pthread_create(&t, NULL, put_one, &a), 0);
+	while (seen(&F.wrs) == wrs)
+		usleep(1000);
+	/* the pull's READ is posted and held back: b's link to a is busy
+	 * until the pull's deadline breaks it (its queue pair dropped) */
+	assert_int_equal(tstat(f->t[1], 0, "rdma_link"), 1);
+	assert_int_equal(seen(&F.dialled_drops), drops);
+	pthread_join(t, NULL);
+	assert_int_equal(a.res, -EIO);
+	/* then the pull ends at its deadline (after a's own, maybe) */
+	for (int i = 0; i < 500 && !tstat(f->t[1], -2, "pull_failures"); i++)
+		usleep(10000);
+	assert_int_equal(tstat(f->t[1], -2, "pull_failures"), 1);
+	assert_int_equal(seen(&F.dialled_drops), drops + 1);
+	pthread_mutex_lock(&F.lock);
+	F.stall = 0;
+	pthread_mutex_unlock(&F.lock);
+}
+
 static void test_offer_whose_read_fails_is_never_visible(void **state)
 {
 	struct fx *f = *state;
@@ -682,6 +734,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disconnect_mid_transfer_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_deadline_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_offer_whose_read_fails_is_never_visible, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stats_do_not_wait_for_a_transfer, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
