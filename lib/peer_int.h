@@ -265,6 +265,8 @@ int peer_rdma_pin(struct peer_tier *p, unsigned slot, kvt_key key, uint64_t cap,
 void peer_rdma_unpin(struct peer_tier *p, unsigned slot, const uint64_t *ids, size_t n);
 /* Owner: every pin of a connection that ended. */
 void peer_rdma_drop(struct peer_tier *p, unsigned slot);
+/* Owner: when the last pin of server slot lapses (ns), 0 when it holds none. */
+uint64_t peer_rdma_pinned_until(struct peer_tier *p, unsigned slot);
 /* Owner: ends lapsed pins; returns the ms until the next look (-1: none). */
 int peer_rdma_lapse(struct peer_tier *p);
 /* Owner: READs the n offered blocks of member m into reserved arena,

@@ -464,6 +464,11 @@ void peer_rdma_drop(struct peer_tier *p, unsigned slot)
 		pins_drop_member(p->rdma->pins, slot);
 }
 
+uint64_t peer_rdma_pinned_until(struct peer_tier *p, unsigned slot)
+{
+	return p->rdma ? pins_until(p->rdma->pins, slot) : 0;
+}
+
 int peer_rdma_lapse(struct peer_tier *p)
 {
 	struct peer_rdma *r = p->rdma;

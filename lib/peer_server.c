@@ -600,13 +600,16 @@ static void *conn_main(void *arg)
 		struct hdr h;
 
 		/* between requests: wait up to idle_ms for the first byte (or
-		 * until closing), then the rest of the header in time */
+		 * until closing), then the rest of the header in time; and
+		 * while the member may still READ blocks pinned for this
+		 * connection, until their pins lapse (closing would end them) */
 		if (set_idle(p, c.slot, 1)) {
 			e = -ECONNRESET;
 			break;
 		}
-		e = peer_xfer(c.fd, b, 1, 0, kvt_now_ns() + (uint64_t)p->idle_ms * 1000000ull,
-			 p->wake[0]);
+		uint64_t until = kvt_now_ns() + (uint64_t)p->idle_ms * 1000000ull;
+		uint64_t pinned = peer_rdma_pinned_until(p, (unsigned)c.slot);
+		e = peer_xfer(c.fd, b, 1, 0, pinned > until ? pinned : until, p->wake[0]);
 		if (e == -ETIMEDOUT) {
 			ctr_add(&p->conns_reaped, 1);
 			e = 0;

@@ -204,6 +204,21 @@ size_t pins_held(struct pins *p)
 	return n;
 }
 
+uint64_t pins_until(struct pins *p, unsigned member)
+{
+	uint64_t until = 0;
+
+	if (member >= p->n)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	struct member_pins *m = &p->m[member];
+	/* the list is in the order of the deadlines: the tail's is the last */
+	if (m->s && m->tail != NONE)
+		until = m->s[m->tail].deadline;
+	pthread_mutex_unlock(&p->lock);
+	return until;
+}
+
 void pins_stats(struct pins *p, const struct stat_visitor *v)
 {
 	stat_int(v, "pins_held", (int64_t)pins_held(p));

@@ -63,6 +63,10 @@ size_t pins_drop_member(struct pins *p, unsigned member);
 /* Pins held now. */
 size_t pins_held(struct pins *p);
 
+/* When the last pin member holds lapses (CLOCK_MONOTONIC ns), or 0 when it
+ * holds none. */
+uint64_t pins_until(struct pins *p, unsigned member);
+
 /* pins_held (now), pins_taken, pins_released, pins_lapsed, pins_dropped,
  * pins_refused (since open) through v. */
 void pins_stats(struct pins *p, const struct stat_visitor *v);

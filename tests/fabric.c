@@ -21,7 +21,7 @@ void fabric_reset(void)
 	F.nodev = 0;
 	F.wrs = F.signalled = F.posts = F.max_chain = F.regs = 0;
 	F.server_qps = F.server_drops = F.max_outstanding = F.outstanding = 0;
-	F.dialled_drops = 0;
+	F.dialled_drops = F.slow_ms = 0;
 	F.gone_dev = NULL;
 	F.gone_qp = NULL;
 	pthread_mutex_unlock(&F.lock);
@@ -251,6 +251,13 @@ static int f_poll(void *qp, int wait_ms, struct rlink_wc *wc, int max)
 	struct fqp *q = qp;
 
 	pthread_mutex_lock(&F.lock);
+	if (F.slow_ms && q->nwc && max) {
+		/* a slow fabric: the completions come late */
+		int ms = F.slow_ms;
+		pthread_mutex_unlock(&F.lock);
+		usleep((useconds_t)ms * 1000);
+		pthread_mutex_lock(&F.lock);
+	}
 	if (q->nwc == 0) {
 		int reset = q->reset;
 		pthread_mutex_unlock(&F.lock);

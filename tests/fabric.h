@@ -49,6 +49,7 @@ struct fabric {
 	int refuse_post;
 	int reset_after;           /* disconnect once this many requests ran */
 	int stall;                 /* hold requests back without completing them */
+	int slow_ms;               /* completions reported this much late */
 	int fail_reg_at;           /* registration number that fails (1-based) */
 	int nodev;
 	/* observations */

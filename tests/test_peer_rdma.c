@@ -55,6 +55,8 @@ struct fx {
 	uint8_t *buf[NB];
 };
 
+static uint32_t tier_idle_ms = 60000;
+
 /* Opens member self's tier over its store (local: instead of the store's
  * own, then with no arena to lend from). */
 static int open_tier_with(struct fx *f, unsigned self, int transport,
@@ -66,7 +68,7 @@ static int open_tier_with(struct fx *f, unsigned self, int transport,
 	struct peer_opts o = {
 		.nmembers = 2, .names = names, .addrs = addrs, .self = self,
 		.listen = f->addr[self], .max_block = 1 << 20, .connect_ms = 500,
-		.request_ms = REQUEST_MS, .down_ms = 100, .idle_ms = 60000,
+		.request_ms = REQUEST_MS, .down_ms = 100, .idle_ms = tier_idle_ms,
 		.log_ms = 10000, .max_conns = 8, .transport = transport,
 		.rdma_ops = ops, .arena = local ? NULL : ram_arena_base(r),
 		.arena_len = local ? 0 : ram_arena_size(r),
@@ -543,6 +545,35 @@ static void test_offer_whose_read_fails_is_never_visible(void **state)
 
 /* Pins the requester never releases lapse on the owner (the listener ends
  * them after hold_ms), and a slot's pins go with its connection. */
+/*
+ * A connection of the owner's server is not closed as idle while the
+ * member may still READ blocks pinned for it (closing it would end their
+ * pins, and RAM could reuse the blocks under the READs): with READs that
+ * take eight times b's peers.idle_timeout_ms, every pin ends by the
+ * member's UNPIN, none by a close.
+ */
+static void test_pins_outlive_an_idle_timeout(void **state)
+{
+	struct fx *f = *state;
+	kvt_op ops[4];
+
+	peer_close(f->t[1]);
+	tier_idle_ms = 50;
+	assert_int_equal(open_tier(f, 1, PEER_RDMA, &fake_ops, &f->t[1]), 0);
+	tier_idle_ms = 60000;
+	pthread_mutex_lock(&F.lock);
+	F.slow_ms = 400;
+	pthread_mutex_unlock(&F.lock);
+	assert_int_equal(get_n(f, 0, 4, ops), 0);
+	pthread_mutex_lock(&F.lock);
+	F.slow_ms = 0;
+	pthread_mutex_unlock(&F.lock);
+	all_loaded(f, 0, 4, ops);
+	wait_unpinned(f);
+	assert_int_equal(tstat(f->t[1], -2, "pins_released"), 4);
+	assert_int_equal(tstat(f->t[1], -2, "pins_dropped"), 0);
+}
+
 static void test_pins_lapse_and_drop(void **state)
 {
 	struct fx *f = *state;
@@ -736,6 +767,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_offer_whose_read_fails_is_never_visible, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_do_not_wait_for_a_transfer, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_pins_outlive_an_idle_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
