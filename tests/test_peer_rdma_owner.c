@@ -145,6 +145,7 @@ static void one_batch(struct loader *l)
 	uint64_t took = kvt_now_ns() - t0;
 	if (took > l->longest_ns)
 		l->longest_ns = took;
+	int h0 = l->hits, m0 = l->misses, t0s = l->timeouts;
 	for (unsigned i = 0; i < NB; i++) {
 		if (ops[i].result == 0) {
 			l->hits++;
@@ -159,6 +160,9 @@ static void one_batch(struct loader *l)
 			l->others++;
 		}
 	}
+	printf("# batch %d: %d hits, %d misses, %d timeouts in %.1f s\n",
+	       atomic_load(&l->batches), l->hits - h0, l->misses - m0, l->timeouts - t0s,
+	       (double)took / 1e9);
 	atomic_fetch_add(&l->batches, 1);
 }
 
@@ -220,6 +224,8 @@ static void wait_reading(struct loader *l)
 	fail_msg("the loader never READ from the owner");
 }
 
+static struct loader *running; /* the loader of run_with, for act_stop */
+
 static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int port,
 		     int serves_after)
 {
@@ -233,6 +239,7 @@ static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int po
 	assert_int_equal(l->hits, NB);
 	assert_int_equal(l->wrong, 0);
 	l->hits = l->misses = l->timeouts = 0;
+	running = l;
 	assert_int_equal(pthread_create(&t, NULL, loader_main, l), 0);
 	wait_reading(l);
 	act(&pid, port);
@@ -290,7 +297,11 @@ static void act_stop(pid_t *pid, int port)
 {
 	(void)port;
 	kill(*pid, SIGSTOP);
-	sleep(REQUEST_MS / 1000 + 2);
+	/* stopped until the batch in flight ended and one more, sent while
+	 * it was stopped, ended too (past the request timeout) */
+	int b0 = atomic_load(&running->batches);
+	for (int i = 0; i < 6000 && atomic_load(&running->batches) < b0 + 2; i++)
+		usleep(10000);
 	kill(*pid, SIGCONT);
 }
 
@@ -303,8 +314,8 @@ static void test_owner_stopped_mid_get(void **state)
 
 	loader_open(&l, port);
 	run_with(&l, act_stop, port, 1);
-	/* the batch in flight waited for its answers past the request
-	 * timeout: -ETIMEDOUT, as over TCP */
+	/* a batch sent to the stopped owner waited for its answers past the
+	 * request timeout: -ETIMEDOUT, as over TCP */
 	assert_true(l.timeouts > 0);
 	loader_close(&l);
 }
