@@ -173,9 +173,10 @@ void slot_rec_drop(struct slot_table *t, uint32_t id)
 	struct slot_rec *r = &t->recs[id];
 
 	live_unlink(t, id);
-	if (r->state == R_LOADING)
-		t->loading--;
-	else if (r->kept)
+	if (r->state == R_LOADING) {
+		if (!r->released) /* one released was no longer counted */
+			t->loading--;
+	} else if (r->kept)
 		t->nkept--;
 	r->kept = 0;
 	if (r->pb)
@@ -206,6 +207,7 @@ void slot_rec_release(struct slot_table *t, uint32_t id)
 {
 	if (t->recs[id].state == R_LOADING) {
 		t->recs[id].released = 1;
+		t->loading--; /* not held from now on, though its extent is */
 		live_unlink(t, id);
 	} else {
 		slot_rec_free(t, id);

@@ -107,7 +107,8 @@ struct slot_table {
 	uint32_t nrecs, free_head, live_head, live_tail;
 	uint32_t nkept;           /* records kept off the live list (kept),
 				     LOADING ones aside */
-	uint32_t loading;         /* LOADING records: not on the live list */
+	uint32_t loading;         /* LOADING records not released: not on
+				     the live list */
 	uint64_t held_bytes;
 
 	/* loaders (under lock) */
