@@ -386,8 +386,9 @@ static int dir_get(struct local_client *c, kvt_op *op)
 
 /* kvt_op.result of an op whose copy out of its pin ended when the pin may
  * have lapsed (ram.pin_ms after the PIN was sent), so that the space may
- * have held another block by then, or whose disk load in the node store
- * outlasted its pin (-ECANCELED): the op is loaded again (held). */
+ * have held another block by then, or whose disk hit's pin lapsed in the
+ * node store after its load landed, before the answer (-ECANCELED): the op
+ * is loaded again (held). */
 #define LC_LATE 2
 
 /* Copies the block of pinned slot sl into op (a result of 0 or -errno;
@@ -416,7 +417,8 @@ static void copy_out(kvt_op *op, const kvt_slot *sl, uint64_t late)
 /* Gets up to LP_KEYS_MAX ops: from the directory where it can, else pins,
  * copies out, unpins later. With held, the pins do not lapse and are
  * ended at once; without, a copy that ended when its pin may have lapsed,
- * or a pin that lapsed while its disk load ran, leaves its op LC_LATE. */
+ * or a disk hit's pin that lapsed between its load's landing and the
+ * answer, leaves its op LC_LATE. */
 static int get_piece(struct local_client *c, kvt_op *ops, size_t n, int held)
 {
 	kvt_slot small[SMALL], *sl = n <= SMALL ? small : calloc(n, sizeof(*sl));
@@ -449,7 +451,7 @@ static int get_piece(struct local_client *c, kvt_op *ops, size_t n, int held)
 			refs[k++] = sl[i].ref;
 			copy_out(op, &sl[i], late);
 		} else if (sl[i].result == -ECANCELED && !held) {
-			op->result = LC_LATE; /* a disk hit's load outlasted its pin */
+			op->result = LC_LATE; /* lapsed after its load landed */
 		} else if (sl[i].result == -ENOENT) {
 			op->result = -ENOENT;
 			kvt_set_error("key %s is not stored", kvt_key_str(op->key, kb));

@@ -43,7 +43,8 @@
 #define LP_HELD 0x20u         /* request bit of LP_PIN (kept in the reply's
 				 type): the pins are the client library's
 				 own, for one get whose first pin may have
-				 lapsed (its copy or its load outlasted
+				 lapsed (its copy, or the wait for the
+				 answer after its load landed, outlasted
 				 ram.pin_ms); they do not lapse, and the
 				 client unpins them at once */
 #define LP_KEYS_MAX 4096u     /* keys or slots in one request */

@@ -68,9 +68,10 @@ int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t 
 /*
  * kvt_get_pin, its arguments checked. With keep, the pins are the
  * library's own, those behind one get of an attached process whose first
- * pin may have lapsed (its copy, or the load into it, outlasted
- * ram.pin_ms): they never lapse, and that process unpins them as soon as
- * it has copied (or its connection closes, which unpins them).
+ * pin may have lapsed (its copy, or the wait for the answer once the load
+ * into it landed, outlasted ram.pin_ms): they never lapse, and that
+ * process unpins them as soon as it has copied (or its connection closes,
+ * which unpins them).
  */
 int slot_get_pin(kvt_store *s, kvt_slot *slots, size_t n, int keep, kvt_pin_batch **out);
 
