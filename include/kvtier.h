@@ -186,7 +186,9 @@ KVT_API void kvt_close(kvt_store *s);
  * RAM holds only leased or pinned blocks it goes to the disk tier instead.
  * Without a disk tier, a put that takes RAM past ram.high_watermark while
  * the leased blocks and it alone stay above ram.low_watermark is refused
- * (-ENOSPC), since the evictor would drop it at once.
+ * (-ENOSPC), since the evictor would drop it at once; a block larger than
+ * ram.low_watermark of RAM by itself is not refused so, and such a put
+ * evicts it with the rest.
  * With peers, the block is also stored in the tiers of the member that owns
  * its key (one round trip; a member that fails is logged and counted, and
  * the put still succeeds here). Returns 0, -EINVAL (NULL store or data, len
