@@ -127,21 +127,21 @@ void rp_account(struct run *r, int tier, uint64_t tokens, uint64_t blocks)
 	r->res->blk[tier] += blocks;
 }
 
-/* One read op per found store block, each into its own part of the
- * buffer. */
-static int load_ops(struct run *r, const struct served *sv)
+/* One op per store block skeys[first..first+n), each with its own part of
+ * the buffer, of the block's size. */
+static int block_ops(struct run *r, size_t first, size_t n)
 {
 	uint64_t bytes = 0;
 	size_t k;
 
-	for (k = 0; k < sv->found; k++)
-		bytes += replay_block_bytes(r->o, r->stok[sv->c0 + k]);
+	for (k = 0; k < n; k++)
+		bytes += replay_block_bytes(r->o, r->stok[first + k]);
 	if (rp_ensure_buf(r, bytes))
 		return rp_fail(r, -ENOMEM, "out of memory");
 	bytes = 0;
-	for (k = 0; k < sv->found; k++) {
-		size_t len = replay_block_bytes(r->o, r->stok[sv->c0 + k]);
-		r->ops[k].key = r->skeys[sv->c0 + k];
+	for (k = 0; k < n; k++) {
+		size_t len = replay_block_bytes(r->o, r->stok[first + k]);
+		r->ops[k].key = r->skeys[first + k];
 		r->ops[k].buf = r->buf + bytes;
 		r->ops[k].len = len;
 		r->ops[k].result = 0;
@@ -226,7 +226,7 @@ static int store_load(struct run *r, uint32_t ci, kvt_store *st, struct served *
 	size_t i, gend;
 	int rc;
 
-	rc = load_ops(r, sv);
+	rc = block_ops(r, sv->c0, sv->found);
 	if (rc)
 		return rc;
 	if (store_hits(st, &ram0, &disk0, &peer0))
@@ -302,25 +302,14 @@ int rp_store_put(struct run *r, uint32_t ci, size_t ns)
 	struct replay_result *res = r->res;
 	kvt_store *st = rp_ep_store(r, r->ep_of[ci]);
 	size_t from = r->put_from[ci], n, k;
-	uint64_t bytes = 0;
 
 	if (from >= ns)
 		return 0;
 	n = ns - from;
+	if (block_ops(r, from, n))
+		return -ENOMEM;
 	for (k = 0; k < n; k++)
-		bytes += replay_block_bytes(r->o, r->stok[from + k]);
-	if (rp_ensure_buf(r, bytes))
-		return rp_fail(r, -ENOMEM, "out of memory");
-	bytes = 0;
-	for (k = 0; k < n; k++) {
-		size_t len = replay_block_bytes(r->o, r->stok[from + k]);
-		r->ops[k].key = r->skeys[from + k];
-		r->ops[k].buf = r->buf + bytes;
-		r->ops[k].len = len;
-		r->ops[k].result = 0;
-		common_fill(r->ops[k].buf, len, common_key_seed(r->ops[k].key));
-		bytes += len;
-	}
+		common_fill(r->ops[k].buf, r->ops[k].len, common_key_seed(r->ops[k].key));
 	(void)kvt_put_batch(st, r->ops, n);
 	for (k = 0; k < n; k++) {
 		res->puts_offered++;
