@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/fs.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -257,6 +258,27 @@ static int preallocate(int fd, const char *path, uint64_t want)
 }
 
 /*
+ * Whether a missing path would be created in the device file system (its
+ * directory is /dev, or under it, on /dev's own mount; /dev/shm and other
+ * mounts below /dev are ordinary places for a tier file). A mistyped or
+ * absent device name there must not become a file in the RAM of devtmpfs.
+ */
+static int in_dev_fs(const char *path)
+{
+	char dir[4096], real[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat d, p;
+
+	if (!slash || (size_t)(slash - path) >= sizeof(dir))
+		return 0;
+	snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	if (!realpath(dir, real) || strncmp(real, "/dev", 4) ||
+	    (real[4] != 0 && real[4] != '/'))
+		return 0;
+	return stat("/dev", &d) == 0 && stat(real, &p) == 0 && d.st_dev == p.st_dev;
+}
+
+/*
  * Opens the regular file at path, creating it when missing (*created), and
  * takes its lock; *st is its fstat. Another process may create it between
  * the two opens (EEXIST): then what that one made is opened, and the lock
@@ -275,6 +297,10 @@ static int file_open_locked(const char *path, struct stat *st, int *created)
 			fd = open(path, O_RDWR | O_CLOEXEC);
 			if (fd >= 0 || errno != ENOENT)
 				break;
+			if (in_dev_fs(path))
+				return kvt_fail(-ENOENT, "disk.path %s: no such device (a "
+						"missing name under /dev is not created "
+						"as a file)", path);
 			fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 			if (fd < 0 && errno == ENOENT)
 				return kvt_fail(-ENOENT, "disk.path %s: directory does not "

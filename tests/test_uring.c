@@ -107,6 +107,40 @@ static void dev_open_reports_why_it_refuses(void **st)
 	free(dir);
 }
 
+/* A missing device name under /dev fails as a missing device; it is not
+ * created as a file in devtmpfs (where a store would keep its blocks in
+ * RAM, under a name that looks like a disk). /dev/shm stays a place for
+ * files. */
+static void dev_open_never_creates_files_in_dev(void **st)
+{
+	(void)st;
+	char path[128];
+
+	snprintf(path, sizeof(path), "/dev/kvt-no-such-disk-%d", (int)getpid());
+	unlink(path);
+	int fd = uring_dev_ops.dev_open(path, 1 << 20);
+	int made = access(path, F_OK) == 0;
+	if (fd >= 0)
+		uring_dev_ops.dev_close(fd);
+	if (made)
+		unlink(path);
+	assert_int_equal(fd, -ENOENT);
+	assert_false(made);
+	assert_non_null(strstr(kvt_last_error(), "no such device"));
+	assert_non_null(strstr(kvt_last_error(), path));
+
+	snprintf(path, sizeof(path), "/dev/shm/kvt-uring-%d", (int)getpid());
+	struct stat shm, dev;
+	if (stat("/dev/shm", &shm) == 0 && stat("/dev", &dev) == 0 &&
+	    shm.st_dev != dev.st_dev && access("/dev/shm", W_OK) == 0) {
+		fd = uring_dev_ops.dev_open(path, 1 << 20);
+		if (fd >= 0) /* tmpfs without O_DIRECT refuses: not this check */
+			uring_dev_ops.dev_close(fd);
+		assert_true(fd >= 0 || fd == -EINVAL);
+		unlink(path);
+	}
+}
+
 /* The real queue: a submission refused for a bad io sends none of its ios,
  * neither now nor with the next submission. */
 static void uring_refused_submission_sends_nothing_later(void **st)
@@ -253,6 +287,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(uring_round_trip_plain_and_fixed),
 		cmocka_unit_test(dev_open_reports_why_it_refuses),
+		cmocka_unit_test(dev_open_never_creates_files_in_dev),
 		cmocka_unit_test(uring_refused_submission_sends_nothing_later),
 		cmocka_unit_test(uring_vectored_write_reads_back_after_reopen),
 	};
