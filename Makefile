@@ -211,6 +211,13 @@ uninstall:
 		$(DESTDIR)$(PKGCONFIGDIR)/kvtier.pc $(DESTDIR)$(BINDIR)/kvbench \
 		$(DESTDIR)$(BINDIR)/kvtierd
 	for f in man/*.[1357]; do rm -f $(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; done
+	# Then the directories install made, deepest first, where nothing else
+	# is left in them (rmdir refuses a directory that is not empty).
+	for d in $(MANDIR)/man1 $(MANDIR)/man3 $(MANDIR)/man5 $(MANDIR)/man7 \
+		$(MANDIR) $(PKGCONFIGDIR) $(LIBDIR) $(INCLUDEDIR) $(BINDIR) \
+		$(PREFIX)/share $(PREFIX); do \
+		rmdir $(DESTDIR)$$d 2>/dev/null || true; \
+	done
 
 clean:
 	rm -rf build

@@ -39,8 +39,13 @@ nm -g --defined-only "$tmp/prefix/lib/libkvtier.a" | awk 'NF == 3 {print $3}' | 
 check "archive-globals-only-kvt" sh -c "grep -q '^kvt_open\$' $tmp/a.syms && ! grep -v '^kvt_' $tmp/a.syms"
 check "archive-globals-match-exports" cmp "$tmp/so.syms" "$tmp/a.syms"
 check "soname" sh -c "readelf -d $tmp/prefix/lib/libkvtier.so | grep -q 'SONAME.*libkvtier.so.0'"
-check "man-pages" sh -c "ls $tmp/prefix/share/man/man3/kvt_open.3 $tmp/prefix/share/man/man1/kvbench.1 $tmp/prefix/share/man/man7/kvtier.7 $tmp/prefix/share/man/man7/kvtier-peer.7 $tmp/prefix/share/man/man1/kvtierd.1"
+# Every page of man/, under the section directory man -M looks in.
+check "man-pages" sh -c "for f in man/*.[1357]; do b=\${f##*/}; test -f $tmp/prefix/share/man/man\${b##*.}/\$b || { echo missing \$b; exit 1; }; done"
 check "kvbench-installed" test -x "$tmp/prefix/bin/kvbench"
 check "kvtierd-installed" sh -c "$tmp/prefix/bin/kvtierd --version"
+# Uninstalling leaves nothing under the prefix: no file, link or directory.
+make -s uninstall BUILD="$BUILD" PREFIX="$tmp/prefix" >"$tmp/uninstall.log" 2>&1 ||
+	cat "$tmp/uninstall.log"
+check "uninstall-leaves-nothing" sh -c "! find $tmp/prefix 2>/dev/null | grep ."
 echo "install: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
