@@ -156,7 +156,8 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * there (kvtier(7), "One store per node"); it fails with -ENOENT or
  * -ECONNREFUSED when nothing serves PATH, -EACCES when this process may not
  * attach, -EUSERS when local.max_clients are attached, -EPROTO when the
- * other end does not speak the protocol, -ETIMEDOUT when it did not accept
+ * other end does not speak the protocol (or another version of it, as a
+ * node store of another libkvtier release), -ETIMEDOUT when it did not accept
  * the connection or answer its HELLO within 5 seconds (not a node store,
  * or a stopped or stuck one).
  */
