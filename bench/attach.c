@@ -320,7 +320,11 @@ int bench_attach_main(int argc, char **argv)
 	json_object_set_new(o, "name", json_string("in_process_get"));
 	json_object_set_new(o, "unit", json_string("bytes/s"));
 	json_object_set_new(o, "value", bench_json_real(gi.median * 1e9));
-	json_object_set_new(o, "reps", bench_json_reps(&gi));
+	struct bench_summary gib = gi; /* its repetitions in the value's bytes/s */
+	gib.min *= 1e9;
+	gib.max *= 1e9;
+	gib.median *= 1e9;
+	json_object_set_new(o, "reps", bench_json_reps(&gib));
 	bench_json_limit(doc, o);
 	o = json_object();
 	json_object_set_new(o, "name", json_string("attached_get"));

@@ -119,7 +119,10 @@ static void phase_done(struct demo *d, const char *name, size_t blocks,
 	bench_table_cell(d->phases, "%zu", blocks);
 	bench_table_cell(d->phases, "%.0f", bytes / (1 << 20));
 	bench_table_cell(d->phases, "%.3f", secs);
-	bench_table_cell(d->phases, "%.2f", gbs);
+	if (isfinite(gbs))
+		bench_table_cell(d->phases, "%.2f", gbs);
+	else
+		bench_table_cell(d->phases, "-"); /* nothing timed: null in the JSON */
 	if (before) {
 		bench_table_cell(d->phases, "%.0f", delta.ram);
 		bench_table_cell(d->phases, "%.0f", delta.disk);

@@ -43,6 +43,7 @@ static void usage(FILE *f)
 		   "  --json FILE  also write the results as JSON to FILE (\"-\": stdout)\n"
 		   "  --reps N     timed repetitions; medians are reported (default %u)\n"
 		   "  --help       the command's own options\n\n"
+		   "kvbench --version prints the library's version.\n"
 		   "See kvbench(1).\n",
 		BENCH_DEFAULT_REPS);
 }

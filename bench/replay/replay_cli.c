@@ -647,8 +647,9 @@ static int opt_store(struct cli *c, int ch, const char *arg)
 		c->o.release_leases = 1;
 		return 0;
 	case O_THREADS:
-		if (parse_u64(arg, 1, 256, &u))
-			BAD("threads", "an integer from 1 to 256");
+		/* the library's "threads" takes 1 to 64 (kvtier-config(5)) */
+		if (parse_u64(arg, 1, 64, &u))
+			BAD("threads", "an integer from 1 to 64");
 		c->o.threads = (uint32_t)u;
 		return 0;
 	case O_NODES:
