@@ -133,14 +133,20 @@ $(BUILD)/kvbench-gpu: bench/gpu/kvbench_gpu.cu $(wildcard examples/cuda/*.cuh) i
 # by several tests live in tests/util.[ch] (and the in-process RDMA fabric
 # of the CPU tests in tests/fabric.[ch]). Only the tests of kvbench itself
 # (BENCH_TESTS) also link kvbench's code (bench/*.h) through libkvbench.a.
+# An area whose tests are split into several programs shares their helpers
+# through tests/<area>_util.[ch] (TEST_AREA), linked into those programs only:
+# the tests of kvbench's commands (test_bench_*.c) through bench_util.
 TEST_UTIL := $(wildcard tests/util.c tests/fabric.c tests/faultdev.c)
-BENCH_TESTS := $(addprefix $(BUILD)/tests/,test_bench test_replay test_trace \
+BENCH_CMD_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_bench_*.c))
+BENCH_TESTS := $(BENCH_CMD_TESTS) $(addprefix $(BUILD)/tests/,test_replay test_trace \
 		test_workload test_fuzz_corpus test_peer_rdma_verbs)
 $(BENCH_TESTS): TEST_BENCH := -Ibench -Ibench/replay $(BENCHLIB)
 $(BENCH_TESTS): $(BENCHLIB) $(KVBENCH)
+$(BENCH_CMD_TESTS): TEST_AREA := tests/bench_util.c
+$(BENCH_CMD_TESTS): tests/bench_util.c tests/bench_util.h
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(COMMONLIB) $(INTLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests -Icommon -o $@ $< $(TEST_UTIL) $(TEST_BENCH) \
+	$(CC) $(ALLCFLAGS) -Itests -Icommon -o $@ $< $(TEST_AREA) $(TEST_UTIL) $(TEST_BENCH) \
 		$(COMMONLIB) $(INTLIB) $(SANLD) $(LIBS) -lcmocka
 
 $(BUILD)/kvtier.pc: pkgconfig/kvtier.pc.in Makefile
