@@ -117,8 +117,8 @@ static void held_ports_are_distinct_taken_and_usable_by_a_store(void **state)
 	common_ports_release(&p);
 }
 
-/* A test holds as many ports as it asks for (test_peer asks for two per
- * case): each distinct from the others, each taken for everyone else. */
+/* A test holds as many ports as it asks for (the peer tier's tests ask for
+ * two per case): each distinct from the others, each taken for everyone else. */
 static void a_test_holds_hundreds_of_ports(void **state)
 {
 	enum { N = 300 };
