@@ -137,7 +137,8 @@ $(BUILD)/kvbench-gpu: bench/gpu/kvbench_gpu.cu $(wildcard examples/cuda/*.cuh) i
 # through tests/<area>_util.[ch] (TEST_AREA), linked into those programs only:
 # the tests of kvbench's commands (test_bench_*.c) through bench_util, those
 # of the node store (test_local_*.c) through local_util, those of the peer
-# tier over TCP (PEER_TESTS; not the RDMA ones) through peer_util.
+# tier over TCP (PEER_TESTS; not the RDMA ones) through peer_util, those of
+# the disk tier (test_disk_*.c) through disk_util.
 TEST_UTIL := $(wildcard tests/util.c tests/fabric.c tests/faultdev.c)
 BENCH_CMD_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_bench_*.c))
 BENCH_TESTS := $(BENCH_CMD_TESTS) $(addprefix $(BUILD)/tests/,test_replay test_trace \
@@ -152,6 +153,9 @@ $(LOCAL_TESTS): tests/local_util.c tests/local_util.h
 PEER_TESTS := $(addprefix $(BUILD)/tests/,test_peer_members test_peer_faults test_peer_server)
 $(PEER_TESTS): TEST_AREA := tests/peer_util.c
 $(PEER_TESTS): tests/peer_util.c tests/peer_util.h
+DISK_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_disk_*.c))
+$(DISK_TESTS): TEST_AREA := tests/disk_util.c
+$(DISK_TESTS): tests/disk_util.c tests/disk_util.h
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(COMMONLIB) $(INTLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -Itests -Icommon -o $@ $< $(TEST_AREA) $(TEST_UTIL) $(TEST_BENCH) \
