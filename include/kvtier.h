@@ -155,9 +155,11 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * the node store serving PATH, with no tiers of its own: every call goes
  * there (kvtier(7), "One store per node"); it fails with -ENOENT or
  * -ECONNREFUSED when nothing serves PATH, -EACCES when this process may not
- * attach, -EUSERS when local.max_clients are attached, -EPROTO when the
- * other end does not speak the protocol (or another version of it, as a
- * node store of another libkvtier release), -ETIMEDOUT when it did not accept
+ * attach, -EUSERS when local.max_clients are attached, -EPROTONOSUPPORT
+ * when the node store speaks another version of the local protocol (the
+ * text names both), -EPROTO when the other end does not speak the protocol
+ * or closes the connection at HELLO (as node stores of earlier builds did
+ * on a HELLO of another version), -ETIMEDOUT when it did not accept
  * the connection or answer its HELLO within 5 seconds (not a node store,
  * or a stopped or stuck one).
  */

@@ -198,6 +198,10 @@ int lc_rpc_locked(struct local_client *c, int type, const void *a, size_t alen,
 		return lost(c, got);
 	memcpy(&h, first, sizeof(h));
 	memcpy(&status, first + sizeof(h), 4);
+	if (h.magic == LP_MAGIC && h.version != LP_VERSION && type == LP_HELLO)
+		return kvt_fail(-EPROTONOSUPPORT, "attach: %s answered in version %u of "
+				"the local protocol, this process speaks %u", c->path,
+				(unsigned)h.version, LP_VERSION);
 	if (h.magic != LP_MAGIC || h.version != LP_VERSION ||
 	    h.type != ((type & ~LP_NOREPLY) | LP_REPLY) || h.len < 4 ||
 	    h.len > 4 + (cap > LP_TEXT_MAX ? cap : LP_TEXT_MAX) ||
@@ -267,7 +271,8 @@ int local_client_open(const char *path, unsigned timeout_ms, struct local_client
 	if (rc < 0) {
 		if (rc == -ENOTCONN)
 			rc = kvt_fail(-EPROTO, "attach: %s answered no HELLO (not a node "
-				      "store, or it closed the connection)", path);
+				      "store, one of a local protocol version before %u, "
+				      "or it closed the connection)", path, LP_VERSION);
 		goto fail;
 	}
 	if (got != sizeof(hl) || fds[0] < 0 || hl.version != LP_VERSION || !hl.arena_len ||

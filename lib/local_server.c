@@ -151,22 +151,50 @@ static int read_header(struct conn *c, int *type, size_t *len)
 	return 0;
 }
 
+/*
+ * Refuses a HELLO of another protocol version with -EPROTONOSUPPORT and a
+ * text naming both versions, in a frame of the client's version: its
+ * header is the part every version shares, so the client can read why.
+ */
+static int refuse_version(struct conn *c, uint8_t version)
+{
+	char t[200];
+	int32_t status = -EPROTONOSUPPORT;
+	int n = snprintf(t, sizeof(t), "the node store at %s speaks version %u of the "
+			 "local protocol, this process %u", c->srv->path, LP_VERSION,
+			 (unsigned)version);
+	struct lp_hdr h = { LP_MAGIC, version, LP_HELLO | LP_REPLY,
+			    (uint32_t)(sizeof(status) + (size_t)n) };
+	struct iovec iov[3] = { { &h, sizeof(h) }, { &status, sizeof(status) },
+				{ t, (size_t)n } };
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 3 };
+
+	kvt_log(KVT_LOG_WARN, "local: process %d (uid %u) speaks version %u of the local "
+		"protocol, this node store %u: refused", (int)c->pid, (unsigned)c->uid,
+		(unsigned)version, LP_VERSION);
+	lp_send_all(c->fd, &m);
+	return -1;
+}
+
 /* The HELLO: the client's version, answered with the arena's memfd. It
  * must be in within lp_hello_ms of the accept (c->hello_deadline), or the
  * connection is dropped, so processes that connect and say nothing cannot
- * hold the places of local.max_clients. */
+ * hold the places of local.max_clients. A HELLO of another version is
+ * refused in words the client can read. */
 static int hello(struct conn *c)
 {
-	uint32_t version;
-	size_t len;
-	int type, r = read_header(c, &type, &len);
+	struct lp_hdr h;
+	uint32_t version = 0;
+	int r = conn_read(c, &h, sizeof(h));
 
 	if (!r) {
-		if (type != LP_HELLO || len != 4)
+		if (h.magic != LP_MAGIC || h.type != LP_HELLO || h.len != 4)
 			return -2;
 		r = conn_read(c, &version, 4);
 		if (r && r != LP_LATE)
 			return -2;
+		if (!r && (h.version != LP_VERSION || version != LP_VERSION))
+			return h.version == version ? refuse_version(c, h.version) : -2;
 	}
 	if (r == LP_LATE) {
 		kvt_log(KVT_LOG_WARN, "local: process %d (uid %u) sent no HELLO within %u ms; "
@@ -177,12 +205,6 @@ static int hello(struct conn *c)
 	if (r)
 		return r;
 	c->hello_deadline = 0; /* later frames wait as long as the client takes */
-	if (version != LP_VERSION) {
-		kvt_set_error("the node store at %s speaks version %u of the local "
-			      "protocol, this client %u", c->srv->path, LP_VERSION, version);
-		lsrv_send_error(c->fd, LP_HELLO, -EPROTONOSUPPORT);
-		return -1;
-	}
 	struct lp_hello hl = {
 		.version = LP_VERSION, .lease_ms = c->srv->lease_ms,
 		.arena_len = c->srv->arena_len, .max_block = c->srv->max_block,

@@ -647,6 +647,89 @@ static void test_unanswered_request_times_out(void **state)
 	fake_node_stop(lfd, th, sock);
 }
 
+/* A HELLO of another protocol version (an older libkvtier, here one that
+ * speaks version W_VERSION - 1 throughout) is refused in a frame of that
+ * version: status -EPROTONOSUPPORT and a text naming both versions, which
+ * such a client reads where it could not read a frame of this version.
+ * Before, the node store closed the connection as malformed. */
+static void test_other_version_hello_is_refused_readably(void **state)
+{
+	(void)state;
+	char sock[256], text[256];
+	kvt_store *node = open_node(NULL, sock, sizeof(sock));
+	int fd = connect_to(sock);
+	unsigned char h[12];
+	uint16_t magic = W_MAGIC;
+	uint32_t len = 4, old = W_VERSION - 1, rl = 0;
+	int32_t st = 0;
+
+	memcpy(h, &magic, 2);
+	h[2] = (unsigned char)old;
+	h[3] = W_HELLO;
+	memcpy(h + 4, &len, 4);
+	memcpy(h + 8, &old, 4);
+	assert_int_equal(send(fd, h, 12, MSG_NOSIGNAL), 12);
+	assert_int_equal(recv(fd, h, 8, MSG_WAITALL), 8);
+	assert_int_equal(h[2], old);
+	assert_int_equal(h[3], W_HELLO | W_REPLY);
+	memcpy(&rl, h + 4, 4);
+	assert_true(rl > 4 && rl - 4 < sizeof(text));
+	assert_int_equal(recv(fd, &st, 4, MSG_WAITALL), 4);
+	assert_int_equal(st, -EPROTONOSUPPORT);
+	assert_int_equal(recv(fd, text, rl - 4, MSG_WAITALL), (ssize_t)(rl - 4));
+	text[rl - 4] = 0;
+	char want[64];
+	snprintf(want, sizeof(want), "speaks version %u", W_VERSION);
+	assert_non_null(strstr(text, want));
+	snprintf(want, sizeof(want), "this process %u", (unsigned)old);
+	assert_non_null(strstr(text, want));
+	expect_closed(fd, 5000);
+	close(fd);
+	assert_int_equal(store_stat(node, "local", "malformed_frames"), 0);
+	kvt_close(node);
+}
+
+/* A fake node store of a newer protocol version: answers the HELLO with a
+ * refusal in a frame of its own version, as one that did not read the
+ * client's version would. One connection. */
+static void *newer_node_main(void *p)
+{
+	int lfd = *(int *)p, fd = accept(lfd, NULL, NULL);
+	unsigned char body[64];
+	struct lp_hdr h;
+
+	if (fd < 0)
+		return NULL;
+	if (fake_request(fd, &h, body, sizeof(body))) {
+		struct lp_hdr r = { LP_MAGIC, LP_VERSION + 1, LP_HELLO | LP_REPLY, 4 };
+		int32_t st = -EPROTONOSUPPORT;
+		struct iovec iov[2] = { { &r, sizeof(r) }, { &st, 4 } };
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+		(void)w;
+	}
+	close(fd);
+	return NULL;
+}
+
+/* kvt_open attached to a node store that answers in another protocol
+ * version fails with -EPROTONOSUPPORT naming both versions (it was -EPROTO,
+ * "malformed"). */
+static void test_attach_to_a_newer_node_store(void **state)
+{
+	(void)state;
+	char sock[256], cfg[400], want[64];
+	pthread_t th;
+	int lfd = fake_node_start("newer.sock", newer_node_main, sock, sizeof(sock), &th);
+	snprintf(cfg, sizeof(cfg), "{\"attach\": \"%s\"}", sock);
+	kvt_store *c = NULL;
+	assert_int_equal(kvt_open(cfg, &c), -EPROTONOSUPPORT);
+	assert_null(c);
+	snprintf(want, sizeof(want), "version %u of the local protocol", LP_VERSION + 1);
+	assert_non_null(strstr(kvt_last_error(), want));
+	fake_node_stop(lfd, th, sock);
+}
+
 /* local.spin_us travels to every client in the HELLO answer; with 0 (sleep
  * at once) and with the most allowed, lookups with lease, gets through a
  * pin (no directory) and releases work the same. */
@@ -700,6 +783,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_counts_past_the_keys_are_refused),
 		cmocka_unit_test(test_unanswered_request_times_out),
 		cmocka_unit_test(test_spin_setting),
+		cmocka_unit_test(test_other_version_hello_is_refused_readably),
+		cmocka_unit_test(test_attach_to_a_newer_node_store),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
