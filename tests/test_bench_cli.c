@@ -278,6 +278,24 @@ static void cli_help_speaks_to_users(void **state)
 	}
 }
 
+/* kvbench --help names --version; the demo without a disk tier prints '-'
+ * for the phases with nothing timed, not nan (its JSON has null). */
+static void cli_prints_no_nan_and_names_version(void **state)
+{
+	struct proc p;
+
+	(void)state;
+	kvbench_run(&p, (const char *const[]){ "--help", NULL });
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "--version"));
+	proc_free(&p);
+	kvbench_run(&p, (const char *const[]){ DEMO_ARGS, NULL });
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "GB/s"));
+	assert_null(strstr(p.out, "nan"));
+	proc_free(&p);
+}
+
 /* A stopped run says so, keeps what it measured, and exits 128 + signal. */
 static void cli_interrupted_run_keeps_its_results(void **state)
 {
@@ -372,6 +390,7 @@ int main(void)
 		cmocka_unit_test(cli_errors_without_a_command_name_kvbench),
 		cmocka_unit_test(cli_unusable_dir_is_an_error),
 		cmocka_unit_test(cli_help_speaks_to_users),
+		cmocka_unit_test(cli_prints_no_nan_and_names_version),
 		cmocka_unit_test(cli_interrupted_run_keeps_its_results),
 		cmocka_unit_test(man_pages_share_one_header),
 	};

@@ -46,6 +46,9 @@ static void attach_writes_json_results(void **state)
 	r = json_array_get(json_object_get(doc, "limits"), 0);
 	assert_string_equal(json_string_value(json_object_get(r, "name")), "in_process_get");
 	assert_true(json_number_value(json_object_get(r, "value")) > 0);
+	/* its repetitions in the value's unit, bytes/s (they were GB/s) */
+	assert_true(json_number_value(json_object_get(json_object_get(r, "reps"), "median")) ==
+		    json_number_value(json_object_get(r, "value")));
 	r = result_named(doc, "attached_get", 0);
 	assert_non_null(r);
 	assert_true(json_number_value(json_object_get(r, "value")) > 0);

@@ -48,6 +48,9 @@ static void cli_bad_replay_options_exit_2(void **state)
 	expect_usage_error((const char *const[]){ "replay", "--seeds", "17", NULL },
 			   "replay", "bad --seeds '17': an integer from 1 to 16");
 	/* each says what it may be */
+	/* the library's own bound (it failed in kvt_open, status 1) */
+	expect_usage_error((const char *const[]){ "replay", "--threads", "65", NULL },
+			   "replay", "bad --threads '65': an integer from 1 to 64");
 	expect_usage_error((const char *const[]){ "replay", "--nodes", "9", NULL },
 			   "replay", "bad --nodes '9': an integer from 1 to 8");
 	expect_usage_error((const char *const[]){ "replay", "--seed", "-1", NULL },
