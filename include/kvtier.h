@@ -145,8 +145,10 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * instead, with a log line); -EBUSY when a disk.path
  * device is in use by another store (of any process; each device is opened
  * exclusively until kvt_close) and -EINVAL when two entries of disk.path
- * reach the same file or block device; -EIO and others from opening disk
- * tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
+ * reach the same file or block device; -ENOSPC when the file system holding
+ * a disk.path file has no room for it, or a block device is smaller than its
+ * share of disk.capacity (kvt_last_error() names the path and the bytes);
+ * -EIO and others from opening disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on;
  * -EADDRNOTAVAIL when this node's own address (the host of peers.listen, or
  * of its entry in peers.members) is not an address of this machine. With
  * local.socket the store also serves the processes of this machine on that

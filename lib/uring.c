@@ -251,8 +251,9 @@ static int preallocate(int fd, const char *path, uint64_t want)
 		return 0;
 	}
 	if (e == ENOSPC || e == EFBIG)
-		return kvt_fail(-ENOSPC, "disk.path %s: no space for %llu bytes on its "
-				"file system", path, (unsigned long long)want);
+		return kvt_fail(-ENOSPC, "the file system holding disk.path %s has no "
+				"room for %llu bytes, its share of disk.capacity",
+				path, (unsigned long long)want);
 	return kvt_fail(-e, "disk.path %s: preallocating %llu bytes: %s", path,
 			(unsigned long long)want, strerror(e));
 }

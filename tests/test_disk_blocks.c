@@ -337,7 +337,7 @@ static void full_device_is_refused(void **st)
 	fix_init(&f, 32ull << 40, 64 * MiB); /* 32 TiB: more than the disk has */
 	assert_int_equal(disk_open_cfg(&f.cfg, NULL, 0, NULL, &d), -ENOSPC);
 	assert_null(d);
-	assert_non_null(strstr(kvt_last_error(), "no space"));
+	assert_non_null(strstr(kvt_last_error(), "has no room for"));
 	assert_int_equal(access(f.path, F_OK), -1); /* nothing left behind */
 	/* too small for two regions */
 	f.cfg.disk_capacity = 1 * MiB;
