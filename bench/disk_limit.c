@@ -65,7 +65,7 @@ static double fio_run(const struct run *r, const char *path, const char *rw,
  * secs s (0: one pass of writes over the file). */
 static double raw_run(const struct run *r, const char *path, int write, unsigned secs)
 {
-	int fd = uring_dev_ops.dev_open(path, r->o.size);
+	int fd = uring_dev_ops.dev_open(path, r->o.size, NULL);
 	void *q = NULL;
 	unsigned nf = 0, qd = (unsigned)r->o.qd;
 	uint64_t nb = r->o.size / r->o.bs, bytes = 0, pos = 0, seed = 88172645463325252ull;
@@ -178,7 +178,7 @@ int db_layout(const struct run *r)
 	int fd, err = 0;
 
 	db_drop_file(r->tierpath);
-	fd = uring_dev_ops.dev_open(r->tierpath, size);
+	fd = uring_dev_ops.dev_open(r->tierpath, size, NULL);
 	if (fd < 0 || !io || !p || posix_memalign(&buf, 4096, chunk) ||
 	    uring_dev_ops.queue_open(&fd, 1, 8, NULL, 0, &nf, &q)) {
 		err = fd < 0 ? fd : -ENOMEM;

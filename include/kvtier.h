@@ -163,7 +163,10 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * or closes the connection at HELLO (as node stores of earlier builds did
  * on a HELLO of another version), -ETIMEDOUT when it did not accept
  * the connection or answer its HELLO within 5 seconds (not a node store,
- * or a stopped or stuck one).
+ * or a stopped or stuck one). A disk.path file found shorter than its share
+ * of disk.capacity (cut while no store had it open) is extended back to it;
+ * the blocks that lay past its old end are misses from then on, the others
+ * are kept, and a warning names the file (kvtier-disk(5)).
  */
 KVT_API int kvt_open(const char *config_json, kvt_store **out);
 

@@ -81,14 +81,18 @@ struct kvt_dev_ops {
 	 * I/O; a holder that has exited, or that /proc/locks lists without
 	 * a pid, is waited for, up to 10 s). A
 	 * missing file is created and preallocated to want bytes (a shorter
-	 * existing file is extended); a block device is used raw and must
-	 * hold want bytes. Returns an fd or a negative errno with
-	 * kvt_last_error() set: -EBUSY (in use; the text names the holding
-	 * process where /proc/locks tells it), -ENOENT (missing directory),
-	 * -ENOSPC (no space, device too small), -EINVAL (no O_DIRECT on this
-	 * file system), others from open(2).
+	 * existing file is extended the same way, what it held kept); a
+	 * block device is used raw and must hold want bytes. *held (NULL:
+	 * not wanted) = the bytes from offset 0 that hold what was there
+	 * before this open: want, less for a file found shorter (0 for one
+	 * created), whose bytes past that read as zeros now. Returns an fd
+	 * or a negative errno with kvt_last_error() set: -EBUSY (in use; the
+	 * text names the holding process where /proc/locks tells it),
+	 * -ENOENT (missing directory), -ENOSPC (no room on the file system,
+	 * device too small), -EINVAL (no O_DIRECT on this file system),
+	 * others from open(2).
 	 */
-	int (*dev_open)(const char *path, uint64_t want);
+	int (*dev_open)(const char *path, uint64_t want, uint64_t *held);
 	/* Ends the lock and closes fd. Close the queues over fd first: their
 	 * registered files would keep the device open (and locked). */
 	void (*dev_close)(int fd);

@@ -701,6 +701,7 @@ static void tier_free(struct disk_tier *d)
 	free(d->regions);
 	free(d->paths);
 	free(d->fds);
+	free(d->held);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->qlock);
 	pthread_mutex_destroy(&d->slock);
@@ -727,7 +728,8 @@ static int open_devices(struct disk_tier *d, const struct disk_opts *o)
 		int err = refuse_same_device(d, i);
 		if (err)
 			return err;
-		int fd = d->ops->dev_open(d->paths[i], d->dev_bytes);
+		d->held[i] = d->dev_bytes; /* kept where a seam does not set it */
+		int fd = d->ops->dev_open(d->paths[i], d->dev_bytes, &d->held[i]);
 		if (fd < 0)
 			return fd;
 		d->fds[i] = fd;
@@ -811,7 +813,8 @@ int disk_open(const struct disk_opts *o, void *fixed_base, size_t fixed_len,
 	pthread_cond_init(&d->vdone, NULL);
 	d->fds = malloc(sizeof(int) * d->ndev);
 	d->paths = calloc(d->ndev, sizeof(char *));
-	if (!d->fds || !d->paths) {
+	d->held = calloc(d->ndev, sizeof(*d->held));
+	if (!d->fds || !d->paths || !d->held) {
 		err = -ENOMEM;
 		goto fail;
 	}

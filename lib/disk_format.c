@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -275,6 +276,116 @@ out:
 	return used;
 }
 
+/* --- a device cut short while the tier was closed -------------------------------- */
+
+/* Whether the record of len bytes at global page reaches past the bytes its
+ * device held at open (a file cut short: zeros there now). */
+static int rec_cut(const struct disk_tier *d, uint64_t page, uint64_t len)
+{
+	uint16_t dev;
+	uint64_t off;
+
+	page_addr(d, page, &dev, &off);
+	return off + (uint64_t)rec_pages(len) * PAGE > d->held[dev];
+}
+
+static int tier_cut(const struct disk_tier *d)
+{
+	for (uint32_t i = 0; i < d->ndev; i++)
+		if (d->held[i] < d->dev_bytes)
+			return 1;
+	return 0;
+}
+
+/* The blocks a checkpoint listed whose records a cut took, and their devices. */
+struct cut_loss {
+	kvt_key *keys;
+	uint16_t *dev;
+	uint64_t n;
+	int known;                /* a checkpoint listed what was stored */
+};
+
+/*
+ * With a device cut short, a checkpoint (loaded: from_ckpt) is not used:
+ * the write pointers of its regions lie past the cut, where records that
+ * are gone would stay half there. Notes the blocks it lists whose records
+ * the cut took (to count, after the region scan that follows, those the
+ * scan finds nowhere else) and empties the index for that scan.
+ */
+static int cut_note(struct disk_tier *d, int from_ckpt, struct cut_loss *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->known = from_ckpt;
+	if (from_ckpt && d->count) {
+		c->keys = malloc(sizeof(*c->keys) * d->count);
+		c->dev = malloc(sizeof(*c->dev) * d->count);
+		if (!c->keys || !c->dev)
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; from_ckpt && i < d->nslots; i++) {
+		uint32_t e = d->slots[i];
+		uint64_t w = e == NIL ? 0 : d->ents[e].w, off;
+
+		if (e == NIL || !rec_cut(d, w_page(w), w_len(w)))
+			continue;
+		c->keys[c->n] = (kvt_key){ d->ents[e].lo, d->ents[e].hi };
+		page_addr(d, w_page(w), &c->dev[c->n++], &off);
+	}
+	disk_index_reset(d);
+	return 0;
+}
+
+/* Logs, once for each device cut short, what it held and what was lost. */
+static void cut_report(struct disk_tier *d, const struct cut_loss *c)
+{
+	for (uint32_t i = 0; i < d->ndev; i++) {
+		uint64_t lost = 0;
+		char what[96];
+
+		if (d->held[i] >= d->dev_bytes)
+			continue;
+		for (uint64_t j = 0; j < c->n; j++)
+			lost += c->dev[j] == i && disk_idx_find(d, c->keys[j]) == NIL;
+		if (c->known)
+			snprintf(what, sizeof(what), "%llu blocks stored past its end are lost",
+				 (unsigned long long)lost);
+		else
+			snprintf(what, sizeof(what), "the blocks stored past its end are "
+				 "lost (no checkpoint counts them)");
+		kvt_log(KVT_LOG_WARN, "disk: %s held only %llu of its %llu bytes (cut "
+			"short while closed?): %s; it is extended back to its size, and "
+			"the blocks before the cut are kept", d->paths[i],
+			(unsigned long long)d->held[i], (unsigned long long)d->dev_bytes, what);
+	}
+}
+
+/*
+ * Zeros the header page of each record a region scan found cut short
+ * (live[r] 2: the record at wp[r]): a later scan, of the device at its
+ * full size again, stops there too instead of finding a block whose
+ * payload is gone.
+ */
+static int cut_heads_clear(struct disk_tier *d, const uint32_t *wp, const uint8_t *live)
+{
+	void *page = NULL;
+	int err = 0;
+
+	for (uint32_t r = 0; r < d->nregions && !err; r++) {
+		uint16_t dev;
+		uint64_t off;
+
+		if (live[r] != 2)
+			continue;
+		if (!page && !(page = disk_stage_get(d, PAGE)))
+			return -ENOMEM;
+		memset(page, 0, PAGE);
+		page_addr(d, (uint64_t)r * d->region_pages + wp[r], &dev, &off);
+		err = disk_meta_rw(d, DEV_WRITE, dev, page, PAGE, off);
+	}
+	disk_stage_put(d, page, PAGE);
+	return err;
+}
+
 /* Invalidates the checkpoint so that a crash after this open cannot reuse it. */
 static int kill_checkpoint(struct disk_tier *d)
 {
@@ -295,7 +406,8 @@ static int kill_checkpoint(struct disk_tier *d)
  * Rebuilds the index by walking each region's chain of record headers from
  * its start, all regions in parallel (one header read per region per round).
  * A region's walk ends at the first header that is not sound, belongs to
- * another generation of the region, or would run past the region's end.
+ * another generation of the region, or would run past the region's end
+ * or past what a device cut short held (that record's header is zeroed).
  */
 static int scan_regions(struct disk_tier *d)
 {
@@ -319,7 +431,7 @@ static int scan_regions(struct disk_tier *d)
 
 		active = 0;
 		for (uint32_t r = 0; r < nr; r++) {
-			if (!live[r])
+			if (live[r] != 1)
 				continue;
 			active++;
 			if (n == batch)
@@ -347,9 +459,13 @@ static int scan_regions(struct disk_tier *d)
 				live[r] = 0;
 				continue;
 			}
+			uint64_t page = (uint64_t)r * d->region_pages + wp[r];
+			if (rec_cut(d, page, h->len)) {
+				live[r] = 2;
+				continue;
+			}
 			rg->seq = h->region_seq;
 			kvt_key k = { h->key_lo, h->key_hi };
-			uint64_t page = (uint64_t)r * d->region_pages + wp[r];
 			uint32_t old = disk_idx_find(d, k);
 			int newer = old == NIL ||
 				    d->regions[page_region(d, w_page(d->ents[old].w))].seq <=
@@ -378,6 +494,7 @@ static int scan_regions(struct disk_tier *d)
 	}
 	kvt_log(KVT_LOG_INFO, "disk: scan found %llu records, %u blocks indexed",
 		(unsigned long long)records, d->count);
+	err = cut_heads_clear(d, wp, live);
 out:
 	disk_stage_put(d, bufs, (size_t)batch * PAGE);
 	free(wp);
@@ -453,6 +570,37 @@ out:
 	return err;
 }
 
+/*
+ * Rebuilds the index of a tier whose superblocks agree with the config:
+ * from the checkpoint, else (or where a device was cut short) by a region
+ * scan; then invalidates the checkpoint and resumes the open region.
+ */
+static int recover_index(struct disk_tier *d)
+{
+	uint64_t t0 = kvt_now_ns();
+	int from_ckpt = load_checkpoint(d), cut = tier_cut(d), err = 0;
+	struct cut_loss c;
+
+	if (cut)
+		err = cut_note(d, from_ckpt, &c);
+	if (!err && (cut || !from_ckpt))
+		err = scan_regions(d);
+	if (!err && cut)
+		cut_report(d, &c);
+	if (cut) {
+		free(c.keys);
+		free(c.dev);
+	}
+	if (!err)
+		err = kill_checkpoint(d);
+	if (!err)
+		kvt_log(KVT_LOG_INFO, "disk: recovered %u blocks from %s in %.1f ms",
+			d->count, from_ckpt && !cut ? "the checkpoint" : "a region scan",
+			(double)(kvt_now_ns() - t0) / 1e6);
+	resume_open_region(d);
+	return err;
+}
+
 /* Reads every superblock; formats the tier unless all agree with the config. */
 int disk_recover(struct disk_tier *d)
 {
@@ -478,26 +626,22 @@ int disk_recover(struct disk_tier *d)
 		bad = i;
 	}
 	if (why) {
-		if (!fresh)
-			kvt_log(KVT_LOG_WARN, "disk: %s: %s; starting with an empty tier",
-				d->paths[bad], why);
+		char cut[128] = "";
+		if (d->held[bad] > 0 && d->held[bad] < d->dev_bytes)
+			snprintf(cut, sizeof(cut), " (the file held only %llu of its %llu "
+				 "bytes: cut short while closed?)",
+				 (unsigned long long)d->held[bad],
+				 (unsigned long long)d->dev_bytes);
+		if (!fresh || cut[0])
+			kvt_log(KVT_LOG_WARN, "disk: %s: %s%s; starting with an empty tier",
+				d->paths[bad], why, cut);
 		else
 			kvt_log(KVT_LOG_INFO, "disk: formatting new tier on %s", d->paths[0]);
 		err = format_tier(d);
 	} else {
 		d->instance[0] = s->instance[0];
 		d->instance[1] = s->instance[1];
-		uint64_t t0 = kvt_now_ns();
-		int from_ckpt = load_checkpoint(d);
-		if (!from_ckpt)
-			err = scan_regions(d);
-		if (!err)
-			err = kill_checkpoint(d);
-		if (!err)
-			kvt_log(KVT_LOG_INFO, "disk: recovered %u blocks from %s in %.1f ms",
-				d->count, from_ckpt ? "the checkpoint" : "a region scan",
-				(double)(kvt_now_ns() - t0) / 1e6);
-		resume_open_region(d);
+		err = recover_index(d);
 	}
 	disk_stage_put(d, s, (size_t)d->ndev * PAGE);
 	d->nfree = 0;

@@ -95,6 +95,10 @@ struct disk_tier {
 	unsigned ndev;
 	int *fds;
 	char **paths;
+	/* per device, the bytes from its start that held what was there at
+	 * open (dev_bytes, less for a file found cut short while closed,
+	 * extended since: zeros past it); recovery drops what lay past */
+	uint64_t *held;
 	/* geometry */
 	uint64_t region_size, dev_bytes, data_off, ckpt_off, ckpt_bytes;
 	uint32_t region_pages, nregions;

@@ -330,11 +330,13 @@ static int file_open_locked(const char *path, struct stat *st, int *created)
 	}
 }
 
-static int uring_dev_open(const char *path, uint64_t want)
+static int uring_dev_open(const char *path, uint64_t want, uint64_t *held)
 {
 	struct stat st;
 	int created, flags, err = 0;
 
+	if (held)
+		*held = want;
 	if (stat(path, &st) == 0 && S_ISBLK(st.st_mode))
 		return open_blockdev(path, want);
 
@@ -343,6 +345,8 @@ static int uring_dev_open(const char *path, uint64_t want)
 	int fd = file_open_locked(path, &st, &created);
 	if (fd < 0)
 		return fd;
+	if (held && (uint64_t)st.st_size < want)
+		*held = created ? 0 : (uint64_t)st.st_size;
 	if ((uint64_t)st.st_size < want || created)
 		err = preallocate(fd, path, want);
 	if (!err && ((flags = fcntl(fd, F_GETFL)) < 0 ||

@@ -35,7 +35,7 @@ static void uring_round_trip_plain_and_fixed(void **st)
 	const size_t len = 1 << 20;
 
 	snprintf(path, sizeof(path), "%s/dev", dir);
-	int fd = uring_dev_ops.dev_open(path, 4 << 20);
+	int fd = uring_dev_ops.dev_open(path, 4 << 20, NULL);
 	assert_true(fd >= 0);
 	struct stat sb;
 	assert_int_equal(fstat(fd, &sb), 0);
@@ -84,20 +84,20 @@ static void dev_open_reports_why_it_refuses(void **st)
 	char path[4200];
 
 	snprintf(path, sizeof(path), "%s/missing/dev", dir);
-	assert_int_equal(uring_dev_ops.dev_open(path, 1 << 20), -ENOENT);
+	assert_int_equal(uring_dev_ops.dev_open(path, 1 << 20, NULL), -ENOENT);
 	assert_non_null(strstr(kvt_last_error(), "directory does not exist"));
 	snprintf(path, sizeof(path), "%s/huge", dir);
-	assert_int_equal(uring_dev_ops.dev_open(path, 1ull << 50), -ENOSPC);
+	assert_int_equal(uring_dev_ops.dev_open(path, 1ull << 50, NULL), -ENOSPC);
 	assert_non_null(strstr(kvt_last_error(), "has no room for"));
 	assert_int_equal(access(path, F_OK), -1);
-	assert_int_equal(uring_dev_ops.dev_open(dir, 1 << 20), -EISDIR);
+	assert_int_equal(uring_dev_ops.dev_open(dir, 1 << 20, NULL), -EISDIR);
 	/* an existing shorter file is extended, a longer one kept */
 	snprintf(path, sizeof(path), "%s/f", dir);
 	int fd = open(path, O_CREAT | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, 8192), 0);
 	close(fd);
-	fd = uring_dev_ops.dev_open(path, 1 << 20);
+	fd = uring_dev_ops.dev_open(path, 1 << 20, NULL);
 	assert_true(fd >= 0);
 	struct stat sb;
 	assert_int_equal(fstat(fd, &sb), 0);
@@ -152,7 +152,7 @@ static void uring_refused_submission_sends_nothing_later(void **st)
 	unsigned nfixed = 0;
 
 	snprintf(path, sizeof(path), "%s/dev", dir);
-	int fd = uring_dev_ops.dev_open(path, 1 << 20);
+	int fd = uring_dev_ops.dev_open(path, 1 << 20, NULL);
 	assert_true(fd >= 0);
 	assert_int_equal(posix_memalign(&buf, 4096, 3 * 4096), 0);
 	memset(buf, 7, 3 * 4096);
@@ -214,7 +214,7 @@ static void uring_vectored_write_reads_back_after_reopen(void **st)
 
 	ops.reap = cut_reap;
 	snprintf(path, sizeof(path), "%s/dev", dir);
-	int fd = uring_dev_ops.dev_open(path, 4 << 20);
+	int fd = uring_dev_ops.dev_open(path, 4 << 20, NULL);
 	assert_true(fd >= 0);
 	assert_int_equal(posix_memalign((void **)&hdr, 4096, 4096), 0);
 	assert_int_equal(posix_memalign((void **)&pay, 4096, plen), 0);
@@ -239,7 +239,7 @@ static void uring_vectored_write_reads_back_after_reopen(void **st)
 	ops.queue_close(q);
 	ops.dev_close(fd);
 
-	fd = uring_dev_ops.dev_open(path, 4 << 20);
+	fd = uring_dev_ops.dev_open(path, 4 << 20, NULL);
 	assert_true(fd >= 0);
 	assert_int_equal(ops.queue_open(&fd, 1, 16, NULL, 0, &nfixed, &q), 0);
 	struct iovec r[2] = { { r0, 12288 }, { r1, plen - 8192 } };

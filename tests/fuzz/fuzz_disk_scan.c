@@ -90,9 +90,11 @@ struct ds_queue {
 	unsigned cap, head, n;
 };
 
-static int ds_dev_open(const char *path, uint64_t want)
+static int ds_dev_open(const char *path, uint64_t want, uint64_t *held)
 {
 	(void)path;
+	if (held)
+		*held = want;
 	DS_CHECK(want <= DS_DEV_BYTES, "tier wants %" PRIu64 " bytes", want);
 	ds_dev_want = want;
 	return DS_FD;
