@@ -118,7 +118,7 @@ static void dev_open_never_creates_files_in_dev(void **st)
 
 	snprintf(path, sizeof(path), "/dev/kvt-no-such-disk-%d", (int)getpid());
 	unlink(path);
-	int fd = uring_dev_ops.dev_open(path, 1 << 20);
+	int fd = uring_dev_ops.dev_open(path, 1 << 20, NULL);
 	int made = access(path, F_OK) == 0;
 	if (fd >= 0)
 		uring_dev_ops.dev_close(fd);
@@ -133,7 +133,7 @@ static void dev_open_never_creates_files_in_dev(void **st)
 	struct stat shm, dev;
 	if (stat("/dev/shm", &shm) == 0 && stat("/dev", &dev) == 0 &&
 	    shm.st_dev != dev.st_dev && access("/dev/shm", W_OK) == 0) {
-		fd = uring_dev_ops.dev_open(path, 1 << 20);
+		fd = uring_dev_ops.dev_open(path, 1 << 20, NULL);
 		if (fd >= 0) /* tmpfs without O_DIRECT refuses: not this check */
 			uring_dev_ops.dev_close(fd);
 		assert_true(fd >= 0 || fd == -EINVAL);
