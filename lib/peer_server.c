@@ -478,12 +478,15 @@ static int serve(struct conn *c, const struct hdr *h)
  * Keeps one member, or the connections from one host that have not said
  * HELLO yet (member NOBODY), within limit, not counting slot self: when
  * limit are open, the one idle the longest (for pending ones: accepted
- * first) is shut down, and its thread frees its slot. Returns -1 when all
- * are busy with requests. Called with clock held.
+ * first) is shut down, and its thread frees its slot. A connection that
+ * holds pins is not idle for this: the member may be READing those blocks,
+ * and closing it would end their pins under the READs. Returns -1 when
+ * none can be closed. Called with clock held.
  */
 static int make_room(struct peer_tier *p, unsigned member, unsigned host,
 		     unsigned limit, int self)
 {
+	uint64_t now = kvt_now_ns();
 	unsigned count = 0;
 	int victim = -1;
 
@@ -493,7 +496,8 @@ static int make_room(struct peer_tier *p, unsigned member, unsigned host,
 		    (member == NOBODY && s->host != host))
 			continue;
 		count++;
-		if ((member == NOBODY || s->idle) &&
+		if ((member == NOBODY ||
+		     (s->idle && peer_rdma_pinned_until(p, (unsigned)i) <= now)) &&
 		    (victim < 0 || s->since < p->slots[victim].since))
 			victim = i;
 	}
@@ -559,7 +563,8 @@ static int hello(struct conn *c, const struct sockaddr_storage *from)
 				return -ECONNRESET; /* made room for a newer one */
 			if (full) {
 				ctr_add(&p->refused_conns, 1);
-				send_error(c, "member %s has %u connections open, all busy "
+				send_error(c, "member %s has %u connections open, each busy "
+					   "or holding blocks pinned for its READs "
 					   "(peers.max_conns_per_member)", p->m[i].name,
 					   p->max_conns);
 				return -EPERM;

@@ -15,7 +15,8 @@
  * offer whose READ fails (never visible, its reservation freed). An offer
  * whose space in the owner's arena crosses two registered pieces of it is
  * READ piece by piece and stored. Also: pins
- * lapse on the owner, a stranger's RDMA connection is refused, and
+ * lapse on the owner, a connection holding pins is not closed to make room
+ * for another of its member, a stranger's RDMA connection is refused, and
  * peers.transport "rdma" without a device fails kvt_open naming the address
  * while "auto" falls back to TCP.
  */
@@ -30,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -55,7 +58,9 @@ struct fx {
 	uint8_t *buf[NB];
 };
 
-static uint32_t tier_idle_ms = 60000;
+static char logged[512];
+static uint32_t tier_idle_ms = 60000, tier_request_ms = REQUEST_MS;
+static unsigned tier_max_conns = 8;
 
 /* Opens member self's tier over its store (local: instead of the store's
  * own, then with no arena to lend from). */
@@ -68,8 +73,8 @@ static int open_tier_with(struct fx *f, unsigned self, int transport,
 	struct peer_opts o = {
 		.nmembers = 2, .names = names, .addrs = addrs, .self = self,
 		.listen = f->addr[self], .max_block = 1 << 20, .connect_ms = 500,
-		.request_ms = REQUEST_MS, .down_ms = 100, .idle_ms = tier_idle_ms,
-		.log_ms = 10000, .max_conns = 8, .transport = transport,
+		.request_ms = tier_request_ms, .down_ms = 100, .idle_ms = tier_idle_ms,
+		.log_ms = 10000, .max_conns = tier_max_conns, .transport = transport,
 		.rdma_ops = ops, .arena = local ? NULL : ram_arena_base(r),
 		.arena_len = local ? 0 : ram_arena_size(r),
 	};
@@ -574,6 +579,83 @@ static void test_pins_outlive_an_idle_timeout(void **state)
 	assert_int_equal(tstat(f->t[1], -2, "pins_dropped"), 0);
 }
 
+/* n bytes of a blocking socket (it gives up after 10 s): 0 or -1 */
+static int raw_recv(int fd, void *b, size_t n)
+{
+	return recv(fd, b, n, MSG_WAITALL) == (ssize_t)n ? 0 : -1;
+}
+
+/* A TCP connection to b from a's host, as a process there would make one,
+ * that says HELLO as member a; *type: the answer's frame type. */
+static int raw_member(struct fx *f, unsigned *type)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)f->port[1]) };
+	struct timeval tv = { .tv_sec = 10 };
+	uint8_t b[HDR + 256];
+	struct hdr h;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(0x7f000001u);
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	hdr_pack(b, T_HELLO, 1, 0, 1);
+	b[HDR] = 'a';
+	assert_int_equal(send(fd, b, HDR + 1, 0), HDR + 1);
+	assert_int_equal(raw_recv(fd, b, HDR), 0);
+	hdr_unpack(b, &h);
+	assert_true(h.body_len < 256);
+	assert_int_equal(raw_recv(fd, b + HDR, h.body_len), 0);
+	b[HDR + h.body_len] = 0;
+	if (h.type == T_ERROR)
+		snprintf(logged, sizeof(logged), "%s", (char *)b + HDR);
+	*type = h.type;
+	return fd;
+}
+
+/*
+ * With peers.max_conns_per_member 1, a member's new connection does not
+ * close its idle one while blocks are pinned for that one (the member may
+ * be READing them: closing would end their pins under the READs); it is
+ * refused with ERROR instead, and the pin stays held.
+ */
+static void test_pinned_connection_is_not_closed_to_make_room(void **state)
+{
+	struct fx *f = *state;
+	uint8_t b[HDR + DESC];
+	unsigned type;
+	struct hdr h;
+
+	peer_close(f->t[1]);
+	tier_max_conns = 1;
+	tier_request_ms = 2000; /* pins held 5 s: they outlast the test */
+	assert_int_equal(open_tier(f, 1, PEER_RDMA, &fake_ops, &f->t[1]), 0);
+	tier_max_conns = 8;
+	tier_request_ms = REQUEST_MS;
+	int fd = raw_member(f, &type);
+	assert_int_equal(type, T_HELLO | T_REPLY);
+	/* a GET welcoming descriptors: keys[0] is pinned for fd, never unpinned */
+	hdr_pack(b, T_GET, 1, F_RDMA, 24);
+	key_pack(b + HDR, f->keys[0]);
+	put64(b + HDR + 16, BLK);
+	assert_int_equal(send(fd, b, HDR + 24, 0), HDR + 24);
+	assert_int_equal(raw_recv(fd, b, HDR + DESC), 0);
+	hdr_unpack(b, &h);
+	assert_int_equal(h.flags, F_RDMA);
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 1);
+
+	logged[0] = 0;
+	int fd2 = raw_member(f, &type);
+	assert_int_equal(type, T_ERROR);
+	assert_non_null(strstr(logged, "pinned"));
+	assert_int_equal(tstat(f->t[1], -1, "connections_evicted"), 0);
+	assert_int_equal(tstat(f->t[1], -2, "pins_dropped"), 0);
+	assert_int_equal(tstat(f->t[1], -2, "pins_held"), 1);
+	close(fd2);
+	close(fd);
+}
+
 static void test_pins_lapse_and_drop(void **state)
 {
 	struct fx *f = *state;
@@ -710,8 +792,6 @@ static void test_no_device(void **state)
 	all_loaded(f, 0, 2, ops);
 }
 
-static char logged[512];
-
 static void keep_log(int level, const char *msg, void *arg)
 {
 	(void)level;
@@ -768,6 +848,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stats_do_not_wait_for_a_transfer, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pins_outlive_an_idle_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pinned_connection_is_not_closed_to_make_room,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
