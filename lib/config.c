@@ -43,7 +43,6 @@
 #define PEERS_MAX         256u
 #define PEER_NAME_MAX     64u
 #define PEER_ADDR_MAX     255u
-#define PEER_MS_MAX       600000u
 #define PEER_CONNS_MAX    1024u   /* a server's connections, all members */
 #define ATTACH_MS_DEFAULT 60000u
 #define ATTACH_MS_MAX     3600000u

@@ -208,7 +208,11 @@ static int closed_under(struct peer_tier *p, unsigned m, int e)
 static int end(struct peer_tier *p, unsigned m, int e)
 {
 	struct member *x = &p->m[m];
+	char why[sizeof(x->why) + 24] = "malformed answer";
 
+	if (x->why[0])
+		snprintf(why, sizeof(why), "malformed answer: %s", x->why);
+	x->why[0] = 0;
 	if (e == -ENOMEM) {
 		/* not the member's fault, but the exchange is broken off: an
 		 * unread answer must never be read as the next one's */
@@ -220,7 +224,7 @@ static int end(struct peer_tier *p, unsigned m, int e)
 	pthread_mutex_unlock(&x->lock);
 	if (e)
 		return kvt_fail(e == -ECONNRESET ? -EIO : e, "peer %s (%s): %s", x->name,
-				x->addr, e == -EPROTO ? "malformed answer" : strerror(-e));
+				x->addr, e == -EPROTO ? why : strerror(-e));
 	return 0;
 }
 
@@ -393,8 +397,15 @@ static int read_desc(struct peer_tier *p, unsigned m, const struct hdr *h,
 			     .sum = get64(ih + 16), .addr = get64(ih + 24),
 			     .pin = get64(tail) };
 	uint64_t hold = get64(tail + 8);
-	if (d->len == 0 || d->len > o->len || !o->buf || d->len > UINT32_MAX || hold == 0)
+	if (d->len == 0 || d->len > o->len || !o->buf || d->len > UINT32_MAX)
 		return -EPROTO;
+	/* the member's READ deadline is computed from it: an absurd one
+	 * would overflow */
+	if (hold == 0 || hold > PEER_HOLD_MS_MAX) {
+		snprintf(p->m[m].why, sizeof(p->m[m].why), "a descriptor with hold_ms "
+			 "%llu (1 to %llu)", (unsigned long long)hold, PEER_HOLD_MS_MAX);
+		return -EPROTO;
+	}
 	if (hold < *hold_ms)
 		*hold_ms = hold;
 	return 0;

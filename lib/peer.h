@@ -65,7 +65,8 @@
  *            link). The owner answers a block in its RAM with a GET_R of
  *            flags bit 0 whose 48-byte body is a descriptor: i32 0, u32
  *            rkey, u64 len, u64 sum, u64 address, u64 pin id, u64 hold_ms;
- *            it pinned the block for hold_ms first. Anything else (not in
+ *            it pinned the block for hold_ms first (a hold_ms of 0 or
+ *            above PEER_HOLD_MS_MAX is a malformed answer). Anything else (not in
  *            RAM, too large, no pin left) is answered inline as before, so
  *            a block on the owner's disk is not promoted to be lent.
  *            The requester READs all descriptors of the batch into its
@@ -103,6 +104,11 @@
 #include "stats.h"
 
 #define PEER_KEYS_MAX 4096u       /* keys or items in one frame */
+#define PEER_MS_MAX 600000u       /* the largest peers.*_ms setting */
+/* the longest hold_ms an owner within the configuration's limits offers
+ * (2 x peers.request_timeout_ms + 1 s): a descriptor offering more is
+ * malformed */
+#define PEER_HOLD_MS_MAX (2ull * PEER_MS_MAX + 1000)
 
 /*
  * What a peer serves from: this node's own tiers, never forwarding. All four

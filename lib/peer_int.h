@@ -69,6 +69,8 @@ struct member {
 	pthread_mutex_t lock;     /* one request at a time on fd */
 	int fd;
 	int unanswered;           /* fd reused, nothing read back yet */
+	char why[128];            /* what was malformed in its answer, for
+				     kvt_last_error() (under lock) */
 	_Atomic uint64_t down_until;
 	_Atomic uint64_t requests, failures, timeouts;
 	/* RDMA (peer_rdma.c): the link to this member, used by the client

@@ -16,7 +16,8 @@
  * whose space in the owner's arena crosses two registered pieces of it is
  * READ piece by piece and stored. Also: pins
  * lapse on the owner, a connection holding pins is not closed to make room
- * for another of its member, a stranger's RDMA connection is refused, and
+ * for another of its member, an owner's descriptor with an absurd hold_ms
+ * is refused, a stranger's RDMA connection is refused, and
  * peers.transport "rdma" without a device fails kvt_open naming the address
  * while "auto" falls back to TCP.
  */
@@ -656,6 +657,94 @@ static void test_pinned_connection_is_not_closed_to_make_room(void **state)
 	close(fd);
 }
 
+static int admit_all(void *arg, const struct sockaddr *from)
+{
+	(void)arg;
+	(void)from;
+	return 1;
+}
+
+/* A hostile owner at b's address: answers HELLO, then a GET of one key
+ * with a descriptor of the block at desc (its rkey, checksum, address) and
+ * an absurd hold_ms; reads on until the member closes. */
+struct hostile { int lfd; uint8_t desc[DESC]; };
+
+static void *hostile_owner(void *arg)
+{
+	struct hostile *o = arg;
+	struct timeval tv = { .tv_sec = 10 };
+	uint8_t b[HDR + DESC];
+	struct hdr h;
+	int fd = accept(o->lfd, NULL, NULL);
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (raw_recv(fd, b, HDR) == 0) {
+		hdr_unpack(b, &h);
+		raw_recv(fd, b, h.body_len);
+		hdr_pack(b, T_HELLO | T_REPLY, 1, 0, 1);
+		b[HDR] = 'b';
+		send(fd, b, HDR + 1, MSG_NOSIGNAL);
+	}
+	if (raw_recv(fd, b, HDR + 24) == 0) {
+		hdr_pack(b, T_GET | T_REPLY, 1, F_RDMA, DESC);
+		memcpy(b + HDR, o->desc, DESC);
+		send(fd, b, HDR + DESC, MSG_NOSIGNAL);
+	}
+	while (recv(fd, b, sizeof(b), 0) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+/*
+ * A descriptor's hold_ms is bounded by what an owner within the
+ * configuration's limits offers (PEER_HOLD_MS_MAX): a hostile owner's
+ * 2^60, which overflowed the READ deadline computed from it (to the time
+ * of the request: the READs failed at once as if the link had), is
+ * refused as a malformed answer, saying so.
+ */
+static void test_absurd_hold_is_refused(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)f->port[1]) };
+	struct hostile o = { .lfd = socket(AF_INET, SOCK_STREAM, 0) };
+	struct rlink_node *n;
+	struct rlink_region *reg;
+	uint32_t lkey, rkey;
+	pthread_t t;
+	int one = 1;
+	kvt_op op;
+
+	peer_close(f->t[1]);
+	f->t[1] = NULL;
+	sa.sin_addr.s_addr = htonl(0x7f000001u);
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&sa, admit_all, NULL,
+					 &n), 0);
+	fill_block(f->keys[0], f->buf[1], BLK);
+	assert_int_equal(rlink_reg(n, f->buf[1], BLK, 0, &reg), 0);
+	assert_int_equal(rlink_keys(reg, f->buf[1], BLK, &lkey, &rkey), 0);
+	put32(o.desc + 4, rkey);
+	put64(o.desc + 8, BLK);
+	put64(o.desc + 16, kvt_checksum(f->buf[1], BLK));
+	put64(o.desc + 24, (uint64_t)(uintptr_t)f->buf[1]);
+	put64(o.desc + 32, 1);
+	put64(o.desc + 40, 1ull << 60);
+	setsockopt(o.lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(o.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(o.lfd, 4), 0);
+	assert_int_equal(pthread_create(&t, NULL, hostile_owner, &o), 0);
+
+	assert_int_equal(get_n(f, 0, 1, &op), -EPROTO);
+	assert_non_null(strstr(kvt_last_error(), "hold_ms 1152921504606846976"));
+	assert_int_equal(op.result, -EPROTO);
+	assert_int_equal(tstat(f->t[0], 1, "rdma_failures"), 0);
+	pthread_join(t, NULL);
+	close(o.lfd);
+	rlink_unreg(reg);
+	rlink_node_close(n);
+}
+
 static void test_pins_lapse_and_drop(void **state)
 {
 	struct fx *f = *state;
@@ -850,6 +939,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pins_outlive_an_idle_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_connection_is_not_closed_to_make_room,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_absurd_hold_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
