@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric.h"
@@ -25,6 +26,18 @@ void fabric_reset(void)
 	F.gone_dev = NULL;
 	F.gone_qp = NULL;
 	pthread_mutex_unlock(&F.lock);
+}
+
+/* Waits on F.cv (with F.lock) until signalled or ms passed. */
+static void wait_cv(int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)ms * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(&F.cv, &F.lock, &ts);
 }
 
 static int f_listen(const struct sockaddr *self, void **dev)
@@ -58,9 +71,10 @@ static int f_event(void *dev, int wait_ms, struct rlink_ev *ev)
 	struct fdev *d = dev;
 
 	pthread_mutex_lock(&F.lock);
+	if (!d->has_pending && F.gone_dev != d)
+		wait_cv(wait_ms < 10 ? wait_ms : 10); /* a dial wakes it */
 	if (!d->has_pending && F.gone_dev != d) {
 		pthread_mutex_unlock(&F.lock);
-		usleep((useconds_t)(wait_ms < 10 ? wait_ms : 10) * 1000);
 		return 0;
 	}
 	if (F.gone_dev == d) {
@@ -171,12 +185,10 @@ static int f_dial(void *dev, const struct sockaddr *dst, int wait_ms, void **qp)
 	to->pending = (struct rlink_ev){ .type = RLINK_EV_REQUEST, .req = &r };
 	memcpy(&to->pending.from, &r.from->self, sizeof(struct sockaddr_in));
 	to->has_pending = 1;
+	pthread_cond_broadcast(&F.cv);
 	uint64_t dl = kvt_now_ns() + (uint64_t)wait_ms * 1000000ull;
-	while (!r.decided && kvt_now_ns() < dl) {
-		pthread_mutex_unlock(&F.lock);
-		usleep(1000);
-		pthread_mutex_lock(&F.lock);
-	}
+	while (!r.decided && kvt_now_ns() < dl)
+		wait_cv(1);
 	pthread_mutex_unlock(&F.lock);
 	if (!r.decided)
 		return -ETIMEDOUT;
