@@ -4,7 +4,8 @@
  * moves the bytes of gets and puts one-sided through rlink.h.
  *
  *   - One rlink node per tier, listening on this node's own address at the
- *     port of its member address, admitting only members' addresses.
+ *     port of its member address, admitting only members' addresses, at
+ *     most QPS_PER_MEMBER queue pairs at once for each member of a host.
  *   - The RAM arena registered once at open (remote reads only, in pieces
  *     of at most 1 GiB); a staging buffer per member (remote reads only,
  *     grown on demand up to STAGE_MAX) for the client's side of both
@@ -37,6 +38,9 @@
 #define STAGE_MAX (64ull << 20)    /* staging of one member, and one round of
 				      READs (or one block, if larger) */
 #define STAGE_STEP (1ull << 20)
+#define QPS_PER_MEMBER 16u         /* queue pairs accepted at once from one
+				      member (one link, and links it redials
+				      before the old one's end reached here) */
 
 struct peer_rdma {
 	struct rlink_node *node;
@@ -66,6 +70,23 @@ static int admit(void *arg, const struct sockaddr *from)
 	return 0;
 }
 
+/* The queue pairs one host may have accepted at once: QPS_PER_MEMBER for
+ * each member there, so that no process at a member's address can take all
+ * RLINK_ACCEPTED_MAX. */
+static unsigned per_host(void *arg, const struct sockaddr *from)
+{
+	struct peer_tier *p = arg;
+	struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						       : sizeof(struct sockaddr_in));
+	for (unsigned i = 0; i < p->n; i++)
+		if (i != p->self && peer_same_host(&ss, &p->m[i].sa))
+			return QPS_PER_MEMBER * p->m[p->m[i].host].at_host;
+	return QPS_PER_MEMBER;
+}
+
 static void unpin_cb(void *arg, uint64_t ref)
 {
 	struct peer_tier *p = arg;
@@ -78,6 +99,7 @@ int peer_rdma_open(struct peer_tier *p, const struct peer_opts *o)
 	const struct rlink_ops *ops = o->rdma_ops ? o->rdma_ops : &rlink_verbs_ops;
 	struct sockaddr_storage self = p->src;
 	struct peer_rdma *r;
+	struct rlink_limits lim = { .per_host = per_host, .log_ms = p->log_ms };
 	char h[INET6_ADDRSTRLEN], addr[INET6_ADDRSTRLEN + 8];
 	int e;
 
@@ -100,7 +122,8 @@ int peer_rdma_open(struct peer_tier *p, const struct peer_opts *o)
 	pthread_rwlock_init(&r->mlock, NULL);
 	e = pins_open(CONNS_MAX, r->hold_ms, unpin_cb, p, &r->pins);
 	if (!e)
-		e = rlink_node_open(ops, (struct sockaddr *)&self, admit, p, &r->node);
+		e = rlink_node_open_limited(ops, (struct sockaddr *)&self, admit, p, &lim,
+					    &r->node);
 	if (!e && o->arena && o->arena_len && p->local.pin)
 		e = rlink_reg(r->node, o->arena, o->arena_len, 0, &r->arena);
 	if (e) {
@@ -583,6 +606,7 @@ void peer_rdma_stats(struct peer_tier *p, const struct stat_visitor *v)
 	stat_int(&o, "links_broken", (int64_t)ctr_get(&c->links_broken));
 	stat_int(&o, "links_accepted", (int64_t)ctr_get(&c->accepted));
 	stat_int(&o, "links_refused", (int64_t)ctr_get(&c->refused));
+	stat_int(&o, "links_refused_for_room", (int64_t)ctr_get(&c->crowded));
 	stat_int(&o, "blocks_pinned", (int64_t)ctr_get(&r->pinned));
 	stat_int(&o, "pulls", (int64_t)ctr_get(&r->pulls));
 	stat_int(&o, "pull_failures", (int64_t)ctr_get(&r->pull_failures));

@@ -3,11 +3,16 @@
  * thread and members-only rule, memory registration in pieces, and one-sided
  * transfers with chained posts, selective signalling, deadlines and the
  * failure rule (a failed transfer destroys its queue pair before returning).
+ * The node keeps room for every host: at most lim.per_host queue pairs from
+ * one, RLINK_ACCEPTED_MAX from all, and says so at a bounded rate.
  * Knows nothing about verbs structures (rlink_verbs.c) nor about the peer
  * protocol, keys or tiers.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +20,8 @@
 #include "rlink.h"
 #include "stats.h"
 
-#define ACCEPTED_MAX 1024u         /* queue pairs accepted at once */
 #define EVENT_WAIT_MS 100
+#define LOG_MS_DEFAULT 10000u
 
 struct rlink_node {
 	const struct rlink_ops *ops;
@@ -26,8 +31,16 @@ struct rlink_node {
 	pthread_t thread;
 	int thread_started;
 	atomic_int closing;
-	pthread_mutex_t lock;      /* accepted[] */
-	void *accepted[ACCEPTED_MAX];
+	struct rlink_limits lim;
+	pthread_mutex_t lock;      /* accepted[], log_* */
+	struct {
+		void *qp;          /* NULL: free */
+		struct sockaddr_storage from;
+	} accepted[RLINK_ACCEPTED_MAX];
+	/* requests refused for want of room: the first logged, then at most
+	 * one summary line per lim.log_ms */
+	uint64_t log_next, log_quiet;
+	char log_last[160];
 	struct rlink_counters ctr;
 };
 
@@ -45,10 +58,93 @@ struct rlink_counters *rlink_node_counters(struct rlink_node *n)
 
 /* --- the listening side ---------------------------------------------------- */
 
+/* The host of a (an IPv4 address as IPv4-mapped IPv6) into h: 0 when a
+ * is neither. */
+static int host_of(const struct sockaddr_storage *a, uint8_t h[16])
+{
+	memset(h, 0, 16);
+	if (a->ss_family == AF_INET) {
+		h[10] = h[11] = 0xff;
+		memcpy(h + 12, &((const struct sockaddr_in *)a)->sin_addr, 4);
+		return 1;
+	}
+	if (a->ss_family == AF_INET6) {
+		memcpy(h, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+		return 1;
+	}
+	return 0;
+}
+
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	uint8_t x[16], y[16];
+
+	return host_of(a, x) && host_of(b, y) && !memcmp(x, y, 16);
+}
+
+static const char *host_str(const struct sockaddr_storage *a, char *buf, size_t n)
+{
+	const void *ad = a->ss_family == AF_INET6
+		? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+		: (const void *)&((const struct sockaddr_in *)a)->sin_addr;
+
+	if (!inet_ntop(a->ss_family, ad, buf, (socklen_t)n))
+		snprintf(buf, n, "an address of family %d", a->ss_family);
+	return buf;
+}
+
+/*
+ * Counts a request from `from` refused for want of room (why). The first of
+ * a period is to be logged: line is set and 1 returned (the caller logs it
+ * once the lock is dropped); those that follow within log_ms are counted
+ * quietly, the latest kept for the summary. With lock.
+ */
+static int crowded(struct rlink_node *n, const struct sockaddr_storage *from,
+		   const char *why, char *line, size_t len)
+{
+	uint64_t now = kvt_now_ns();
+	char h[INET6_ADDRSTRLEN];
+
+	ctr_add(&n->ctr.crowded, 1);
+	host_str(from, h, sizeof(h));
+	if (n->log_quiet || now < n->log_next) {
+		n->log_quiet++;
+		snprintf(n->log_last, sizeof(n->log_last), "%s: %s", h, why);
+		return 0;
+	}
+	n->log_next = now + (uint64_t)n->lim.log_ms * 1000000ull;
+	snprintf(line, len, "rdma: refused a connection from %s: %s (more are counted "
+		 "in links_refused and logged as one line per %u ms)", h, why, n->lim.log_ms);
+	return 1;
+}
+
+/* Logs the summary of the requests refused quietly, once their period has
+ * ended (or now, with force). */
+static void crowded_summary(struct rlink_node *n, int force)
+{
+	uint64_t now = kvt_now_ns(), q = 0;
+	char last[sizeof(n->log_last)];
+
+	pthread_mutex_lock(&n->lock);
+	if (n->log_quiet && (force || now >= n->log_next)) {
+		q = n->log_quiet;
+		memcpy(last, n->log_last, sizeof(last));
+		n->log_quiet = 0;
+		n->log_next = now + (uint64_t)n->lim.log_ms * 1000000ull;
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (q)
+		kvt_log(KVT_LOG_WARN, "rdma: refused %llu more connection%s for want of room "
+			"within %u ms; the latest from %s", (unsigned long long)q,
+			q == 1 ? "" : "s", n->lim.log_ms, last);
+}
+
 static void on_request(struct rlink_node *n, struct rlink_ev *ev)
 {
+	unsigned cap = 0, same = 0, slot = RLINK_ACCEPTED_MAX;
+	char why[96] = "", line[384];
 	void *qp = NULL;
-	unsigned slot;
+	int log = 0;
 
 	/* the members-only rule, before any queue pair exists; counted
 	 * before the dialler can learn of the refusal, and not logged here:
@@ -59,22 +155,33 @@ static void on_request(struct rlink_node *n, struct rlink_ev *ev)
 		n->ops->reject(n->dev, ev->req);
 		return;
 	}
+	if (n->lim.per_host)
+		cap = n->lim.per_host(n->arg, (const struct sockaddr *)&ev->from);
 	pthread_mutex_lock(&n->lock);
-	for (slot = 0; slot < ACCEPTED_MAX && n->accepted[slot]; slot++)
-		;
-	if (slot == ACCEPTED_MAX) {
-		pthread_mutex_unlock(&n->lock);
+	for (unsigned i = 0; i < RLINK_ACCEPTED_MAX; i++)
+		if (!n->accepted[i].qp)
+			slot = slot < i ? slot : i;
+		else if (cap && same_host(&n->accepted[i].from, &ev->from))
+			same++;
+	/* room for every host: one cannot take every place */
+	if (cap && same >= cap)
+		snprintf(why, sizeof(why), "%u queue pairs open from that host, its cap", same);
+	else if (slot == RLINK_ACCEPTED_MAX)
+		snprintf(why, sizeof(why), "%u queue pairs open, the most at once",
+			 RLINK_ACCEPTED_MAX);
+	if (why[0]) {
+		log = crowded(n, &ev->from, why, line, sizeof(line));
 		ctr_add(&n->ctr.refused, 1);
-		n->ops->reject(n->dev, ev->req);
-		kvt_log(KVT_LOG_WARN, "rdma: refused a connection: %u queue pairs open",
-			ACCEPTED_MAX);
-		return;
-	}
-	if (n->ops->accept(n->dev, ev->req, &qp) == 0) {
-		n->accepted[slot] = qp;
+	} else if (n->ops->accept(n->dev, ev->req, &qp) == 0) {
+		n->accepted[slot].qp = qp;
+		n->accepted[slot].from = ev->from;
 		ctr_add(&n->ctr.accepted, 1);
 	}
 	pthread_mutex_unlock(&n->lock);
+	if (why[0])
+		n->ops->reject(n->dev, ev->req);
+	if (log)
+		kvt_log(KVT_LOG_WARN, "%s", line);
 }
 
 static void on_gone(struct rlink_node *n, void *qp)
@@ -82,9 +189,9 @@ static void on_gone(struct rlink_node *n, void *qp)
 	int found = 0;
 
 	pthread_mutex_lock(&n->lock);
-	for (unsigned i = 0; i < ACCEPTED_MAX; i++)
-		if (n->accepted[i] == qp) {
-			n->accepted[i] = NULL;
+	for (unsigned i = 0; i < RLINK_ACCEPTED_MAX; i++)
+		if (n->accepted[i].qp == qp) {
+			n->accepted[i].qp = NULL;
 			found = 1;
 			break;
 		}
@@ -106,6 +213,7 @@ static void *node_main(void *arg)
 			on_request(n, &ev);
 		else if (ev.type == RLINK_EV_GONE)
 			on_gone(n, ev.qp);
+		crowded_summary(n, 0);
 	}
 	return NULL;
 }
@@ -113,6 +221,14 @@ static void *node_main(void *arg)
 int rlink_node_open(const struct rlink_ops *ops, const struct sockaddr *self,
 		    int (*admit)(void *arg, const struct sockaddr *from), void *arg,
 		    struct rlink_node **out)
+{
+	return rlink_node_open_limited(ops, self, admit, arg, NULL, out);
+}
+
+int rlink_node_open_limited(const struct rlink_ops *ops, const struct sockaddr *self,
+			    int (*admit)(void *arg, const struct sockaddr *from),
+			    void *arg, const struct rlink_limits *lim,
+			    struct rlink_node **out)
 {
 	struct rlink_node *n = calloc(1, sizeof(*n));
 	int e;
@@ -123,6 +239,10 @@ int rlink_node_open(const struct rlink_ops *ops, const struct sockaddr *self,
 	n->ops = ops;
 	n->admit = admit;
 	n->arg = arg;
+	if (lim)
+		n->lim = *lim;
+	if (!n->lim.log_ms)
+		n->lim.log_ms = LOG_MS_DEFAULT;
 	pthread_mutex_init(&n->lock, NULL);
 	e = ops->listen(self, &n->dev);
 	if (e) {
@@ -148,9 +268,10 @@ void rlink_node_close(struct rlink_node *n)
 	atomic_store(&n->closing, 1);
 	if (n->thread_started)
 		pthread_join(n->thread, NULL);
-	for (unsigned i = 0; i < ACCEPTED_MAX; i++)
-		if (n->accepted[i])
-			n->ops->drop(n->accepted[i]);
+	crowded_summary(n, 1);
+	for (unsigned i = 0; i < RLINK_ACCEPTED_MAX; i++)
+		if (n->accepted[i].qp)
+			n->ops->drop(n->accepted[i].qp);
 	n->ops->unlisten(n->dev);
 	pthread_mutex_destroy(&n->lock);
 	free(n);

@@ -34,6 +34,7 @@
 #define RLINK_SIGNAL_EVERY 16u     /* one signalled work request per 16 */
 #define RLINK_DEPTH 128u           /* work requests in flight on one link */
 #define RLINK_PIECE (1ull << 30)   /* largest memory region registered at once */
+#define RLINK_ACCEPTED_MAX 1024u   /* queue pairs a node keeps accepted at once */
 
 /* One RDMA READ (remote to local) or WRITE (local to remote). */
 struct rlink_seg {
@@ -121,6 +122,7 @@ extern const struct rlink_ops rlink_verbs_ops;
 struct rlink_counters {
 	_Atomic uint64_t bytes_read, bytes_written, work_requests, completion_errors;
 	_Atomic uint64_t links_dialled, links_broken, accepted, refused;
+	_Atomic uint64_t crowded;  /* of refused: admitted, but no room */
 };
 
 /* A registered range, in pieces of at most RLINK_PIECE bytes. */
@@ -145,6 +147,26 @@ struct rlink {
 int rlink_node_open(const struct rlink_ops *ops, const struct sockaddr *self,
 		    int (*admit)(void *arg, const struct sockaddr *from), void *arg,
 		    struct rlink_node **out);
+
+/* What a node keeps room for, besides admit's rule. */
+struct rlink_limits {
+	/* The most queue pairs kept accepted at once from the host of from
+	 * (its address, the port not compared), for an address admit
+	 * admitted; NULL: no cap but RLINK_ACCEPTED_MAX for all together. */
+	unsigned (*per_host)(void *arg, const struct sockaddr *from);
+	/* Requests refused for want of room (past per_host, or with
+	 * RLINK_ACCEPTED_MAX accepted): the first is logged, those that follow
+	 * within log_ms are counted quietly (crowded) and logged as one
+	 * summary line once the period ends, or at close; 0: 10000 ms. */
+	uint32_t log_ms;
+};
+
+/* rlink_node_open with the limits of lim (NULL: none but
+ * RLINK_ACCEPTED_MAX, logged at most once per 10000 ms). */
+int rlink_node_open_limited(const struct rlink_ops *ops, const struct sockaddr *self,
+			    int (*admit)(void *arg, const struct sockaddr *from),
+			    void *arg, const struct rlink_limits *lim,
+			    struct rlink_node **out);
 
 /* Stops the thread, drops every accepted queue pair and every region, frees. */
 void rlink_node_close(struct rlink_node *n);

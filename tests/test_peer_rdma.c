@@ -17,7 +17,7 @@
  * READ piece by piece and stored. Also: pins
  * lapse on the owner, a connection holding pins is not closed to make room
  * for another of its member, an owner's descriptor with an absurd hold_ms
- * is refused, a stranger's RDMA connection is refused, and
+ * is refused, one host's queue pairs are capped, a stranger's RDMA connection is refused, and
  * peers.transport "rdma" without a device fails kvt_open naming the address
  * while "auto" falls back to TCP.
  */
@@ -818,6 +818,37 @@ static void test_stranger_is_refused(void **state)
 	rlink_node_close(n);
 }
 
+/* One host (a's) has at most 16 queue pairs accepted at once per member
+ * there, so that a process at a member's address cannot take all of the
+ * owner's places: past them its requests are refused, counted, and logged
+ * as strangers are (one line, then at most one summary per
+ * peers.log_interval_ms). */
+static void test_member_host_has_a_cap_of_queue_pairs(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_in s = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)test_free_port()) };
+	struct sockaddr_in b = { .sin_family = AF_INET, .sin_port = htons((uint16_t)f->port[1]) };
+	struct rlink_node *n;
+	struct rlink *l[20];
+
+	s.sin_addr.s_addr = b.sin_addr.s_addr = htonl(0x7f000001u);
+	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&s, admit_none, NULL,
+					 &n), 0);
+	atomic_store(&warn_lines, 0);
+	kvt_set_log(count_warnings, NULL, KVT_LOG_DEBUG);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(rlink_dial(n, (struct sockaddr *)&b, 1000, &l[i]),
+				 i < 16 ? 0 : -ECONNREFUSED);
+	kvt_set_log(NULL, NULL, 0);
+	assert_int_equal(tstat(f->t[1], -2, "links_accepted"), 16);
+	assert_int_equal(tstat(f->t[1], -2, "links_refused_for_room"), 4);
+	assert_int_equal(atomic_load(&warn_lines), 1);
+	for (int i = 0; i < 16; i++)
+		rlink_close(l[i]);
+	rlink_node_close(n);
+}
+
 /* A member without RDMA: the link cannot be dialled, so gets and puts
  * travel inline over TCP, counted as such. */
 static void test_member_without_rdma_gets_inline(void **state)
@@ -942,6 +973,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_absurd_hold_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pins_lapse_and_drop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stranger_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_host_has_a_cap_of_queue_pairs, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_member_without_rdma_gets_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_block_not_in_ram_goes_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_device, setup, teardown),

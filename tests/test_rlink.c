@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -298,6 +299,46 @@ static void test_stranger_gets_no_queue_pair(void **state)
 	rlink_node_close(stranger);
 }
 
+static atomic_int warn_lines;
+
+static void count_warnings(int level, const char *msg, void *arg)
+{
+	(void)msg;
+	(void)arg;
+	if (level <= KVT_LOG_WARN)
+		atomic_fetch_add(&warn_lines, 1);
+}
+
+/* With RLINK_ACCEPTED_MAX queue pairs accepted, a member's requests are
+ * refused, each counted; the first is logged, those that follow within
+ * the period only counted (and summed up in one line at close), so that
+ * a member dialling in a loop cannot fill the log. */
+static void test_full_node_refuses_and_logs_once(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_in o = sin_of(1);
+	struct rlink *l;
+
+	for (unsigned i = 1; i < RLINK_ACCEPTED_MAX; i++) {
+		assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &l), 0);
+		rlink_close(l);
+	}
+	atomic_store(&warn_lines, 0);
+	kvt_set_log(count_warnings, NULL, KVT_LOG_DEBUG);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &l),
+				 -ECONNREFUSED);
+	assert_int_equal(atomic_load(&warn_lines), 1);
+	assert_int_equal(atomic_load(&ctr(f->owner)->refused), 5);
+	assert_int_equal(atomic_load(&ctr(f->owner)->crowded), 5);
+	rlink_unreg(f->rs);
+	f->rs = NULL;
+	rlink_node_close(f->owner);
+	f->owner = NULL;
+	kvt_set_log(NULL, NULL, 0);
+	assert_int_equal(atomic_load(&warn_lines), 2); /* the summary, at close */
+}
+
 static void test_gone_queue_pair_dropped(void **state)
 {
 	struct fx *f = *state;
@@ -400,6 +441,7 @@ int main(void)
 		T(test_completions_never_come),
 		T(test_late_reads_land_without_the_rule),
 		T(test_stranger_gets_no_queue_pair),
+		T(test_full_node_refuses_and_logs_once),
 		T(test_gone_queue_pair_dropped),
 		cmocka_unit_test(test_registration),
 		cmocka_unit_test(test_no_device),
