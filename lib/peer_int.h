@@ -73,6 +73,9 @@ struct member {
 				     kvt_last_error() (under lock) */
 	_Atomic uint64_t down_until;
 	_Atomic uint64_t requests, failures, timeouts;
+	/* server side: the log of this member's connections closed for a
+	 * malformed frame, one line per log_ms (peer_server.c) */
+	_Atomic uint64_t elog_next, elog_quiet;
 	/* RDMA (peer_rdma.c): the link to this member, used by the client
 	 * and by the server's pulls of its offers */
 	pthread_mutex_t rlock;    /* rl, rl_retry, rl_dials */

@@ -97,6 +97,31 @@ int peer_strangers_summary(struct peer_tier *p, int force)
 	return wait;
 }
 
+/*
+ * Logs a member's connection closed for what it sent: one line per log_ms
+ * per member, the next line telling how many went unlogged meanwhile (all
+ * are counted in peer.bad_messages), so that a process at a member's
+ * address cannot flood the log either.
+ */
+static void member_closed_log(struct peer_tier *p, struct member *m, const char *why)
+{
+	uint64_t now = kvt_now_ns(), next = atomic_load(&m->elog_next);
+
+	if (now < next || !atomic_compare_exchange_strong(&m->elog_next, &next,
+							  now + (uint64_t)p->log_ms * 1000000ull)) {
+		atomic_fetch_add(&m->elog_quiet, 1);
+		return;
+	}
+	uint64_t quiet = atomic_exchange(&m->elog_quiet, 0);
+	if (quiet)
+		kvt_log(KVT_LOG_WARN, "peer: closing a connection from %s: %s (and %llu "
+			"more from it not logged since the last such line)", m->name, why,
+			(unsigned long long)quiet);
+	else
+		kvt_log(KVT_LOG_WARN, "peer: closing a connection from %s: %s (more are "
+			"logged as one line per %u ms)", m->name, why, p->log_ms);
+}
+
 /* Sends an ERROR frame (best effort; the connection closes after it). */
 static void send_error(struct conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -118,8 +143,7 @@ static void send_error(struct conn *c, const char *fmt, ...)
 	ctr_add(&c->p->bad_messages, 1);
 	f[HDR + len] = 0;
 	if (c->member < c->p->n)
-		kvt_log(KVT_LOG_WARN, "peer: closing a connection from %s: %s",
-			c->p->m[c->member].name, (char *)f + HDR);
+		member_closed_log(c->p, &c->p->m[c->member], (char *)f + HDR);
 	else
 		peer_stranger(c->p, c->from, (char *)f + HDR);
 }

@@ -572,6 +572,82 @@ static void test_stranger_summary_each_interval(void **state)
 	assert_int_equal(store_stat(f->a, "peer", "connections_from_strangers"), 21);
 }
 
+/* What the log said about members' connections closed for what they sent:
+ * lines, and the closes they account for (1, plus N for "and N more"). */
+static struct {
+	pthread_mutex_t lock;
+	long lines, closes;
+} mseen = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void count_member_closes(int level, const char *msg, void *arg)
+{
+	const char *more;
+	unsigned long long n = 0;
+	(void)arg;
+	if (level != KVT_LOG_WARN || strncmp(msg, "peer: closing a connection from b:", 34))
+		return;
+	more = strstr(msg, "(and ");
+	if (more)
+		sscanf(more, "(and %llu more", &n);
+	pthread_mutex_lock(&mseen.lock);
+	mseen.lines++;
+	mseen.closes += 1 + (long)n;
+	pthread_mutex_unlock(&mseen.lock);
+}
+
+/* n connections as member b, each closed for an unknown frame type. */
+static void member_sends_junk(struct fx *f, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int fd = raw_connect(NULL, "127.0.0.1", f->pa);
+		assert_true(fd >= 0);
+		raw_hello(fd, "b");
+		send_frame(fd, 9, 0, 0, NULL, 0);
+		expect_refused(fd, "unknown frame type");
+		close(fd);
+	}
+}
+
+/* Defect: each connection of a member closed for a malformed frame wrote a
+ * log line, so a process at a member's address could flood the log. Now
+ * one line per peers.log_interval_ms per member; the next line after a
+ * quiet stretch tells how many went unlogged. */
+static void test_member_errors_do_not_flood_the_log(void **state)
+{
+	struct fx *f = *state;
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb,
+		       ", \"log_interval_ms\": 60000");
+	pthread_mutex_lock(&mseen.lock);
+	mseen.lines = mseen.closes = 0;
+	pthread_mutex_unlock(&mseen.lock);
+	kvt_set_log(count_member_closes, NULL, KVT_LOG_WARN);
+	member_sends_junk(f, 40);
+	pthread_mutex_lock(&mseen.lock);
+	long lines = mseen.lines;
+	pthread_mutex_unlock(&mseen.lock);
+	assert_int_equal(lines, 1);
+	assert_true(store_stat(f->a, "peer", "bad_messages") >= 40);
+	kvt_close(f->a);
+	f->a = NULL;
+
+	/* a short interval: the line after it counts the ones between */
+	f->a = node_at("a", "127.0.0.1", f->pa, "127.0.0.1", f->pb,
+		       ", \"log_interval_ms\": 100");
+	pthread_mutex_lock(&mseen.lock);
+	mseen.lines = mseen.closes = 0;
+	pthread_mutex_unlock(&mseen.lock);
+	member_sends_junk(f, 10);
+	usleep(150000);
+	member_sends_junk(f, 1);
+	pthread_mutex_lock(&mseen.lock);
+	lines = mseen.lines;
+	long closes = mseen.closes;
+	pthread_mutex_unlock(&mseen.lock);
+	kvt_set_log(NULL, NULL, 0);
+	assert_true(lines >= 2 && lines <= 11);
+	assert_int_equal(closes, 11);
+}
+
 /* --- connections per member and idle ones ------------------------------ */
 
 /* Sends HELLO as name; returns 0 when a (named "a") answers HELLO_R, -1
@@ -769,6 +845,7 @@ int main(void)
 		T(test_source_address_not_local),
 		T(test_strangers_do_not_flood_the_log),
 		T(test_stranger_summary_each_interval),
+		T(test_member_errors_do_not_flood_the_log),
 		T(test_member_cannot_take_every_slot),
 		T(test_member_cap_when_all_busy),
 		T(test_idle_connections_are_reaped),
