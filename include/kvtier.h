@@ -193,7 +193,8 @@ KVT_API void kvt_close(kvt_store *s);
  * spilling to disk) the least recently used unleased, unpinned blocks; when
  * RAM holds only leased or pinned blocks it goes to the disk tier instead.
  * Without a disk tier, a put that takes RAM past ram.high_watermark while
- * the leased blocks and it alone stay above ram.low_watermark is refused
+ * the blocks the evictor cannot drop (leased and pinned blocks, slots
+ * reserved or loading) and it alone stay above ram.low_watermark is refused
  * (-ENOSPC), since the evictor would drop it at once; a block larger than
  * ram.low_watermark of RAM by itself is not refused so, and such a put
  * evicts it with the rest.

@@ -28,8 +28,10 @@
  * keys or not, write no cache line in common (the count of leases is a
  * striped counter, added to once per call, for the same reason). Knows
  * nothing about disks: spills go through a callback. Eviction (victims,
- * batched spills) is in ram_evict.c; what both files share is in
- * ram_impl.h.
+ * batched spills) is in ram_evict.c, the admission of new blocks in
+ * ram_admit.c; what the files share is in ram_impl.h. Each shard keeps the
+ * bytes of its blocks the evictor may drop (ram_note_droppable at every
+ * change of an entry's state or pins).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -165,11 +167,12 @@ void ram_expire_leases(struct ram_tier *r, struct shard *sh, uint64_t now)
 		ent_set_state(e, IENT_LRU);
 		e->stamp = next_tick(r); /* its list position says "recent" */
 		list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+		ram_note_droppable(sh, e, 0);
 		ctr_add(&r->lease_expiries, 1);
 	}
 }
 
-static void expire_all(struct ram_tier *r)
+void ram_expire_all(struct ram_tier *r)
 {
 	uint64_t now = kvt_now_ns();
 	for (unsigned i = 0; i < NSHARDS; i++) {
@@ -326,56 +329,12 @@ static int insert_extent(struct ram_tier *r, kvt_key key, uint64_t off, size_t l
 	keep_sum(sh, id, sum);
 	ent_set_state(e, IENT_LRU);
 	list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+	ram_note_droppable(sh, e, 0);
 	publish(r, e);
 	pthread_mutex_unlock(&sh->lock);
 	ctr_add(&r->objects, 1);
 	ctr_add(&r->puts, 1);
 	return 0;
-}
-
-/*
- * Whether a promotion of len bytes of key may take RAM: always while it
- * fits below the high watermark (free space, nothing evicted); otherwise
- * only on the key's second declined try since its slot in `seen` was last
- * taken, so that a stream of blocks read once (a cold load larger than
- * RAM) does not evict and copy on every disk hit, while a block read again
- * comes back to RAM.
- */
-static int admit_promotion(struct ram_tier *r, kvt_key key, size_t len)
-{
-	uint64_t used = atomic_load_explicit(&r->used, memory_order_relaxed);
-
-	if (used + len <= r->high_bytes)
-		return 1;
-	uint64_t fp = (key.lo ^ (key.hi << 17 | key.hi >> 47)) | 1;
-	_Atomic uint64_t *slot = &r->seen[(key.lo ^ key.hi) >> 7 & (NSEEN - 1)];
-
-	if (atomic_load_explicit(slot, memory_order_relaxed) == fp) {
-		atomic_store_explicit(slot, 0, memory_order_relaxed);
-		return 1;
-	}
-	atomic_store_explicit(slot, fp, memory_order_relaxed);
-	return 0;
-}
-
-/*
- * Whether a put of len bytes would be dropped at once: without a disk tier
- * an evicted block is gone, and once the put takes RAM past the high
- * watermark the evictor frees down to the low one, the newest block last;
- * when the leased blocks and this one alone stay above the low watermark,
- * this block is dropped too, so the put would be reported stored and lost.
- * Such a put is refused (-ENOSPC, counted) as when RAM is full of leased
- * blocks: no tier can take it. (A block above the low watermark by itself
- * is not a matter of leases: left to the evictor.)
- */
-static int dropped_at_once(struct ram_tier *r, size_t len)
-{
-	if (r->spill || len > r->low_bytes ||
-	    atomic_load_explicit(&r->used, memory_order_relaxed) + len <= r->high_bytes ||
-	    ctr_get(&r->leased_bytes) + len <= r->low_bytes)
-		return 0;
-	expire_all(r); /* lapsed leases count until swept */
-	return ctr_get(&r->leased_bytes) + len > r->low_bytes;
 }
 
 /*
@@ -400,14 +359,12 @@ static int put_copy(struct ram_tier *r, kvt_key key, const void *data, size_t le
 	}
 	pthread_mutex_unlock(&sh->lock);
 
-	if (gen && !admit_promotion(r, key, len)) {
+	if (gen && !ram_admit_promotion(r, key, len)) {
 		ctr_add(&r->promotions_declined, 1);
 		return -EAGAIN;
 	}
-	if (!gen && dropped_at_once(r, len)) {
-		ctr_add(&r->refused_puts, 1);
+	if (!gen && ram_put_refused(r, len, 0))
 		return -ENOSPC;
-	}
 	int64_t off = alloc_extent(r, len, may_spill);
 	if (off < 0) {
 		if (off == -ENOSPC && may_spill)
@@ -481,7 +438,7 @@ int ram_slot_promote(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 {
 	struct shard *sh = shard_of(r, key);
 
-	if (!admit_promotion(r, key, len)) {
+	if (!ram_admit_promotion(r, key, len)) {
 		ctr_add(&r->promotions_declined, 1);
 		return -EAGAIN;
 	}
@@ -543,7 +500,9 @@ static int pin_entry(struct ram_tier *r, kvt_key key, size_t cap, uint64_t *ref,
 		pthread_mutex_unlock(&sh->lock);
 		return -ENOENT;
 	}
+	int was = ent_droppable(e);
 	e->pins++;
+	ram_note_droppable(sh, e, was);
 	touch(r, sh, id);
 	if (sum && (*has = e->has_sum))
 		*sum = *shard_sum(sh, id);
@@ -572,8 +531,11 @@ static void unpin_keep(struct ram_tier *r, uint64_t ref, const uint64_t *sum)
 	keep_sum(sh, id, sum);
 	sh->pinned--;
 	struct ram_ent *e = shard_ent(sh, id);
+	int was = ent_droppable(e);
 	if (--e->pins == 0 && e->state == IENT_DEAD)
 		ram_release_entry(r, sh, id);
+	else
+		ram_note_droppable(sh, e, was);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -655,8 +617,10 @@ static int lease_entry(struct ram_tier *r, struct shard *sh, uint32_t id,
 		ent_set_lease(e, deadline);
 	}
 	if (e->state == IENT_LRU) {
+		int was = ent_droppable(e);
 		list_remove(sh, &sh->lru_head, &sh->lru_tail, id);
 		ent_set_state(e, IENT_HELD);
+		ram_note_droppable(sh, e, was);
 		e->held_until = ent_lease(e);
 		ram_held_insert(sh, id);
 	} else if (e->state == IENT_HELD && e->held_until < deadline) {
@@ -723,7 +687,7 @@ static int lookup_one(struct ram_tier *r, kvt_key key, int lease, uint64_t deadl
 		return rc;
 
 	/* At the cap: lapsed leases may still be counted; collect, retry once. */
-	expire_all(r);
+	ram_expire_all(r);
 	pthread_mutex_lock(&sh->lock);
 	id = shard_find(sh, key);
 	rc = id == IDX_NONE ? 0 : lease_entry(r, sh, id, deadline);
@@ -771,6 +735,7 @@ int ram_release(struct ram_tier *r, kvt_key key)
 			ent_set_state(e, IENT_LRU);
 			e->stamp = next_tick(r);
 			list_push_head(sh, &sh->lru_head, &sh->lru_tail, id);
+			ram_note_droppable(sh, e, 0);
 		}
 		ended = 1;
 		ctr_add(&r->releases, 1);
@@ -792,6 +757,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 		return -ENOENT;
 	}
 	struct ram_ent *e = shard_ent(sh, id);
+	int was = ent_droppable(e);
 	if (ent_lease_take(e))
 		ram_drop_lease(r, e);
 	if (e->state == IENT_LRU)
@@ -800,6 +766,7 @@ int ram_remove(struct ram_tier *r, kvt_key key)
 		list_remove(sh, &sh->held_head, &sh->held_tail, id);
 	ram_unlink(r, sh, id);
 	ent_set_state(e, IENT_DEAD);
+	ram_note_droppable(sh, e, was);
 	if (e->pins == 0)
 		ram_release_entry(r, sh, id);
 	pthread_mutex_unlock(&sh->lock);
@@ -845,7 +812,7 @@ void ram_stats(struct ram_tier *r, const struct stat_visitor *v)
 	struct arena_stats as;
 	uint64_t idx_bytes = 0, hits = 0, misses = 0, pinned = 0;
 
-	expire_all(r);
+	ram_expire_all(r);
 	for (unsigned i = 0; i < NSHARDS; i++) {
 		struct shard *sh = &r->shards[i];
 		pthread_mutex_lock(&sh->lock);

@@ -82,8 +82,8 @@ void ram_close(struct ram_tier *r);
 /*
  * Stores a copy of data. Returns 0 when stored, 1 when the key was present
  * (its recency refreshed), -ENOSPC when the block does not fit even after
- * evicting every unleased, unpinned block (the caller may write around),
- * -ENOMEM when the index cannot grow.
+ * evicting every unleased, unpinned block (the caller may write around) or
+ * when ram_put_refused() refuses it, -ENOMEM when the index cannot grow.
  */
 int ram_put(struct ram_tier *r, kvt_key key, const void *data, size_t len);
 /* ram_put (may_spill) or ram_put_nospill, computing the block's checksum
@@ -96,6 +96,22 @@ int ram_put_summed(struct ram_tier *r, kvt_key key, const void *data, size_t len
 /* ram_put, but -ENOSPC where the block fits only by evicting (spilling)
  * others: nothing is written to disk from within it. */
 int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t len);
+
+/*
+ * Whether a new block of len bytes is refused because, without a disk
+ * tier, the evictor would drop it as soon as it came in: it takes RAM past
+ * the high watermark while what the evictor cannot drop (leased and pinned
+ * blocks, slots not yet published) and it alone stay above the low one.
+ * Returns 1, counted as a refused put, or 0. reserved: its bytes are
+ * counted as used already (a reservation about to be published). ram_put
+ * asks it.
+ */
+int ram_put_refused(struct ram_tier *r, size_t len, int reserved);
+
+/* Why such a block was refused, for kvt_last_error(). */
+#define RAM_DROPPED_WHY "RAM's leased, pinned and reserved blocks leave no room for it " \
+	"below ram.low_watermark (the evictor would drop it at once) and there is no " \
+	"disk tier"
 
 /*
  * A promotion: a copy of a block read from a lower tier or a peer. gen is

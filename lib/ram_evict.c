@@ -54,6 +54,7 @@ static int pick_victim(struct ram_tier *r, struct shard **shp, uint32_t *idp)
 			list_remove(sh, &sh->lru_head, &sh->lru_tail, best_id);
 			ent_set_state(e, IENT_EVICTING);
 			e->pins = 1;
+			ram_note_droppable(sh, e, 1);
 			pthread_mutex_unlock(&sh->lock);
 			*shp = sh;
 			*idp = best_id;

@@ -1,8 +1,9 @@
 /*
  * ram_impl.h - what the RAM tier's files share (ram.c: entries, leases,
- * puts, gets, pins and lookups; ram_evict.c: eviction and spills): the
- * tier's struct, its shard and generation helpers, and the entry
- * transitions both need. Nothing outside the RAM tier includes it.
+ * puts, gets, pins and lookups; ram_evict.c: eviction and spills;
+ * ram_admit.c: the admission of new blocks): the tier's struct, its shard
+ * and generation helpers, and the entry transitions they need. Nothing
+ * outside the RAM tier includes it.
  */
 #ifndef KVT_RAM_IMPL_H
 #define KVT_RAM_IMPL_H
@@ -63,6 +64,33 @@ static inline uint64_t next_tick(struct ram_tier *r)
 {
 	return atomic_fetch_add_explicit(&r->tick, 1, memory_order_relaxed) + 1;
 }
+
+/* Whether the evictor may drop entry e: on the LRU list, no pin held. */
+static inline int ent_droppable(const struct ram_ent *e)
+{
+	return e->state == IENT_LRU && e->pins == 0;
+}
+
+/*
+ * Keeps sh->droppable right after a change of e's state or pins, where
+ * was = ent_droppable(e) before the change. Shard locked.
+ */
+static inline void ram_note_droppable(struct shard *sh, const struct ram_ent *e, int was)
+{
+	int now = ent_droppable(e);
+
+	if (now == was)
+		return;
+	uint64_t b = ((uint64_t)e->len + ARENA_UNIT - 1) & ~(uint64_t)(ARENA_UNIT - 1);
+	uint64_t v = atomic_load_explicit(&sh->droppable, memory_order_relaxed);
+	atomic_store_explicit(&sh->droppable, now ? v + b : v - b, memory_order_relaxed);
+}
+
+/* Moves lapsed leases of every shard back to the LRU head. */
+void ram_expire_all(struct ram_tier *r);
+
+/* Whether a promotion of len bytes of key may take RAM (ram_admit.c). */
+int ram_admit_promotion(struct ram_tier *r, kvt_key key, size_t len);
 
 /* Accounts for the end of a lease the caller took from a live entry
  * (ent_lease_take or a CAS to 0); the caller moves it. */

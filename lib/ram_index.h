@@ -11,6 +11,7 @@
 #define KVT_RAM_INDEX_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "kvtier.h"
@@ -76,6 +77,10 @@ struct shard {
 	 * that readers on different shards share no written cache line;
 	 * stats add them up. */
 	uint64_t hits, misses, pinned;
+	/* Bytes (lengths rounded up to 4 KiB) of the entries on the LRU
+	 * list that no pin holds: what the evictor may drop. Kept by the RAM
+	 * tier under the lock; read without it. */
+	_Atomic uint64_t droppable;
 	/* The checksum (kvt_checksum) of each entry's block where has_sum
 	 * says it is kept: segment k parallel to seg[k]. Shard locked. */
 	uint64_t *sums[NSEGS];

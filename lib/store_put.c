@@ -42,7 +42,7 @@ static int check_put_args(kvt_store *s, const void *data, size_t len, const char
 /* Why no tier could take a block (-ENOSPC). */
 static const char *nospc_why(const kvt_store *s)
 {
-	return !s->disk ? "RAM holds only leased or pinned blocks and there is no disk tier" :
+	return !s->disk ? RAM_DROPPED_WHY :
 	       s->cfg.refuse_when_leased ? "RAM holds only leased or pinned blocks and "
 					   "ram.refuse_when_leased is set" :
 	       "RAM holds only leased or pinned blocks and the disk tier is full";
@@ -269,7 +269,7 @@ int store_put_ops_to(kvt_store *s, kvt_op *ops, size_t n, const char *fn, int fo
 
 void store_put_batch_error(kvt_store *s, const kvt_op *ops, size_t n)
 {
-	char kb[34], why[160];
+	char kb[34], why[256];
 	uint64_t max = s->client ? local_max_block(s->client) : s->cfg.max_block;
 
 	for (size_t i = 0; i < n; i++) {

@@ -178,6 +178,27 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* Checks each shard's count of droppable bytes (what the evictor may drop,
+ * which ram_put_refused weighs) against its LRU list: the blocks on it that
+ * no pin holds, each rounded up to 4 KiB. */
+static void assert_droppable_books(struct ram_tier *r)
+{
+	for (unsigned i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &r->shards[i];
+		uint64_t sum = 0;
+
+		pthread_mutex_lock(&sh->lock);
+		for (uint32_t id = sh->lru_head; id != IDX_NONE; id = shard_ent(sh, id)->next) {
+			const struct ram_ent *e = shard_ent(sh, id);
+			if (e->pins == 0)
+				sum += (e->len + 4095u) & ~4095u;
+		}
+		uint64_t kept = atomic_load(&sh->droppable);
+		pthread_mutex_unlock(&sh->lock);
+		assert_int_equal(kept, sum);
+	}
+}
+
 static void lease_cap_bounds_leased_bytes(void **state)
 {
 	struct kvt_config cfg;
@@ -293,6 +314,72 @@ static void put_refused_when_leases_would_drop_it_at_once(void **state)
 	config_free(&cfg);
 }
 
+/*
+ * Pinned blocks count against a new one as leased blocks do: without a
+ * disk tier, a put that takes RAM past the high watermark while the blocks
+ * the evictor cannot drop (pinned or leased) and it alone stay above the
+ * low one is refused (-ENOSPC, counted) rather than dropped at once. The
+ * tier's count of droppable bytes follows every pin, unpin, lease,
+ * release, lapse, removal and eviction.
+ */
+static void put_refused_when_pins_would_drop_it_at_once(void **state)
+{
+	struct kvt_config cfg;
+	struct ram_tier *r;
+	uint8_t buf[BLK];
+	uint64_t ref[12], off;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
+				      " \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
+				      " \"mlock\": false}}", &cfg), 0);
+	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
+	put_blocks(r, 0, 12); /* 12 of 16 blocks: below the high watermark (12.8) */
+	assert_droppable_books(r);
+	for (uint64_t i = 0; i < 12; i++) /* 0-7 pinned, 8-11 leased */
+		if (i < 8)
+			assert_int_equal(ram_pin(r, test_key(i), BLK, &ref[i], &off, &len), 0);
+		else
+			lease(r, i, 1);
+	assert_droppable_books(r);
+	fill_block(test_key(12), buf, sizeof(buf));
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(ram_counter(r, "refused_puts"), 1);
+	/* A pin ends: still refused (11 blocks and it, above 11.2). */
+	ram_unpin(r, ref[0]);
+	assert_droppable_books(r);
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), -ENOSPC);
+	/* A pinned block removed stays until its unpin, and counts till then. */
+	assert_int_equal(ram_remove(r, test_key(1)), 0);
+	assert_droppable_books(r);
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), -ENOSPC);
+	assert_int_equal(ram_counter(r, "refused_puts"), 3);
+	ram_unpin(r, ref[1]);
+	assert_droppable_books(r);
+	/* Its bytes gone: 10 left with it, and it stays. */
+	assert_int_equal(ram_put(r, test_key(12), buf, sizeof(buf)), 0);
+	assert_droppable_books(r);
+	ram_evict_to_low(r);
+	assert_droppable_books(r);
+	assert_int_equal(has_block(r, 0), 0);
+	assert_int_equal(has_block(r, 12), 1);
+	assert_int_equal(ram_counter(r, "refused_puts"), 3);
+	assert_int_equal(ram_release(r, test_key(8)), 1);
+	assert_droppable_books(r);
+	/* A lease that lapses makes its block droppable again. */
+	assert_int_equal(ram_lookup(r, test_key(12), 1, kvt_now_ns() + 1000000), 1);
+	assert_droppable_books(r);
+	sleep_ms(5);
+	(void)ram_counter(r, "leased_bytes"); /* collects lapsed leases */
+	assert_droppable_books(r);
+	for (uint64_t i = 2; i < 8; i++)
+		ram_unpin(r, ref[i]);
+	assert_droppable_books(r);
+	ram_close(r);
+	config_free(&cfg);
+}
+
 static void watermarks_evict_least_recent_down_to_low(void **state)
 {
 	struct kvt_config cfg;
@@ -365,6 +452,7 @@ static void lease_taken_during_spill_keeps_block(void **state)
 	ram_evict_to_low(r);
 	assert_int_equal(has_block(r, 0), 1);
 	assert_int_equal(ram_release(r, test_key(0)), 1);
+	assert_droppable_books(r);
 	ram_close(r);
 	config_free(&cfg);
 }
@@ -941,6 +1029,7 @@ static void lookups_without_lock_race_every_writer(void **state)
 	assert_int_equal(ram_counter(r, "leased_bytes"), 0);
 	assert_int_equal(ram_counter(r, "leased_objects"), 0);
 	assert_int_equal(ram_counter(r, "objects"), RACE_STABLE);
+	assert_droppable_books(r);
 	ram_close(r);
 	config_free(&cfg);
 }
@@ -1246,6 +1335,7 @@ int main(void)
 		cmocka_unit_test(lease_cap_bounds_leased_bytes),
 		cmocka_unit_test(put_refused_when_only_leased_blocks_remain),
 		cmocka_unit_test(put_refused_when_leases_would_drop_it_at_once),
+		cmocka_unit_test(put_refused_when_pins_would_drop_it_at_once),
 		cmocka_unit_test(watermarks_evict_least_recent_down_to_low),
 		cmocka_unit_test(lease_taken_during_spill_keeps_block),
 		cmocka_unit_test(remove_during_spill_takes_spilled_copy_back),

@@ -9,7 +9,9 @@
  * a forgotten pin and a forgotten reservation lapsing, and a slow load
  * that never lapses while it is read;
  * a pin on a block that kvt_remove removes, also from another thread while
- * the store churns; the arena's regions; bad arguments.
+ * the store churns; the arena's regions; bad arguments; without a disk
+ * tier, a put refused where pinned blocks would have the evictor drop it
+ * at once.
  */
 #include <errno.h>
 #include <poll.h>
@@ -1018,6 +1020,88 @@ static void test_pin_cap(void **state)
 	kvt_close(s);
 }
 
+/* --- without a disk tier, no put reported stored is dropped at once ----------- */
+
+/* A RAM-only store of 16 MiB whose evictor frees from above 12.8 MiB down to
+ * 11.2 MiB, and whose slots may hold all of it. */
+static kvt_store *open_ram_marks(void)
+{
+	kvt_store *s = NULL;
+	int rc = kvt_open("{\"ram\": {\"capacity\": \"16MiB\", \"high_watermark\": 0.8,"
+			  " \"low_watermark\": 0.7, \"pin_cap\": 1.0, \"mlock\": false}}", &s);
+	if (rc)
+		fail_msg("kvt_open: %s: %s", kvt_strerror(rc), kvt_last_error());
+	return s;
+}
+
+/* Pins the stored blocks from..from+n-1 of 1 MiB (RAM hits), in sl. */
+static void pin_blocks(kvt_store *s, uint64_t from, size_t n, kvt_slot *sl)
+{
+	kvt_pin_batch *b = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		sl[i] = slot_of(test_key(from + i), MiB);
+	assert_int_equal(kvt_get_pin(s, sl, n, 0, &b), (int)n);
+	kvt_pin_free(b);
+}
+
+/* Waits until the evictor has brought RAM down to its high watermark (at
+ * once when it is there already), then says whether key's block of len
+ * bytes is stored: 0 or kvt_get's error. */
+static int get_after_the_evictor(kvt_store *s, kvt_key key, size_t len)
+{
+	while (store_stat(s, "ram", "bytes_used") >
+	       store_stat(s, "ram", "high_watermark_bytes"))
+		sleep_ms(1);
+	return store_get_block(s, key, len);
+}
+
+/* A call that reported block `what` stored (rc 0) must leave it loadable. */
+static void stored_means_loadable(int rc, int got, const char *what)
+{
+	if (rc == 0 && got != 0)
+		fail_msg("%s reported the block stored, but once the evictor ran it was "
+			 "gone (kvt_get: %s)", what, kvt_strerror(got));
+}
+
+/* Pinned blocks, which the evictor cannot drop, count as leased ones do: a
+ * put that takes RAM past the high watermark while they and it alone stay
+ * above the low one is refused (-ENOSPC, counted), where it used to return
+ * 0 and be dropped by the evictor as its only victim. */
+static void test_put_refused_when_pins_would_drop_it_at_once(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram_marks();
+	kvt_slot sl[12];
+	char *buf = malloc(MiB);
+	kvt_key k = test_key(12);
+
+	for (uint64_t i = 0; i < 12; i++) /* 12 MiB: below the high watermark */
+		store_put_block(s, test_key(i), MiB);
+	pin_blocks(s, 0, 12, sl);
+	fill_block(k, buf, MiB);
+	int rc = kvt_put(s, k, buf, MiB);
+	char why[512];
+	snprintf(why, sizeof(why), "%s", kvt_last_error());
+	stored_means_loadable(rc, get_after_the_evictor(s, k, MiB), "kvt_put");
+	assert_int_equal(rc, -ENOSPC);
+	assert_non_null(strstr(why, "kvt_put: no tier can take block"));
+	assert_non_null(strstr(why, "pinned"));
+	assert_int_equal(store_stat(s, "store", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "ram", "evictions"), 0);
+	/* Four unpinned: the evictor drops two of those, and the put stays. */
+	assert_int_equal(kvt_unpin(s, sl, 4), 4);
+	assert_int_equal(kvt_put(s, k, buf, MiB), 0);
+	assert_int_equal(get_after_the_evictor(s, k, MiB), 0);
+	for (uint64_t i = 4; i < 12; i++)
+		assert_int_equal(store_get_block(s, test_key(i), MiB), 0);
+	assert_int_equal(store_stat(s, "store", "refused_puts"), 1);
+	assert_int_equal(kvt_unpin(s, sl + 4, 8), 8);
+	free(buf);
+	kvt_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1025,6 +1109,7 @@ int main(void)
 		cmocka_unit_test(test_abort_gives_the_space_back),
 		cmocka_unit_test(test_reserve_never_waits_for_a_spill),
 		cmocka_unit_test(test_commit_after_the_store_fills),
+		cmocka_unit_test(test_put_refused_when_pins_would_drop_it_at_once),
 		cmocka_unit_test(test_pin_ram_blocks_in_place),
 		cmocka_unit_test(test_pin_loads_disk_hits_one_by_one),
 		cmocka_unit_test(test_loads_become_ram_blocks_in_place),
