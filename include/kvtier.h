@@ -406,7 +406,9 @@ typedef struct kvt_pin_batch kvt_pin_batch;
  * the evictor is woken (try again later, or put the block with
  * kvt_put_batch()). Per slot, result is 0 (addr and ref set),
  * KVT_SLOT_STORED (the key is stored already: skip its copy), -EAGAIN (no
- * space now, or ram.pin_cap of the RAM tier is held in slots), -EINVAL (len
+ * space now, or ram.pin_cap of the RAM tier is held in slots), -ENOSPC
+ * (without a disk tier: the evictor would drop the block as soon as it was
+ * committed, as kvt_put() refuses it; counted as a refused put), -EINVAL (len
  * 0 or above ram.max_block, or flags not 0), -ENOMEM. A reservation not committed or
  * aborted within ram.pin_ms is taken to be forgotten: from then on it may
  * lapse at any moment, which the store does when it next sweeps its slots
@@ -436,7 +438,10 @@ KVT_API int kvt_put_reserve(kvt_store *s, kvt_slot *slots, size_t n,
  * slot, result becomes 0 (published, or the key was stored meanwhile),
  * -ESTALE (not a live reservation of this store: aborted, committed, or
  * lapsed, which a reservation older than ram.pin_ms may have done; see
- * kvt_put_reserve()) or -ENOMEM; ref and addr are cleared. Returns
+ * kvt_put_reserve()), -ENOSPC (without a disk tier, leases or pins taken
+ * since the reservation would have the evictor drop the block at once, as
+ * kvt_put() refuses it: not published, the space given back, counted as a
+ * refused put) or -ENOMEM; ref and addr are cleared. Returns
  * the number of slots published; -EINVAL for a NULL store, slots NULL
  * with n non-zero, or n above INT32_MAX.
  */

@@ -104,7 +104,7 @@ int ram_put_nospill(struct ram_tier *r, kvt_key key, const void *data, size_t le
  * blocks, slots not yet published) and it alone stay above the low one.
  * Returns 1, counted as a refused put, or 0. reserved: its bytes are
  * counted as used already (a reservation about to be published). ram_put
- * asks it.
+ * asks it; the slots ask it before reserving and before publishing.
  */
 int ram_put_refused(struct ram_tier *r, size_t len, int reserved);
 

@@ -39,8 +39,10 @@ int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t 
 		}
 		pthread_mutex_lock(&t->lock);
 		slot_expire(t, kvt_now_ns());
-		int64_t off = under_cap(t, sl->len) ? ram_slot_alloc(t->ram, sl->len, 0)
-						     : -EAGAIN;
+		/* -EDQUOT: the evictor would drop the block at once (RAM only) */
+		int64_t off = !under_cap(t, sl->len) ? -EAGAIN :
+			      ram_put_refused(t->ram, sl->len, 0) ? -EDQUOT :
+			      ram_slot_alloc(t->ram, sl->len, 0);
 		uint32_t id = off >= 0 ? slot_rec_new(t, sl->key, sl->len, R_RESERVED) : NIL;
 		if (id != NIL) {
 			t->recs[id].off = (uint64_t)off;
@@ -54,6 +56,11 @@ int slot_reserve(struct slot_table *t, kvt_slot *slots, size_t n, const uint8_t 
 		if (off >= 0 && id == NIL) {
 			ram_slot_free(t->ram, (uint64_t)off);
 			sl->result = kvt_fail(-ENOMEM, "kvt_put_reserve: out of memory");
+		} else if (off == -EDQUOT) {
+			ctr_add(&t->reserve_refusals, 1);
+			sl->result = kvt_fail(-ENOSPC, "kvt_put_reserve: no tier can take block "
+					      "%s (%zu bytes): %s", kvt_key_str(sl->key, kb),
+					      sl->len, RAM_DROPPED_WHY);
 		} else if (off < 0) {
 			kick |= off == -ENOSPC;
 			ctr_add(&t->reserve_refusals, 1);
@@ -154,6 +161,19 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 			ram_slot_free(t->ram, off);
 			ctr_add(&t->aborts, 1);
 			done++;
+			continue;
+		}
+		if (!t->disk && ram_lookup(t->ram, slots[i].key, 0, 0) != 1 &&
+		    ram_put_refused(t->ram, len, 1)) {
+			/* Leases or pins taken since the reservation would have
+			 * the evictor drop it at once: refused, the space back
+			 * (a key stored meanwhile is published as before). */
+			char kb[34];
+			ram_slot_free(t->ram, off);
+			slots[i].result = kvt_fail(-ENOSPC, "%s: no tier can take block %s "
+						   "(%zu bytes): %s", fn,
+						   kvt_key_str(slots[i].key, kb), len,
+						   RAM_DROPPED_WHY);
 			continue;
 		}
 		rc = ram_slot_publish(t->ram, slots[i].key, off, len, NULL);

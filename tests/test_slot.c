@@ -10,8 +10,9 @@
  * that never lapses while it is read;
  * a pin on a block that kvt_remove removes, also from another thread while
  * the store churns; the arena's regions; bad arguments; without a disk
- * tier, a put refused where pinned blocks would have the evictor drop it
- * at once.
+ * tier, a put, a reservation and a commit refused where what the evictor
+ * cannot drop (pins, other reservations) would have it drop the block at
+ * once.
  */
 #include <errno.h>
 #include <poll.h>
@@ -1056,6 +1057,16 @@ static int get_after_the_evictor(kvt_store *s, kvt_key key, size_t len)
 	return store_get_block(s, key, len);
 }
 
+/* A put of another block, whatever its result: it wakes the evictor when
+ * RAM is above its high watermark (a commit does not). */
+static void wake_the_evictor(kvt_store *s)
+{
+	char small[4096];
+
+	fill_block(test_key(999), small, sizeof(small));
+	(void)kvt_put(s, test_key(999), small, sizeof(small));
+}
+
 /* A call that reported block `what` stored (rc 0) must leave it loadable. */
 static void stored_means_loadable(int rc, int got, const char *what)
 {
@@ -1102,6 +1113,87 @@ static void test_put_refused_when_pins_would_drop_it_at_once(void **state)
 	kvt_close(s);
 }
 
+/* A reservation that the evictor would drop as soon as it was committed
+ * (here the other reservations, which it cannot drop, fill RAM above the
+ * low watermark) is refused at kvt_put_reserve, before the caller copies:
+ * -ENOSPC, counted. It used to be reserved, and once committed the block
+ * was the evictor's only victim at the next eviction. */
+static void test_reserve_refused_when_the_block_would_be_dropped(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram_marks();
+	kvt_slot held[12], sl = slot_of(test_key(12), MiB);
+
+	for (uint64_t i = 0; i < 12; i++)
+		held[i] = slot_of(test_key(100 + i), MiB);
+	assert_int_equal(kvt_put_reserve(s, held, 12, 0), 12);
+	int n = kvt_put_reserve(s, &sl, 1, 0);
+	assert_int_equal(n, sl.result == 0);
+	char why[512];
+	snprintf(why, sizeof(why), "%s", kvt_last_error());
+	int rc = sl.result; /* 0: reserved, then published */
+	if (rc == 0) {
+		fill_block(sl.key, sl.addr, MiB);
+		rc = kvt_put_commit(s, &sl, 1) == 1 ? sl.result : -1;
+	}
+	if (rc == 0)
+		wake_the_evictor(s);
+	stored_means_loadable(rc, get_after_the_evictor(s, sl.key, MiB), "kvt_put_commit");
+	assert_int_equal(sl.result, -ENOSPC);
+	assert_null(sl.addr);
+	assert_int_equal(sl.ref, 0);
+	assert_non_null(strstr(why, "kvt_put_reserve: no tier can take block"));
+	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "slots", "reserve_refusals"), 1);
+	assert_int_equal(store_stat(s, "slots", "held"), 12);
+	/* The twelve below the high watermark are published, as blocks the
+	 * evictor may drop from then on. */
+	for (int i = 0; i < 12; i++)
+		fill_block(held[i].key, held[i].addr, MiB);
+	assert_int_equal(kvt_put_commit(s, held, 12), 12);
+	assert_int_equal(store_stat(s, "slots", "held_bytes"), 0);
+	for (uint64_t i = 0; i < 12; i++)
+		assert_int_equal(store_get_block(s, test_key(100 + i), MiB), 0);
+	kvt_close(s);
+}
+
+/* Pins taken between a reservation and its commit can leave the block the
+ * evictor's only victim: the commit refuses it (-ENOSPC, counted) and gives
+ * the space back, where it used to publish a block soon dropped. */
+static void test_commit_refused_when_the_block_would_be_dropped(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram_marks();
+	kvt_slot pins[12], sl = slot_of(test_key(12), MiB);
+
+	for (uint64_t i = 0; i < 12; i++)
+		store_put_block(s, test_key(i), MiB);
+	/* 13 MiB with it, but 12 of them the evictor may drop: reserved. */
+	assert_int_equal(kvt_put_reserve(s, &sl, 1, 0), 1);
+	fill_block(sl.key, sl.addr, MiB);
+	pin_blocks(s, 0, 12, pins);
+	kvt_slot copy = sl;
+	int rc = kvt_put_commit(s, &sl, 1) == 1 ? sl.result : -1;
+	char why[512];
+	snprintf(why, sizeof(why), "%s", kvt_last_error());
+	if (rc == 0)
+		wake_the_evictor(s);
+	stored_means_loadable(rc, get_after_the_evictor(s, sl.key, MiB), "kvt_put_commit");
+	assert_int_equal(sl.result, -ENOSPC);
+	assert_null(sl.addr);
+	assert_int_equal(sl.ref, 0);
+	assert_non_null(strstr(why, "kvt_put_commit: no tier can take block"));
+	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+	assert_int_equal(store_stat(s, "slots", "commits"), 0);
+	/* Nothing leaks: the reservation is gone, its bytes free. */
+	assert_int_equal(kvt_put_commit(s, &copy, 1), 0);
+	assert_int_equal(copy.result, -ESTALE);
+	assert_int_equal(store_stat(s, "slots", "held"), 12);
+	assert_int_equal(store_stat(s, "ram", "bytes_used"), 12 * (long long)MiB);
+	assert_int_equal(kvt_unpin(s, pins, 12), 12);
+	kvt_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1110,6 +1202,8 @@ int main(void)
 		cmocka_unit_test(test_reserve_never_waits_for_a_spill),
 		cmocka_unit_test(test_commit_after_the_store_fills),
 		cmocka_unit_test(test_put_refused_when_pins_would_drop_it_at_once),
+		cmocka_unit_test(test_reserve_refused_when_the_block_would_be_dropped),
+		cmocka_unit_test(test_commit_refused_when_the_block_would_be_dropped),
 		cmocka_unit_test(test_pin_ram_blocks_in_place),
 		cmocka_unit_test(test_pin_loads_disk_hits_one_by_one),
 		cmocka_unit_test(test_loads_become_ram_blocks_in_place),
