@@ -550,6 +550,7 @@ static int put_piece(struct local_client *c, kvt_op *ops, size_t n)
 	rc = lc_end_piece(c, sl, n, 1);
 	if (rc < 0)
 		goto out;
+	lc_name_nospc("kvt_put", sl, n); /* refused at the reservation or the commit */
 	for (size_t i = 0; i < n; i++) {
 		int r = sl[i].result;
 		if (r == -EAGAIN)

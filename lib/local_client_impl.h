@@ -81,6 +81,11 @@ int lc_rpc(struct local_client *c, int type, const void *a, size_t alen,
 int lc_slots_rpc(struct local_client *c, int type, kvt_slot *slots, size_t n);
 /* COMMIT (publish) or ABORT of up to LP_KEYS_MAX slots whose result is 0. */
 int lc_end_piece(struct local_client *c, kvt_slot *slots, size_t n, int publish);
+
+/* Names the first of slots[0..n) that the node store refused with -ENOSPC
+ * (no tier can take its block) in kvt_last_error(), fn the call; 1 if
+ * there was one, else 0 and the error text untouched. */
+int lc_name_nospc(const char *fn, const kvt_slot *slots, size_t n);
 /* The unpins of a finished get: carried by the next request where they fit
  * beside those waiting, else sent now without a reply. */
 int lc_unpin_later(struct local_client *c, const uint64_t *refs, size_t n);

@@ -88,6 +88,27 @@ out:
 	return rc;
 }
 
+/* Why the node store refused a block with -ENOSPC (a reservation or a
+ * commit): its slots answer with codes only. */
+#define LC_NOSPC_WHY "no tier of the node store can take it: without a disk tier, its " \
+	"RAM's leased, pinned and reserved blocks leave no room for it below " \
+	"ram.low_watermark (the evictor would drop it at once)"
+
+/* Names the first of slots[0..n) that the node store refused with -ENOSPC
+ * in kvt_last_error(); 1 if there was one. */
+int lc_name_nospc(const char *fn, const kvt_slot *slots, size_t n)
+{
+	char kb[34];
+
+	for (size_t i = 0; i < n; i++)
+		if (slots[i].result == -ENOSPC) {
+			kvt_set_error("%s: slot %zu (key %s, %zu bytes): " LC_NOSPC_WHY, fn, i,
+				      kvt_key_str(slots[i].key, kb), slots[i].len);
+			return 1;
+		}
+	return 0;
+}
+
 /* Runs fn over slots in pieces of LP_KEYS_MAX; sums the counts. */
 static int in_pieces(struct local_client *c, int type, kvt_slot *slots, size_t n)
 {
@@ -137,6 +158,7 @@ int local_reserve(struct local_client *c, kvt_slot *slots, size_t n)
 		}
 		i = j + 1;
 	}
+	lc_name_nospc("kvt_put_reserve", slots, n);
 	return total;
 }
 
@@ -209,8 +231,10 @@ out:
 
 int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
 {
-	int total = 0;
+	int total = 0, before = 0;
 
+	for (size_t i = 0; i < n; i++)
+		before += slots[i].result == -ENOSPC;
 	for (size_t i = 0; i < n; i += LP_KEYS_MAX) {
 		size_t k = n - i < LP_KEYS_MAX ? n - i : LP_KEYS_MAX;
 		int rc = lc_end_piece(c, slots + i, k, publish);
@@ -218,7 +242,13 @@ int local_end(struct local_client *c, kvt_slot *slots, size_t n, int publish)
 			return rc;
 		total += rc;
 	}
-	if (total < (int)n)
+	int after = 0;
+	for (size_t i = 0; i < n; i++)
+		after += slots[i].result == -ENOSPC;
+	/* a commit the node store refused (-ENOSPC) says why */
+	if (after > before)
+		lc_name_nospc("kvt_put_commit", slots, n);
+	else if (total < (int)n)
 		kvt_set_error("%s: %zu of the %zu slots were not live reservations",
 			      publish ? "kvt_put_commit" : "kvt_put_abort", n - (size_t)total, n);
 	return total;

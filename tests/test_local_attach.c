@@ -161,6 +161,91 @@ static void test_attached_calls(void **state)
 	kvt_close(node);
 }
 
+/* Has node's evictor run (a put of another block wakes it when RAM is above
+ * its high watermark) and waits until it has brought RAM down to that
+ * mark, then gets key through a: 0 or the error. */
+static int get_after_the_evictor(kvt_store *node, kvt_store *a, kvt_key key, size_t len)
+{
+	char small[4096];
+
+	fill_block(test_key(899), small, sizeof(small));
+	(void)kvt_put(node, test_key(899), small, sizeof(small));
+	while (store_stat(node, "ram", "bytes_used") >
+	       store_stat(node, "ram", "high_watermark_bytes"))
+		usleep(1000);
+	return store_get_block(a, key, len);
+}
+
+/* Without a disk tier, the node store refuses a block that its evictor
+ * would drop as soon as it came in (its pinned blocks and the new one stay
+ * above the low watermark): an attached process's kvt_put, kvt_put_reserve
+ * and kvt_put_commit get -ENOSPC and a message that says so, where the put
+ * and the commit used to return 0 for a block the evictor then dropped. */
+static void test_attached_puts_refused_when_they_would_be_dropped(void **state)
+{
+	(void)state;
+	char sock[256], why[512];
+	/* 32 MiB: eviction from above 25.6 MiB down to 22.4 MiB */
+	kvt_store *node = open_node_ram(", \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
+					" \"pin_cap\": 1.0", NULL, sock, sizeof(sock));
+	kvt_store *a = attach_within(sock, 1000);
+	size_t mib = 1u << 20;
+	char *blk = malloc(mib);
+	kvt_slot pins[25];
+	kvt_pin_batch *b = NULL;
+
+	for (uint64_t i = 0; i < 25; i++) {
+		store_put_block(node, test_key(700 + i), mib);
+		pins[i] = (kvt_slot){ .key = test_key(700 + i), .len = mib };
+	}
+	/* A reservation while the blocks may still be dropped is taken. */
+	kvt_slot late = { .key = test_key(800), .len = mib };
+	assert_int_equal(kvt_put_reserve(a, &late, 1, 0), 1);
+	fill_block(late.key, late.addr, mib);
+	assert_int_equal(kvt_get_pin(node, pins, 25, 0, &b), 25);
+	kvt_pin_free(b);
+
+	/* kvt_put: 26 MiB with it, 25 of them pinned */
+	kvt_key k = test_key(801);
+	fill_block(k, blk, mib);
+	int rc = kvt_put(a, k, blk, mib);
+	snprintf(why, sizeof(why), "%s", kvt_last_error());
+	if (rc == 0 && get_after_the_evictor(node, a, k, mib) != 0)
+		fail_msg("an attached kvt_put returned 0, but its block was dropped");
+	assert_int_equal(rc, -ENOSPC);
+	assert_non_null(strstr(why, "kvt_put: "));
+	assert_non_null(strstr(why, "no tier of the node store can take it"));
+
+	/* kvt_put_reserve: refused before the copy */
+	kvt_slot sl = { .key = test_key(803), .len = mib };
+	assert_int_equal(kvt_put_reserve(a, &sl, 1, 0), 0);
+	assert_int_equal(sl.result, -ENOSPC);
+	assert_null(sl.addr);
+	assert_non_null(strstr(kvt_last_error(), "kvt_put_reserve: slot 0"));
+	assert_non_null(strstr(kvt_last_error(), "no tier of the node store can take it"));
+
+	/* kvt_put_commit of the reservation made before the pins */
+	rc = kvt_put_commit(a, &late, 1) == 1 ? late.result : -1;
+	snprintf(why, sizeof(why), "%s", kvt_last_error());
+	if (rc == 0 && get_after_the_evictor(node, a, late.key, mib) != 0)
+		fail_msg("an attached kvt_put_commit published a block that was dropped");
+	assert_int_equal(late.result, -ENOSPC);
+	assert_non_null(strstr(why, "kvt_put_commit: slot 0"));
+	assert_non_null(strstr(why, "no tier of the node store can take it"));
+	assert_int_equal(store_stat(node, "ram", "refused_puts"), 3);
+	assert_int_equal(store_stat(node, "slots", "held"), 25); /* the pins alone */
+	assert_int_equal(store_stat(node, "ram", "evictions"), 0);
+
+	/* Unpinned, the blocks make room again. */
+	assert_int_equal(kvt_unpin(node, pins, 25), 25);
+	assert_int_equal(kvt_put(a, k, blk, mib), 0);
+	assert_int_equal(get_after_the_evictor(node, a, k, mib), 0);
+	free(blk);
+	kvt_close(a);
+	kvt_close(node);
+}
+
+
 /* With the directory off (local.directory 0), a get pins its block; its
  * unpin waits for the process's next request, which carries it in front of
  * itself; at most 16 wait so; they all end when the process closes its
@@ -508,6 +593,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_attached_calls),
+		cmocka_unit_test(test_attached_puts_refused_when_they_would_be_dropped),
 		cmocka_unit_test(test_get_unpins_with_next_request),
 		cmocka_unit_test(test_attached_puts_outlast_pin_ms),
 		cmocka_unit_test(test_attached_gets_outlast_pin_ms),
