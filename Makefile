@@ -187,6 +187,9 @@ check-install: all
 # package it says SKIP, unless KVT_REQUIRE_RDMA=1 (CI), where that fails.
 RDMA_TESTS := $(BUILD)/tests/test_rlink_verbs $(BUILD)/tests/test_peer_rdma_verbs \
 	$(BUILD)/tests/test_peer_rdma_owner
+# Their member set-up and second processes come from tests/rdma_util.[ch].
+$(RDMA_TESTS): TEST_AREA := tests/rdma_util.c
+$(RDMA_TESTS): tests/rdma_util.c tests/rdma_util.h
 check-rdma: all $(RDMA_TESTS)
 	@rc=0; tests/rdma/vm.sh --timeout 900 -- sh tests/run.sh $(RDMA_TESTS) || rc=$$?; \
 	if [ $$rc -eq 77 ] && [ "$(KVT_REQUIRE_RDMA)" != 1 ]; then \

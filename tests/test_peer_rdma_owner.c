@@ -32,34 +32,17 @@
 #include <jansson.h>
 
 #include "internal.h"
+#include "rdma_util.h"
 #include "util.h"
 
 #define MiB (1024u * 1024u)
 #define NB 32u
 #define REQUEST_MS 4000u
 
-static const char *const names[2] = { "a", "b" };
 static int next_port = 7700;
 
-static int open_member(int self, int port, kvt_store **s)
-{
-	char cfg[1024];
-
-	snprintf(cfg, sizeof(cfg),
-		 "{\"ram\": {\"capacity\": \"128MiB\"}, "
-		 "\"peers\": {\"self\": \"%s\", \"transport\": \"rdma\", "
-		 "\"request_timeout_ms\": %u, \"connect_timeout_ms\": 3000, "
-		 "\"down_ms\": 300, \"members\": ["
-		 "{\"name\": \"a\", \"addr\": \"10.77.0.1:%d\"}, "
-		 "{\"name\": \"b\", \"addr\": \"10.77.0.2:%d\"}]}}",
-		 names[self], REQUEST_MS, port, port);
-	int e = kvt_open(cfg, s);
-	if (e) {
-		printf("# kvt_open: %s\n", kvt_last_error());
-		fflush(stdout);
-	}
-	return e;
-}
+/* The members: 128 MiB of RAM, a request timeout of REQUEST_MS. */
+static const struct rdma_member_opts members = { "128MiB", REQUEST_MS, 300 };
 
 static volatile sig_atomic_t close_now;
 
@@ -78,9 +61,9 @@ static void owner(int port, int wfd)
 	uint8_t *blk = malloc(MiB);
 	/* never outlives the test, even one that failed before it killed it */
 	char ok = prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() != 1 && blk &&
-		  open_member(0, port, &a) == 0;
+		  rdma_open_member(&members, 0, port, &a) == 0;
 
-	test_owned_keys(names, 2, 0, 1, keys, NB);
+	test_owned_keys(rdma_names, 2, 0, 1, keys, NB);
 	for (unsigned i = 0; ok && i < NB; i++) {
 		fill_block(keys[i], blk, MiB);
 		ok = kvt_put(a, keys[i], blk, MiB) == 0;
@@ -97,29 +80,6 @@ static void owner(int port, int wfd)
 	kvt_close(a);
 	for (;;)
 		pause();
-}
-
-static pid_t spawn_owner(int port)
-{
-	int fds[2];
-	char ok = 0;
-
-	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		char ps[16], fs[16];
-		close(fds[0]);
-		snprintf(ps, sizeof(ps), "%d", port);
-		snprintf(fs, sizeof(fs), "%d", fds[1]);
-		execl("/proc/self/exe", "test_peer_rdma_owner", "owner", ps, fs, (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], &ok, 1), 1);
-	close(fds[0]);
-	assert_int_equal(ok, 1);
-	return pid;
 }
 
 /* The loader's side: batches of every key until told to stop. */
@@ -181,8 +141,8 @@ static void loader_open(struct loader *l, int port)
 	l->mem = mmap(NULL, (size_t)NB * MiB, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_true(l->mem != MAP_FAILED);
-	assert_int_equal(open_member(1, port, &l->b), 0);
-	test_owned_keys(names, 2, 0, 1, l->keys, NB);
+	assert_int_equal(rdma_open_member(&members, 1, port, &l->b), 0);
+	test_owned_keys(rdma_names, 2, 0, 1, l->keys, NB);
 }
 
 static void loader_close(struct loader *l)
@@ -191,33 +151,13 @@ static void loader_close(struct loader *l)
 	munmap(l->mem, (size_t)NB * MiB);
 }
 
-/* A JSON value at path (dot-separated, a number selects a member) of the
- * store's statistics, as an integer. */
-static long long stat_at(kvt_store *s, const char *path)
-{
-	int n = kvt_stats_json(s, NULL, 0);
-	char *buf = malloc((size_t)n + 65536);
-	assert_true(kvt_stats_json(s, buf, (size_t)n + 65536) > 0);
-	json_t *root = json_loads(buf, 0, NULL), *v = root;
-	free(buf);
-	char p[256], *save = NULL;
-	snprintf(p, sizeof(p), "%s", path);
-	for (char *t = strtok_r(p, ".", &save); t && v; t = strtok_r(NULL, ".", &save))
-		v = json_is_array(v) ? json_array_get(v, (size_t)atoi(t)) : json_object_get(v, t);
-	if (!v)
-		fail_msg("no statistic %s", path);
-	long long r = json_integer_value(v);
-	json_decref(root);
-	return r;
-}
-
 /* Waits until the loader has begun to READ from the owner again. */
 static void wait_reading(struct loader *l)
 {
-	long long wrs = stat_at(l->b, "peer.members.0.rdma_work_requests");
+	long long wrs = rdma_stat_at(l->b, "peer.members.0.rdma_work_requests");
 
 	for (int i = 0; i < 6000; i++) {
-		if (stat_at(l->b, "peer.members.0.rdma_work_requests") > wrs)
+		if (rdma_stat_at(l->b, "peer.members.0.rdma_work_requests") > wrs)
 			return;
 		usleep(10000);
 	}
@@ -230,7 +170,7 @@ static void run_with(struct loader *l, void (*act)(pid_t *pid, int port), int po
 		     int serves_after)
 {
 	pthread_t t;
-	pid_t pid = spawn_owner(port);
+	pid_t pid = rdma_spawn_ready("test_peer_rdma_owner", "owner", port);
 
 	/* one whole batch first: every block there, every byte right */
 	one_batch(l);
@@ -343,7 +283,7 @@ static void act_restart(pid_t *pid, int port)
 {
 	kill(*pid, SIGKILL);
 	waitpid(*pid, NULL, 0);
-	*pid = spawn_owner(port);
+	*pid = rdma_spawn_ready("test_peer_rdma_owner", "owner", port);
 }
 
 /* The owner killed and started again at its address, with its blocks. */
@@ -367,24 +307,24 @@ static void test_owner_restarted_between_gets(void **state)
 	int port = next_port++;
 
 	loader_open(&l, port);
-	pid_t pid = spawn_owner(port);
+	pid_t pid = rdma_spawn_ready("test_peer_rdma_owner", "owner", port);
 	one_batch(&l);
 	assert_int_equal(l.hits, NB);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	pid = spawn_owner(port);
+	pid = rdma_spawn_ready("test_peer_rdma_owner", "owner", port);
 	/* the link to the old process closed while the loader was idle: it
 	 * is dialled again before the next get relies on it */
-	long long fails = stat_at(l.b, "peer.members.0.rdma_failures");
-	long long redials = stat_at(l.b, "peer.members.0.rdma_reconnects");
+	long long fails = rdma_stat_at(l.b, "peer.members.0.rdma_failures");
+	long long redials = rdma_stat_at(l.b, "peer.members.0.rdma_reconnects");
 	l.hits = l.misses = 0;
 	one_batch(&l);
 	printf("# after the restart: %d hits, %d misses, %d timeouts, %d wrong\n", l.hits,
 	       l.misses, l.timeouts, l.wrong);
 	assert_int_equal(l.hits, NB);
 	assert_int_equal(l.wrong, 0);
-	assert_int_equal(stat_at(l.b, "peer.members.0.rdma_failures"), fails);
-	assert_int_equal(stat_at(l.b, "peer.members.0.rdma_reconnects"), redials + 1);
+	assert_int_equal(rdma_stat_at(l.b, "peer.members.0.rdma_failures"), fails);
+	assert_int_equal(rdma_stat_at(l.b, "peer.members.0.rdma_reconnects"), redials + 1);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	loader_close(&l);

@@ -43,6 +43,7 @@
 #include "bench.h"
 #include "internal.h"
 #include "peer_int.h"
+#include "rdma_util.h"
 #include "rlink.h"
 #include "util.h"
 
@@ -50,56 +51,10 @@
 #define BLOCKS 128u
 #define KILLED_BLOCKS 48u
 
-static const char *const names[2] = { "a", "b" };
 static int next_port = 7600;
 
-/* A store that is member self (0: a at 10.77.0.1, 1: b at .2) of {a, b} on
- * port, peers over RDMA. */
-static int open_member(int self, int port, kvt_store **s)
-{
-	char cfg[1024];
-
-	snprintf(cfg, sizeof(cfg),
-		 "{\"ram\": {\"capacity\": \"256MiB\"}, "
-		 "\"peers\": {\"self\": \"%s\", \"transport\": \"rdma\", "
-		 "\"request_timeout_ms\": 30000, \"connect_timeout_ms\": 3000, "
-		 "\"down_ms\": 500, \"members\": ["
-		 "{\"name\": \"a\", \"addr\": \"10.77.0.1:%d\"}, "
-		 "{\"name\": \"b\", \"addr\": \"10.77.0.2:%d\"}]}}",
-		 names[self], port, port);
-	int e = kvt_open(cfg, s);
-	if (e)
-		printf("# kvt_open: %s\n", kvt_last_error());
-	return e;
-}
-
-/* A JSON value at path (dot-separated, a number selects a member) of the
- * store's statistics, as an integer (true: 1). */
-static long long stat_at(kvt_store *s, const char *path)
-{
-	int n = kvt_stats_json(s, NULL, 0);
-	char *buf = malloc((size_t)n + 65536);
-	assert_true(kvt_stats_json(s, buf, (size_t)n + 65536) > 0);
-	json_t *root = json_loads(buf, 0, NULL), *v = root;
-	free(buf);
-	char p[256], *save = NULL;
-	snprintf(p, sizeof(p), "%s", path);
-	for (char *t = strtok_r(p, ".", &save); t && v; t = strtok_r(NULL, ".", &save))
-		v = json_is_array(v) ? json_array_get(v, (size_t)atoi(t)) : json_object_get(v, t);
-	if (!v)
-		fail_msg("no statistic %s", path);
-	long long r = json_is_true(v) ? 1 : json_integer_value(v);
-	json_decref(root);
-	return r;
-}
-
-static void *big(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	assert_true(p != MAP_FAILED);
-	return p;
-}
+/* The members: 256 MiB of RAM, a request timeout long for the emulated CPU. */
+static const struct rdma_member_opts members = { "256MiB", 30000, 500 };
 
 static int admit_none(void *arg, const struct sockaddr *from)
 {
@@ -115,12 +70,12 @@ static void test_two_stores_over_rdma(void **state)
 	kvt_store *a, *b;
 	kvt_key keys[BLOCKS], back[16];
 	kvt_op ops[BLOCKS];
-	uint8_t *mem = big((size_t)BLOCKS * MiB);
+	uint8_t *mem = rdma_big((size_t)BLOCKS * MiB);
 
-	assert_int_equal(open_member(0, port, &a), 0);
-	assert_int_equal(open_member(1, port, &b), 0);
+	assert_int_equal(rdma_open_member(&members, 0, port, &a), 0);
+	assert_int_equal(rdma_open_member(&members, 1, port, &b), 0);
 	/* blocks that a owns, put on a, where they stay */
-	test_owned_keys(names, 2, 0, 1, keys, BLOCKS);
+	test_owned_keys(rdma_names, 2, 0, 1, keys, BLOCKS);
 	for (unsigned i = 0; i < BLOCKS; i++) {
 		ops[i] = (kvt_op){ .key = keys[i], .buf = mem + (size_t)i * MiB, .len = MiB };
 		fill_block(keys[i], ops[i].buf, MiB);
@@ -133,7 +88,7 @@ static void test_two_stores_over_rdma(void **state)
 	size_t found = 0;
 	assert_int_equal(kvt_lookup(b, keys, BLOCKS, KVT_LEASE, &found), 0);
 	assert_int_equal(found, BLOCKS);
-	assert_true(stat_at(a, "ram.leases") >= BLOCKS);
+	assert_true(rdma_stat_at(a, "ram.leases") >= BLOCKS);
 	memset(mem, 0, (size_t)BLOCKS * MiB);
 	for (unsigned i = 0; i < BLOCKS; i++)
 		ops[i] = (kvt_op){ .key = keys[i], .buf = mem + (size_t)i * MiB, .len = MiB };
@@ -150,32 +105,33 @@ static void test_two_stores_over_rdma(void **state)
 		assert_true(check_block(keys[i], mem + (size_t)i * MiB, MiB));
 	}
 	assert_true(kvt_release(b, keys, BLOCKS) >= 0);
-	assert_int_equal(stat_at(b, "peer.rdma.direct_reads"), BLOCKS);
+	assert_int_equal(rdma_stat_at(b, "peer.rdma.direct_reads"), BLOCKS);
 	assert_int_equal(kvt_mem_deregister(b, mid), 0);
-	assert_int_equal(stat_at(b, "peer.members.0.rdma_bytes_read"), (long long)BLOCKS * MiB);
-	assert_int_equal(stat_at(b, "peer.members.0.rdma_inline"), 0);
-	assert_int_equal(stat_at(b, "peer.members.0.rdma_failures"), 0);
-	assert_int_equal(stat_at(b, "peer.bytes_in"), (long long)BLOCKS * MiB);
-	assert_int_equal(stat_at(b, "store.hits_peer"), BLOCKS);
-	assert_int_equal(stat_at(a, "peer.rdma.blocks_pinned"), BLOCKS);
-	for (int i = 0; i < 500 && stat_at(a, "peer.rdma.pins_held"); i++)
+	assert_int_equal(rdma_stat_at(b, "peer.members.0.rdma_bytes_read"),
+			 (long long)BLOCKS * MiB);
+	assert_int_equal(rdma_stat_at(b, "peer.members.0.rdma_inline"), 0);
+	assert_int_equal(rdma_stat_at(b, "peer.members.0.rdma_failures"), 0);
+	assert_int_equal(rdma_stat_at(b, "peer.bytes_in"), (long long)BLOCKS * MiB);
+	assert_int_equal(rdma_stat_at(b, "store.hits_peer"), BLOCKS);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.blocks_pinned"), BLOCKS);
+	for (int i = 0; i < 500 && rdma_stat_at(a, "peer.rdma.pins_held"); i++)
 		usleep(10000);
-	assert_int_equal(stat_at(a, "peer.rdma.pins_held"), 0);
-	assert_int_equal(stat_at(a, "peer.rdma.pins_released"), BLOCKS);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.pins_held"), 0);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.pins_released"), BLOCKS);
 
 	/* puts the other way: a offers blocks b owns, b READs them */
-	test_owned_keys(names, 2, 1, 100000, back, 16);
+	test_owned_keys(rdma_names, 2, 1, 100000, back, 16);
 	for (unsigned i = 0; i < 16; i++) {
 		ops[i] = (kvt_op){ .key = back[i], .buf = mem + (size_t)i * MiB, .len = MiB };
 		fill_block(back[i], ops[i].buf, MiB);
 	}
 	assert_int_equal(kvt_put_batch(a, ops, 16), 0);
-	assert_int_equal(stat_at(a, "store.peer_puts"), 16);
-	assert_int_equal(stat_at(b, "peer.rdma.pulled_bytes"), 16ll * MiB);
-	assert_int_equal(stat_at(a, "peer.members.1.rdma_bytes_offered"), 16ll * MiB);
+	assert_int_equal(rdma_stat_at(a, "store.peer_puts"), 16);
+	assert_int_equal(rdma_stat_at(b, "peer.rdma.pulled_bytes"), 16ll * MiB);
+	assert_int_equal(rdma_stat_at(a, "peer.members.1.rdma_bytes_offered"), 16ll * MiB);
 	for (unsigned i = 0; i < 16; i++)
 		assert_int_equal(store_get_block(b, back[i], MiB), 0);
-	assert_int_equal(stat_at(b, "store.hits_peer"), BLOCKS); /* local hits */
+	assert_int_equal(rdma_stat_at(b, "store.hits_peer"), BLOCKS); /* local hits */
 
 	/* a stranger at 10.77.0.3 is refused before any queue pair exists */
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(7599) };
@@ -188,7 +144,7 @@ static void test_two_stores_over_rdma(void **state)
 					 NULL, &n), 0);
 	assert_true(rlink_dial(n, (struct sockaddr *)&aa, 3000, &l) < 0);
 	rlink_node_close(n);
-	assert_int_equal(stat_at(a, "peer.rdma.links_refused"), 1);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.links_refused"), 1);
 
 	/* a closes: its keys read as misses on b (which drops the copies it
 	 * promoted), in bounded time */
@@ -219,11 +175,11 @@ static void child(const char *what, int port, int wfd)
 	kvt_op ops[KILLED_BLOCKS];
 	uint8_t *mem = mmap(NULL, (size_t)KILLED_BLOCKS * MiB, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	char ok = open_member(1, port, &b) == 0 && mem != MAP_FAILED;
+	char ok = rdma_open_member(&members, 1, port, &b) == 0 && mem != MAP_FAILED;
 
 	if (write(wfd, &ok, 1) != 1 || !ok)
 		_exit(1);
-	test_owned_keys(names, 2, 0, strcmp(what, "get") ? 50000 : 1, keys, KILLED_BLOCKS);
+	test_owned_keys(rdma_names, 2, 0, strcmp(what, "get") ? 50000 : 1, keys, KILLED_BLOCKS);
 	for (unsigned i = 0; i < KILLED_BLOCKS; i++)
 		fill_block(keys[i], mem + (size_t)i * MiB, MiB);
 	for (;;) {
@@ -236,35 +192,12 @@ static void child(const char *what, int port, int wfd)
 	}
 }
 
-static pid_t spawn(const char *what, int port)
-{
-	int fds[2];
-	char ok = 0;
-
-	assert_int_equal(pipe(fds), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		char ps[16], fs[16];
-		close(fds[0]);
-		snprintf(ps, sizeof(ps), "%d", port);
-		snprintf(fs, sizeof(fs), "%d", fds[1]);
-		execl("/proc/self/exe", "test_peer_rdma_verbs", what, ps, fs, (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], &ok, 1), 1);
-	close(fds[0]);
-	assert_int_equal(ok, 1);
-	return pid;
-}
-
 /* Waits up to s seconds for stat of a to satisfy cmp against want. */
 static long long wait_stat(kvt_store *a, const char *stat, int above, long long want, int s)
 {
 	long long v = 0;
 	for (int i = 0; i < s * 100; i++) {
-		v = stat_at(a, stat);
+		v = rdma_stat_at(a, stat);
 		if (above ? v > want : v == want)
 			break;
 		usleep(10000);
@@ -278,15 +211,15 @@ static void test_requester_killed_holding_pins(void **state)
 	int port = next_port++;
 	kvt_store *a;
 	kvt_key keys[KILLED_BLOCKS];
-	uint8_t *blk = big(MiB);
+	uint8_t *blk = rdma_big(MiB);
 
-	assert_int_equal(open_member(0, port, &a), 0);
-	test_owned_keys(names, 2, 0, 1, keys, KILLED_BLOCKS);
+	assert_int_equal(rdma_open_member(&members, 0, port, &a), 0);
+	test_owned_keys(rdma_names, 2, 0, 1, keys, KILLED_BLOCKS);
 	for (unsigned i = 0; i < KILLED_BLOCKS; i++) {
 		fill_block(keys[i], blk, MiB);
 		assert_int_equal(kvt_put(a, keys[i], blk, MiB), 0);
 	}
-	pid_t pid = spawn("get", port);
+	pid_t pid = rdma_spawn_ready("test_peer_rdma_verbs", "get", port);
 	/* kill b while a lends it blocks: its READs are under way */
 	assert_true(wait_stat(a, "peer.rdma.pins_held", 1, 0, 60) > 0);
 	kill(pid, SIGKILL);
@@ -296,10 +229,12 @@ static void test_requester_killed_holding_pins(void **state)
 	assert_int_equal(wait_stat(a, "peer.rdma.pins_held", 0, 0, 90), 0);
 	printf("# pins of the killed requester ended %.1f s after the kill\n",
 	       (double)(kvt_now_ns() - t0) / 1e9);
-	assert_true(stat_at(a, "peer.rdma.pins_dropped") + stat_at(a, "peer.rdma.pins_lapsed") > 0);
-	assert_int_equal(stat_at(a, "peer.rdma.pins_taken"),
-			 stat_at(a, "peer.rdma.pins_released") + stat_at(a, "peer.rdma.pins_dropped") +
-			 stat_at(a, "peer.rdma.pins_lapsed"));
+	assert_true(rdma_stat_at(a, "peer.rdma.pins_dropped") +
+		    rdma_stat_at(a, "peer.rdma.pins_lapsed") > 0);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.pins_taken"),
+			 rdma_stat_at(a, "peer.rdma.pins_released") +
+			 rdma_stat_at(a, "peer.rdma.pins_dropped") +
+			 rdma_stat_at(a, "peer.rdma.pins_lapsed"));
 	/* the blocks are a's as before */
 	for (unsigned i = 0; i < 4; i++)
 		assert_int_equal(store_get_block(a, keys[i], MiB), 0);
@@ -315,30 +250,31 @@ static void test_offer_of_killed_requester(void **state)
 	int port = next_port++;
 	kvt_store *a;
 	kvt_key keys[KILLED_BLOCKS];
-	uint8_t *blk = big(MiB);
+	uint8_t *blk = rdma_big(MiB);
 
-	assert_int_equal(open_member(0, port, &a), 0);
-	long long used = stat_at(a, "ram.bytes_used");
-	pid_t pid = spawn("put", port);
+	assert_int_equal(rdma_open_member(&members, 0, port, &a), 0);
+	long long used = rdma_stat_at(a, "ram.bytes_used");
+	pid_t pid = rdma_spawn_ready("test_peer_rdma_verbs", "put", port);
 	/* kill b once a has begun to READ its offer */
 	assert_true(wait_stat(a, "peer.rdma.pulls", 1, 0, 120) > 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	/* every pull ends, one way or the other, within its deadline */
-	long long pulls = stat_at(a, "peer.rdma.pulls"), done = 0;
+	long long pulls = rdma_stat_at(a, "peer.rdma.pulls"), done = 0;
 	for (int i = 0; i < 6000; i++) {
-		done = stat_at(a, "peer.rdma.pull_failures") +
-		       stat_at(a, "peer.rdma.pulled_bytes") / ((long long)KILLED_BLOCKS * MiB);
+		done = rdma_stat_at(a, "peer.rdma.pull_failures") +
+		       rdma_stat_at(a, "peer.rdma.pulled_bytes") / ((long long)KILLED_BLOCKS * MiB);
 		if (done >= pulls)
 			break;
 		usleep(10000);
 	}
 	assert_true(done >= pulls);
-	long long pulled = stat_at(a, "peer.rdma.pulled_bytes");
+	long long pulled = rdma_stat_at(a, "peer.rdma.pulled_bytes");
 	printf("# %lld pulls, %lld failed, %lld MiB published\n", pulls,
-	       stat_at(a, "peer.rdma.pull_failures"), pulled / MiB);
-	assert_int_equal(stat_at(a, "ram.bytes_used"), used + (pulled ? KILLED_BLOCKS * MiB : 0));
-	test_owned_keys(names, 2, 0, 50000, keys, KILLED_BLOCKS);
+	       rdma_stat_at(a, "peer.rdma.pull_failures"), pulled / MiB);
+	assert_int_equal(rdma_stat_at(a, "ram.bytes_used"),
+			 used + (pulled ? KILLED_BLOCKS * MiB : 0));
+	test_owned_keys(rdma_names, 2, 0, 50000, keys, KILLED_BLOCKS);
 	for (unsigned i = 0; i < KILLED_BLOCKS; i++)
 		assert_int_equal(store_get_block(a, keys[i], MiB), pulled ? 0 : -ENOENT);
 	kvt_close(a);
@@ -358,10 +294,10 @@ static void test_offer_whose_read_fails(void **state)
 	uint8_t f[HDR + OFFER];
 	struct hdr h;
 
-	assert_int_equal(open_member(0, port, &a), 0);
-	assert_int_equal(open_member(1, port, &b), 0);
-	long long used = stat_at(a, "ram.bytes_used");
-	test_owned_keys(names, 2, 0, 70000, &key, 1);
+	assert_int_equal(rdma_open_member(&members, 0, port, &a), 0);
+	assert_int_equal(rdma_open_member(&members, 1, port, &b), 0);
+	long long used = rdma_stat_at(a, "ram.bytes_used");
+	test_owned_keys(rdma_names, 2, 0, 70000, &key, 1);
 
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in src = { .sin_family = AF_INET }, dst = { .sin_family = AF_INET,
@@ -389,9 +325,9 @@ static void test_offer_whose_read_fails(void **state)
 	assert_int_equal(h.type, T_PUT | T_REPLY);
 	assert_int_equal((int32_t)get32(f + HDR), -EIO);
 	close(fd);
-	assert_int_equal(stat_at(a, "peer.rdma.pull_failures"), 1);
-	assert_int_equal(stat_at(a, "peer.members.1.rdma_failures"), 1);
-	assert_int_equal(stat_at(a, "ram.bytes_used"), used);
+	assert_int_equal(rdma_stat_at(a, "peer.rdma.pull_failures"), 1);
+	assert_int_equal(rdma_stat_at(a, "peer.members.1.rdma_failures"), 1);
+	assert_int_equal(rdma_stat_at(a, "ram.bytes_used"), used);
 	uint8_t one[64];
 	size_t len;
 	assert_int_equal(kvt_get(a, key, one, sizeof(one), &len), -ENOENT);

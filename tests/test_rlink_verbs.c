@@ -33,6 +33,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "internal.h"
+#include "rdma_util.h"
 #include "rlink.h"
 #include "util.h"
 
@@ -81,14 +82,6 @@ static struct rlink_node *open_node(int host)
 	return n;
 }
 
-static void *big(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	assert_true(p != MAP_FAILED);
-	return p;
-}
-
 static void test_blocks_read_and_written(void **state)
 {
 	(void)state;
@@ -96,7 +89,7 @@ static void test_blocks_read_and_written(void **state)
 	struct rlink_node *owner = open_node(1), *req = open_node(2);
 	struct sockaddr_in oa = addr_of(1, port);
 	size_t len = (size_t)BLOCKS * MiB;
-	uint8_t *src = big(len), *dst = big(len), *in = big(len);
+	uint8_t *src = rdma_big(len), *dst = rdma_big(len), *in = rdma_big(len);
 	struct rlink_region *rs, *rd, *ri;
 	struct rlink_seg seg[BLOCKS];
 	struct rlink *l;
@@ -197,7 +190,7 @@ static void test_bad_rkey_breaks_link(void **state)
 	int port = next_port;
 	struct rlink_node *owner = open_node(1), *req = open_node(2);
 	struct sockaddr_in oa = addr_of(1, port);
-	uint8_t *src = big(MiB), *dst = big(MiB);
+	uint8_t *src = rdma_big(MiB), *dst = rdma_big(MiB);
 	struct rlink_region *rs, *rd;
 	struct rlink *l;
 	uint32_t lk, rk, dlk, drk;
@@ -231,7 +224,7 @@ static void test_bad_rkey_breaks_link(void **state)
 	/* registered for local access only (RLINK_LOCAL_ONLY): a READ of it
 	 * with its own key fails too, and a READ into it lands */
 	struct rlink_region *ro;
-	uint8_t *hidden = big(MiB);
+	uint8_t *hidden = rdma_big(MiB);
 	fill_block(test_key(9), hidden, MiB);
 	assert_int_equal(rlink_reg(owner, hidden, MiB, RLINK_LOCAL_ONLY, &ro), 0);
 	assert_int_equal(rlink_keys(ro, hidden, MiB, &lk, &rk), 0);
@@ -298,31 +291,17 @@ static void *kill_later(void *arg)
 static void test_owner_killed_mid_read(void **state)
 {
 	(void)state;
-	int port = next_port++, fds[2];
+	int port = next_port++;
 	uint64_t d[2];
 
-	assert_int_equal(pipe(fds), 0);
-	/* a fresh process (fork alone would share this one's verbs context,
-	 * which librdmacm opened, and so keep the owner's memory registered) */
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		char ps[16], fs[16];
-		close(fds[0]);
-		snprintf(ps, sizeof(ps), "%d", port);
-		snprintf(fs, sizeof(fs), "%d", fds[1]);
-		execl("/proc/self/exe", "test_rlink_verbs", "--owner", ps, fs, (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], d, sizeof(d)), (ssize_t)sizeof(d));
-	close(fds[0]);
+	/* a fresh process (see rdma_spawn), its region's address and rkey in d */
+	pid_t pid = rdma_spawn("test_rlink_verbs", "--owner", port, d, sizeof(d));
 	assert_true(d[0] != 0);
 
 	struct rlink_node *req = open_node(2);
 	struct sockaddr_in oa = addr_of(1, port);
 	size_t len = 64u * MiB;
-	uint8_t *dst = big(len);
+	uint8_t *dst = rdma_big(len);
 	struct rlink_region *rd;
 	struct rlink *l;
 	struct rlink_seg seg[64];
