@@ -28,7 +28,6 @@
 
 #include <cmocka.h>
 #include <jansson.h>
-#include <jansson.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -29,7 +29,6 @@
 
 #include <cmocka.h>
 #include <jansson.h>
-#include <jansson.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
