@@ -321,7 +321,6 @@ static void test_owner_killed_mid_read(void **state)
 	uint64_t t0 = kvt_now_ns();
 	int e = 0;
 	/* 64 MiB take seconds here; go on until the kill cuts one */
-	/* 64 MiB take seconds here; go on until the kill cuts one */
 	for (int round = 0; round < 20 && e == 0; round++)
 		e = rlink_move(l, 0, seg, 64, kvt_now_ns() + 15000000000ull);
 	uint64_t took = kvt_now_ns() - t0;
