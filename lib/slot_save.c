@@ -185,6 +185,10 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 		if (rc == 0)
 			queue_write(t, slots[i].key);
 	}
+	/* as a put: what took RAM past its high watermark is evicted now,
+	 * not at the next put */
+	if (publish && done && ram_above_high(t->ram))
+		store_kick_evictor(s);
 	return done;
 }
 

@@ -1113,6 +1113,38 @@ static void test_put_refused_when_pins_would_drop_it_at_once(void **state)
 	kvt_close(s);
 }
 
+/* Commits that take RAM past its high watermark wake the evictor, as puts
+ * do: RAM comes back under the mark without another call. Before, it stayed
+ * above until the next put (16 MiB RAM, 14 blocks of 1 MiB committed: 14
+ * MiB used against a high watermark of 12.8 MiB, for good). */
+static void test_commit_above_the_high_watermark_wakes_the_evictor(void **state)
+{
+	(void)state;
+	kvt_store *s = open_ram_marks();
+	kvt_slot sl[14];
+
+	for (uint64_t i = 0; i < 14; i++) {
+		sl[i] = slot_of(test_key(300 + i), MiB);
+		assert_int_equal(kvt_put_reserve(s, &sl[i], 1, 0), 1);
+		fill_block(sl[i].key, sl[i].addr, MiB);
+		assert_int_equal(kvt_put_commit(s, &sl[i], 1), 1);
+		assert_int_equal(sl[i].result, 0);
+	}
+	/* bounded wait: the evictor runs on its own thread */
+	for (int ms = 0; store_stat(s, "ram", "bytes_used") >
+			 store_stat(s, "ram", "high_watermark_bytes"); ms++) {
+		if (ms > 5000)
+			fail_msg("RAM stayed at %lld bytes, above its high watermark (%lld), "
+				 "5 s after the last commit", store_stat(s, "ram", "bytes_used"),
+				 store_stat(s, "ram", "high_watermark_bytes"));
+		usleep(1000);
+	}
+	assert_true(store_stat(s, "ram", "evictions") > 0);
+	/* the newest blocks stay */
+	assert_int_equal(store_get_block(s, test_key(313), MiB), 0);
+	kvt_close(s);
+}
+
 /* A reservation that the evictor would drop as soon as it was committed
  * (here the other reservations, which it cannot drop, fill RAM above the
  * low watermark) is refused at kvt_put_reserve, before the caller copies:
@@ -1204,6 +1236,7 @@ int main(void)
 		cmocka_unit_test(test_put_refused_when_pins_would_drop_it_at_once),
 		cmocka_unit_test(test_reserve_refused_when_the_block_would_be_dropped),
 		cmocka_unit_test(test_commit_refused_when_the_block_would_be_dropped),
+		cmocka_unit_test(test_commit_above_the_high_watermark_wakes_the_evictor),
 		cmocka_unit_test(test_pin_ram_blocks_in_place),
 		cmocka_unit_test(test_pin_loads_disk_hits_one_by_one),
 		cmocka_unit_test(test_loads_become_ram_blocks_in_place),
