@@ -549,6 +549,57 @@ static void test_offer_whose_read_fails_is_never_visible(void **state)
 	assert_int_equal(tstat(f->t[1], 0, "rdma_reconnects"), 1);
 }
 
+/* An offer to an owner without a disk tier whose leased blocks keep its RAM
+ * above the low watermark: the evictor would drop the block as soon as it
+ * was published, so the owner refuses it (-ENOSPC, counted), as it refuses
+ * such a put of its own. Before, the offer was pulled and published, the
+ * member's put returned 0, and the block was gone once the evictor ran. */
+static void test_offer_refused_when_it_would_be_dropped(void **state)
+{
+	struct fx *f = *state;
+	kvt_store *b = f->s[1];
+	long long high = store_stat(b, "ram", "high_watermark_bytes");
+	kvt_key k[64];
+	size_t n = 0, found = 0;
+
+	while (n < 64 && store_stat(b, "ram", "bytes_used") + (1 << 20) <= high) {
+		k[n] = test_key(9000 + n);
+		store_put_block(b, k[n], 1 << 20);
+		n++;
+	}
+	/* half leased, half pinned: each is capped at half of RAM */
+	size_t nl = n / 2;
+	assert_int_equal(kvt_lookup(b, k, nl, KVT_LEASE, &found), 0);
+	assert_int_equal(found, nl);
+	kvt_slot pins[64];
+	kvt_pin_batch *pb = NULL;
+	for (size_t i = nl; i < n; i++)
+		pins[i - nl] = (kvt_slot){ .key = k[i], .len = 1 << 20 };
+	assert_int_equal(kvt_get_pin(b, pins, n - nl, 0, &pb), (int)(n - nl));
+	kvt_pin_free(pb);
+	uint8_t *blk = malloc(1 << 20);
+	kvt_op op = { .key = test_key(9999), .buf = blk, .len = 1 << 20 };
+	int res = 1;
+	fill_block(op.key, blk, 1 << 20);
+	assert_int_equal(peer_put_batch(f->t[0], 1, &op, 1, &res), 0);
+	if (res == 0) { /* what the old code did: was it kept? */
+		char small[4096];
+		fill_block(test_key(9998), small, sizeof(small));
+		(void)kvt_put(b, test_key(9998), small, sizeof(small)); /* wakes the evictor */
+		for (int i = 0; i < 2000 && store_stat(b, "ram", "bytes_used") > high; i++)
+			usleep(1000);
+		size_t len = 0;
+		if (kvt_get(b, op.key, blk, 1 << 20, &len) != 0)
+			fail_msg("the owner took the offer (0) and its evictor dropped it");
+	}
+	assert_int_equal(res, -ENOSPC);
+	size_t len = 0;
+	assert_int_equal(kvt_get(b, op.key, blk, 1 << 20, &len), -ENOENT);
+	assert_true(store_stat(b, "ram", "refused_puts") >= 1);
+	assert_int_equal(kvt_unpin(b, pins, n - nl), (int)(n - nl));
+	free(blk);
+}
+
 /* Pins the requester never releases lapse on the owner (the listener ends
  * them after hold_ms), and a slot's pins go with its connection. */
 /*
@@ -965,6 +1016,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disconnect_mid_transfer_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_deadline_is_a_miss, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_offer_whose_read_fails_is_never_visible, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_offer_refused_when_it_would_be_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_do_not_wait_for_a_transfer, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_pins_outlive_an_idle_timeout, setup, teardown),
