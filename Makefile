@@ -156,6 +156,10 @@ $(PEER_TESTS): tests/peer_util.c tests/peer_util.h
 DISK_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_disk_*.c))
 $(DISK_TESTS): TEST_AREA := tests/disk_util.c
 $(DISK_TESTS): tests/disk_util.c tests/disk_util.h
+# A program built from several sources in one step records the
+# dependencies of its last source alone (-MMD): the shared helpers' headers
+# are named here, so editing one rebuilds the tests.
+$(TEST_BIN): $(wildcard tests/util.h tests/fabric.h tests/faultdev.h)
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL) $(COMMONLIB) $(INTLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -Itests -Icommon -o $@ $< $(TEST_AREA) $(TEST_UTIL) $(TEST_BENCH) \
