@@ -430,6 +430,12 @@ void ram_slot_free(struct ram_tier *r, uint64_t off)
 int ram_slot_publish(struct ram_tier *r, kvt_key key, uint64_t off, size_t len,
 		     const uint64_t *sum)
 {
+	/* leases or pins taken since the reservation may leave the evictor
+	 * no victim but this block (a key stored meanwhile is a duplicate) */
+	if (!r->spill && ram_lookup(r, key, 0, 0) != 1 && ram_put_refused(r, len, 1)) {
+		free_extent(r, off);
+		return -ENOSPC;
+	}
 	return insert_extent(r, key, off, len, NULL, sum);
 }
 

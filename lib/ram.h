@@ -166,7 +166,8 @@ int ram_visit(struct ram_tier *r, kvt_key key, size_t cap, ram_visit_fn fn,
  * but, unless may_spill, only when that writes nothing to disk; -ENOSPC when
  * it does not fit. ram_slot_free gives it back. ram_slot_publish makes the
  * extent the block of key: 0, or 1 when key was stored already (the extent
- * is freed), or -ENOMEM (the extent is freed); sum (NULL: none) is the
+ * is freed), or -ENOMEM or -ENOSPC when ram_put_refused() refuses it (the
+ * extent is freed); sum (NULL: none) is the
  * checksum its bytes were verified against, kept as the block's.
  */
 int64_t ram_slot_alloc(struct ram_tier *r, size_t len, int may_spill);

@@ -66,7 +66,7 @@ static int above_low_without_droppable(struct ram_tier *r, uint64_t used)
  */
 int ram_put_refused(struct ram_tier *r, size_t len, int reserved)
 {
-	uint64_t ext = ((uint64_t)len + ARENA_UNIT - 1) & ~(uint64_t)(ARENA_UNIT - 1);
+	uint64_t ext = ram_unit_bytes(len);
 
 	if (r->spill || len > r->low_bytes)
 		return 0;

@@ -65,6 +65,12 @@ static inline uint64_t next_tick(struct ram_tier *r)
 	return atomic_fetch_add_explicit(&r->tick, 1, memory_order_relaxed) + 1;
 }
 
+/* The arena bytes of a block of len bytes (whole ARENA_UNITs). */
+static inline uint64_t ram_unit_bytes(uint64_t len)
+{
+	return (len + ARENA_UNIT - 1) & ~(uint64_t)(ARENA_UNIT - 1);
+}
+
 /* Whether the evictor may drop entry e: on the LRU list, no pin held. */
 static inline int ent_droppable(const struct ram_ent *e)
 {
@@ -81,7 +87,7 @@ static inline void ram_note_droppable(struct shard *sh, const struct ram_ent *e,
 
 	if (now == was)
 		return;
-	uint64_t b = ((uint64_t)e->len + ARENA_UNIT - 1) & ~(uint64_t)(ARENA_UNIT - 1);
+	uint64_t b = ram_unit_bytes(e->len);
 	uint64_t v = atomic_load_explicit(&sh->droppable, memory_order_relaxed);
 	atomic_store_explicit(&sh->droppable, now ? v + b : v - b, memory_order_relaxed);
 }

@@ -86,8 +86,4 @@ void slot_stats(struct slot_table *t, const struct stat_visitor *v);
 /* The slot table of an open store (store.c). */
 struct slot_table *store_slots(kvt_store *s);
 
-/* Wakes the store's evictor (store.c), as a put does once RAM is above its
- * high watermark. */
-void store_kick_evictor(kvt_store *s);
-
 #endif

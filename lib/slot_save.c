@@ -163,21 +163,15 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 			done++;
 			continue;
 		}
-		if (!t->disk && ram_lookup(t->ram, slots[i].key, 0, 0) != 1 &&
-		    ram_put_refused(t->ram, len, 1)) {
-			/* Leases or pins taken since the reservation would have
-			 * the evictor drop it at once: refused, the space back
-			 * (a key stored meanwhile is published as before). */
+		rc = ram_slot_publish(t->ram, slots[i].key, off, len, NULL);
+		slots[i].result = rc < 0 ? rc : 0;
+		if (rc == -ENOSPC) { /* leases or pins taken since the reservation */
 			char kb[34];
-			ram_slot_free(t->ram, off);
 			slots[i].result = kvt_fail(-ENOSPC, "%s: no tier can take block %s "
 						   "(%zu bytes): %s", fn,
 						   kvt_key_str(slots[i].key, kb), len,
 						   RAM_DROPPED_WHY);
-			continue;
 		}
-		rc = ram_slot_publish(t->ram, slots[i].key, off, len, NULL);
-		slots[i].result = rc < 0 ? rc : 0;
 		if (rc >= 0) {
 			ctr_add(&t->commits, 1);
 			done++;
@@ -187,8 +181,8 @@ static int end_reservations(kvt_store *s, kvt_slot *slots, size_t n, int publish
 	}
 	/* as a put: what took RAM past its high watermark is evicted now,
 	 * not at the next put */
-	if (publish && done && ram_above_high(t->ram))
-		store_kick_evictor(s);
+	if (publish && done && t->kick && ram_above_high(t->ram))
+		t->kick(t->kick_arg);
 	return done;
 }
 

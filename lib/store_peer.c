@@ -355,7 +355,7 @@ static int serve_reserve(void *arg, size_t len, void **at, uint64_t *handle)
 {
 	kvt_store *s = arg;
 
-	if (!s->disk && ram_put_refused(s->ram, len, 0))
+	if (ram_put_refused(s->ram, len, 0))
 		return -ENOSPC;
 	int64_t off = ram_slot_alloc(s->ram, len, 1);
 
@@ -370,13 +370,6 @@ static int serve_publish(void *arg, kvt_key key, uint64_t handle, size_t len,
 			 uint64_t sum)
 {
 	kvt_store *s = arg;
-
-	if (!s->disk && ram_lookup(s->ram, key, 0, 0) != 1 &&
-	    ram_put_refused(s->ram, len, 1)) {
-		/* leases or pins taken since the reservation */
-		ram_slot_free(s->ram, handle);
-		return -ENOSPC;
-	}
 	int rc = ram_slot_publish(s->ram, key, handle, len, &sum);
 
 	if (rc >= 0 && ram_above_high(s->ram))
