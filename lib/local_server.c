@@ -88,12 +88,12 @@ static int conn_read(struct conn *c, void *p, size_t len)
  * being malformed. */
 static __thread int reply_lost;
 
-/* Sends a reply: header, the i32 status, then body; with the nfds
- * descriptors of fds passed along. 0 or -1. */
-static int send_reply_fds(int sock, int type, int32_t status, const void *body,
-			  size_t blen, const int *fds, int nfds)
+/* Sends a reply in the frames of protocol version: header, the i32 status,
+ * then body; with the nfds descriptors of fds passed along. 0 or -1. */
+static int send_frame(int sock, uint8_t version, int type, int32_t status,
+		      const void *body, size_t blen, const int *fds, int nfds)
 {
-	struct lp_hdr h = { LP_MAGIC, LP_VERSION, (uint8_t)(type | LP_REPLY),
+	struct lp_hdr h = { LP_MAGIC, version, (uint8_t)(type | LP_REPLY),
 			    (uint32_t)(sizeof(status) + blen) };
 	struct iovec iov[3] = { { &h, sizeof(h) }, { &status, sizeof(status) },
 				{ (void *)body, blen } };
@@ -117,6 +117,13 @@ static int send_reply_fds(int sock, int type, int32_t status, const void *body,
 	if (r)
 		reply_lost = 1;
 	return r;
+}
+
+/* A reply of this protocol version (send_frame). */
+static int send_reply_fds(int sock, int type, int32_t status, const void *body,
+			  size_t blen, const int *fds, int nfds)
+{
+	return send_frame(sock, LP_VERSION, type, status, body, blen, fds, nfds);
 }
 
 int lsrv_send_reply(int sock, int type, int32_t status, const void *body,
@@ -159,20 +166,15 @@ static int read_header(struct conn *c, int *type, size_t *len)
 static int refuse_version(struct conn *c, uint8_t version)
 {
 	char t[200];
-	int32_t status = -EPROTONOSUPPORT;
 	int n = snprintf(t, sizeof(t), "the node store at %s speaks version %u of the "
 			 "local protocol, this process %u", c->srv->path, LP_VERSION,
 			 (unsigned)version);
-	struct lp_hdr h = { LP_MAGIC, version, LP_HELLO | LP_REPLY,
-			    (uint32_t)(sizeof(status) + (size_t)n) };
-	struct iovec iov[3] = { { &h, sizeof(h) }, { &status, sizeof(status) },
-				{ t, (size_t)n } };
-	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 3 };
 
 	kvt_log(KVT_LOG_WARN, "local: process %d (uid %u) speaks version %u of the local "
 		"protocol, this node store %u: refused", (int)c->pid, (unsigned)c->uid,
 		(unsigned)version, LP_VERSION);
-	lp_send_all(c->fd, &m);
+	send_frame(c->fd, version, LP_HELLO, -EPROTONOSUPPORT, t,
+		   n > 0 && (size_t)n < sizeof(t) ? (size_t)n : strlen(t), NULL, 0);
 	return -1;
 }
 
