@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "log_limit.h"
 #include "internal.h"
 #include "peer.h"
 #include "stats.h"
@@ -124,9 +125,7 @@ struct peer_tier {
 	/* refused strangers: each counted, the first logged, then at most one
 	 * summary line per log_ms */
 	pthread_mutex_t slock;
-	uint64_t slog_next;       /* ns: no line about strangers before this */
-	uint64_t slog_quiet;      /* strangers refused since the last line */
-	char slog_last[192];      /* the latest of them */
+	struct log_limit slog;    /* the log of strangers refused (slock) */
 	_Atomic uint64_t strangers;
 	/* counters */
 	_Atomic uint64_t served_lookups, served_gets, served_puts, served_bytes;

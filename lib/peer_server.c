@@ -50,20 +50,15 @@ static uint64_t req_end(const struct conn *c, uint64_t bytes)
  */
 void peer_stranger(struct peer_tier *p, const char *from, const char *why)
 {
-	uint64_t now = kvt_now_ns();
-	int quiet;
+	char what[sizeof(p->slog.last)];
+	int first;
 
 	ctr_add(&p->strangers, 1);
+	snprintf(what, sizeof(what), "%s: %s", from, why);
 	pthread_mutex_lock(&p->slock);
-	quiet = p->slog_quiet || now < p->slog_next;
-	if (quiet) {
-		p->slog_quiet++;
-		snprintf(p->slog_last, sizeof(p->slog_last), "%s: %s", from, why);
-	} else {
-		p->slog_next = now + (uint64_t)p->log_ms * 1000000ull;
-	}
+	first = log_limit_note(&p->slog, p->log_ms, what);
 	pthread_mutex_unlock(&p->slock);
-	if (!quiet)
+	if (first)
 		kvt_log(KVT_LOG_WARN, "peer: refused a connection from %s: %s (more are "
 			"counted in peer.connections_from_strangers and logged as one line "
 			"per %u ms)", from, why, p->log_ms);
@@ -76,19 +71,11 @@ void peer_stranger(struct peer_tier *p, const char *from, const char *why)
  */
 int peer_strangers_summary(struct peer_tier *p, int force)
 {
-	uint64_t now = kvt_now_ns(), n = 0;
-	char last[sizeof(p->slog_last)];
-	int wait = -1;
+	char last[sizeof(p->slog.last)];
+	int wait;
 
 	pthread_mutex_lock(&p->slock);
-	if (p->slog_quiet && (force || now >= p->slog_next)) {
-		n = p->slog_quiet;
-		memcpy(last, p->slog_last, sizeof(last));
-		p->slog_quiet = 0;
-		p->slog_next = now + (uint64_t)p->log_ms * 1000000ull;
-	} else if (p->slog_quiet) {
-		wait = peer_ms_left(p->slog_next);
-	}
+	uint64_t n = log_limit_due(&p->slog, p->log_ms, force, last, sizeof(last), &wait);
 	pthread_mutex_unlock(&p->slock);
 	if (n)
 		kvt_log(KVT_LOG_WARN, "peer: refused %llu more connection%s from non-members "

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log_limit.h"
 #include "internal.h"
 #include "rlink.h"
 #include "stats.h"
@@ -39,8 +40,7 @@ struct rlink_node {
 	} accepted[RLINK_ACCEPTED_MAX];
 	/* requests refused for want of room: the first logged, then at most
 	 * one summary line per lim.log_ms */
-	uint64_t log_next, log_quiet;
-	char log_last[160];
+	struct log_limit log;
 	struct rlink_counters ctr;
 };
 
@@ -102,17 +102,13 @@ static const char *host_str(const struct sockaddr_storage *a, char *buf, size_t 
 static int crowded(struct rlink_node *n, const struct sockaddr_storage *from,
 		   const char *why, char *line, size_t len)
 {
-	uint64_t now = kvt_now_ns();
-	char h[INET6_ADDRSTRLEN];
+	char h[INET6_ADDRSTRLEN], what[sizeof(n->log.last)];
 
 	ctr_add(&n->ctr.crowded, 1);
 	host_str(from, h, sizeof(h));
-	if (n->log_quiet || now < n->log_next) {
-		n->log_quiet++;
-		snprintf(n->log_last, sizeof(n->log_last), "%s: %s", h, why);
+	snprintf(what, sizeof(what), "%s: %s", h, why);
+	if (!log_limit_note(&n->log, n->lim.log_ms, what))
 		return 0;
-	}
-	n->log_next = now + (uint64_t)n->lim.log_ms * 1000000ull;
 	snprintf(line, len, "rdma: refused a connection from %s: %s (more are counted "
 		 "in links_refused and logged as one line per %u ms)", h, why, n->lim.log_ms);
 	return 1;
@@ -122,16 +118,10 @@ static int crowded(struct rlink_node *n, const struct sockaddr_storage *from,
  * ended (or now, with force). */
 static void crowded_summary(struct rlink_node *n, int force)
 {
-	uint64_t now = kvt_now_ns(), q = 0;
-	char last[sizeof(n->log_last)];
+	char last[sizeof(n->log.last)];
 
 	pthread_mutex_lock(&n->lock);
-	if (n->log_quiet && (force || now >= n->log_next)) {
-		q = n->log_quiet;
-		memcpy(last, n->log_last, sizeof(last));
-		n->log_quiet = 0;
-		n->log_next = now + (uint64_t)n->lim.log_ms * 1000000ull;
-	}
+	uint64_t q = log_limit_due(&n->log, n->lim.log_ms, force, last, sizeof(last), NULL);
 	pthread_mutex_unlock(&n->lock);
 	if (q)
 		kvt_log(KVT_LOG_WARN, "rdma: refused %llu more connection%s for want of room "
