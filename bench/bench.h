@@ -229,12 +229,24 @@ unsigned bench_ncpus(void);
  * negative errno (the thread then stays unpinned). */
 int bench_pin_cpu(unsigned cpu);
 
+/* cpu's place in a sysfs CPU list ("0,8", "2-3", "0-1,16-17"): how many
+ * CPUs the list names before it; 0 where it is not named or the list
+ * cannot be parsed. */
+unsigned bench_cpu_list_rank(const char *list, int cpu);
+
+/* Cores among the CPUs the process may run on (their first hardware
+ * threads; the CPUs where the topology cannot be read). */
+unsigned bench_ncores(void);
+
 typedef void (*bench_thread_fn)(unsigned tid, unsigned nthreads, void *arg);
 
 /*
  * Runs fn(tid, nthreads, arg) on nthreads new threads, tid 0..nthreads-1,
- * all released together once every thread exists; thread tid is pinned to CPU tid modulo
- * the online CPUs when pin is non-zero. Sets *wall_ns (may be NULL) to the
+ * all released together once every thread exists; with pin non-zero,
+ * thread tid is pinned to one of the CPUs the process may run on, in an
+ * order that gives threads one hardware thread of each core before any
+ * core's second (sysfs topology; CPU number order where it cannot be
+ * read), so that n threads run on n cores wherever there are n. Sets *wall_ns (may be NULL) to the
  * time from the release to the end of the last thread. Returns 0, or a
  * negative errno when threads could not be started (none then runs).
  */

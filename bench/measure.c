@@ -156,6 +156,119 @@ unsigned bench_ncpus(void)
 	return n > 0 ? (unsigned)n : 1;
 }
 
+/* One CPU's place: its package, its core, and its rank among the core's
+ * hardware threads (0 for the first), from sysfs; -1 where unknown. */
+struct cpu_place {
+	int cpu, pkg, core, rank;
+};
+
+static int read_topology_int(int cpu, const char *name)
+{
+	char path[96];
+	int v = -1;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, name);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+unsigned bench_cpu_list_rank(const char *list, int cpu)
+{
+	unsigned rank = 0;
+
+	for (const char *p = list; p && *p && *p != '\n';) {
+		char *end;
+		long a = strtol(p, &end, 10), b = a;
+
+		if (end == p)
+			break;
+		if (*end == '-')
+			b = strtol(end + 1, &end, 10);
+		if (a <= cpu && cpu <= b)
+			return rank + (unsigned)(cpu - a);
+		if (b >= a)
+			rank += (unsigned)(b - a + 1);
+		p = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* cpu's rank among the hardware threads of its core (its
+ * thread_siblings_list); 0 where unknown. */
+static int sibling_rank(int cpu)
+{
+	char path[96], list[256];
+
+	snprintf(path, sizeof(path),
+		 "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(list, sizeof(list), f))
+		list[0] = 0;
+	fclose(f);
+	return (int)bench_cpu_list_rank(list, cpu);
+}
+
+static int cmp_place(const void *a, const void *b)
+{
+	const struct cpu_place *x = a, *y = b;
+
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	if (x->pkg != y->pkg)
+		return x->pkg < y->pkg ? -1 : 1;
+	if (x->core != y->core)
+		return x->core < y->core ? -1 : 1;
+	return x->cpu < y->cpu ? -1 : x->cpu > y->cpu;
+}
+
+/*
+ * The CPUs the process may run on, in the order threads take them: the
+ * first hardware thread of every core (package by package), then the
+ * second of every core, and so on, so that n threads run on n cores
+ * wherever there are n, not on two threads of one core that share its
+ * units (on a machine whose CPUs 0 and 1 are one core's two threads, two
+ * threads pinned to them measure the core, not the code). Returns how
+ * many were written to order (at most cap), 0 on failure.
+ */
+static unsigned cpu_order(int *order, unsigned cap, unsigned *cores)
+{
+	cpu_set_t set;
+	struct cpu_place *pl;
+	unsigned n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 1)
+		return 0;
+	pl = calloc((size_t)CPU_COUNT(&set), sizeof(*pl));
+	if (!pl)
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE && n < (unsigned)CPU_COUNT(&set); c++) {
+		if (!CPU_ISSET(c, &set))
+			continue;
+		pl[n].cpu = c;
+		pl[n].pkg = read_topology_int(c, "physical_package_id");
+		pl[n].core = read_topology_int(c, "core_id");
+		pl[n].rank = sibling_rank(c);
+		n++;
+	}
+	qsort(pl, n, sizeof(*pl), cmp_place);
+	*cores = 0;
+	for (unsigned i = 0; i < n; i++)
+		*cores += pl[i].rank == 0;
+	if (n > cap)
+		n = cap;
+	for (unsigned i = 0; i < n; i++)
+		order[i] = pl[i].cpu;
+	free(pl);
+	return n;
+}
+
 int bench_pin_cpu(unsigned cpu)
 {
 	cpu_set_t set;
@@ -167,6 +280,17 @@ int bench_pin_cpu(unsigned cpu)
 	return -err;
 }
 
+unsigned bench_ncores(void)
+{
+	int *order = calloc(CPU_SETSIZE, sizeof(*order));
+	unsigned cores = 0;
+
+	if (order && !cpu_order(order, CPU_SETSIZE, &cores))
+		cores = 0;
+	free(order);
+	return cores ? cores : bench_ncpus();
+}
+
 struct par_ctx {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -174,12 +298,12 @@ struct par_ctx {
 	bench_thread_fn fn;
 	void *arg;
 	unsigned nthreads;
-	int pin;
 };
 
 struct par_thread {
 	struct par_ctx *ctx;
 	unsigned tid;
+	int cpu;                  /* where it is pinned, or -1 */
 	pthread_t th;
 };
 
@@ -189,8 +313,8 @@ static void *par_main(void *p)
 	struct par_ctx *c = t->ctx;
 	int state;
 
-	if (c->pin)
-		bench_pin_cpu(t->tid);
+	if (t->cpu >= 0)
+		bench_pin_cpu((unsigned)t->cpu);
 	pthread_mutex_lock(&c->mu);
 	while (c->state == 0)
 		pthread_cond_wait(&c->cv, &c->mu);
@@ -206,8 +330,7 @@ int bench_parallel(unsigned nthreads, int pin, bench_thread_fn fn, void *arg,
 {
 	struct par_ctx ctx = { .mu = PTHREAD_MUTEX_INITIALIZER,
 			       .cv = PTHREAD_COND_INITIALIZER,
-			       .fn = fn, .arg = arg, .nthreads = nthreads,
-			       .pin = pin };
+			       .fn = fn, .arg = arg, .nthreads = nthreads };
 	struct par_thread *t;
 	uint64_t t0;
 	unsigned i, started;
@@ -216,11 +339,20 @@ int bench_parallel(unsigned nthreads, int pin, bench_thread_fn fn, void *arg,
 	if (nthreads == 0 || !fn)
 		return -EINVAL;
 	t = calloc(nthreads, sizeof(*t));
-	if (!t)
+	int *order = pin ? calloc(CPU_SETSIZE, sizeof(*order)) : NULL;
+	unsigned norder = 0, cores;
+	if (!t || (pin && !order)) {
+		free(t);
+		free(order);
 		return -ENOMEM;
+	}
+	if (pin)
+		norder = cpu_order(order, CPU_SETSIZE, &cores);
 	for (started = 0; started < nthreads; started++) {
 		t[started].ctx = &ctx;
 		t[started].tid = started;
+		t[started].cpu = !pin ? -1 : norder ? order[started % norder] :
+				 (int)(started % bench_ncpus());
 		err = pthread_create(&t[started].th, NULL, par_main, &t[started]);
 		if (err)
 			break;
@@ -240,6 +372,7 @@ int bench_parallel(unsigned nthreads, int pin, bench_thread_fn fn, void *arg,
 		*wall_ns = bench_now_ns() - t0;
 	pthread_cond_destroy(&ctx.cv);
 	pthread_mutex_destroy(&ctx.mu);
+	free(order);
 	free(t);
 	return -err;
 }

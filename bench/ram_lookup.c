@@ -47,10 +47,17 @@ struct lookups {
 	struct bench_table *tab;
 	kvt_store *s;
 	kvt_key **chains;          /* per chain length, one per thread: [ci * nt_max + t] */
-	double *rate;              /* keys/s per repetition */
-	struct bench_samples all;  /* latencies of the timed repetitions, us */
+	/* [thread count][repetition]: keys/s per thread of the chains being
+	 * measured (repetition 0, the warm-up, is not counted) */
+	double *rate[RAM_MAX_LIST];
+	/* [thread count]: latencies of the timed repetitions, us */
+	struct bench_samples all[RAM_MAX_LIST];
 	/* [lease][chain][thread count]: median keys/s per thread, NAN unknown */
 	double median[2][RAM_MAX_LIST][RAM_MAX_LIST];
+	/* [lease][chain][thread count]: the median over repetitions of the
+	 * keys/s of all threads over one thread's in the same repetition,
+	 * NAN unknown */
+	double scale[2][RAM_MAX_LIST][RAM_MAX_LIST];
 	unsigned long lmax, blocks;
 	unsigned nt_max;
 };
@@ -112,8 +119,10 @@ static int lookup_setup(struct lookups *c)
 	c->s = rb_open_store(o->capacity);
 	c->chains = calloc(o->nchains * c->nt_max, sizeof(*c->chains));
 	block = bench_buffer_alloc(LOOKUP_BLOCK);
-	c->rate = calloc(o->reps + 1, sizeof(*c->rate));
-	if (!c->tab || !c->s || !c->chains || !block || !c->rate) {
+	for (ti = 0; ti < o->nthreads; ti++)
+		if (!(c->rate[ti] = calloc(o->reps + 1, sizeof(double))))
+			failed = 1;
+	if (failed || !c->tab || !c->s || !c->chains || !block) {
 		free(block);
 		return 1;
 	}
@@ -140,14 +149,15 @@ static uint64_t lookup_calls(struct lookups *c, size_t ci, unsigned flags)
 }
 
 /* Reports one row: its table line, its JSON result, and any short calls. */
-static int lookup_report_row(struct lookups *c, const char *op, size_t len, unsigned nt,
+static int lookup_report_row(struct lookups *c, const char *op, size_t len, size_t ti,
 			     uint64_t calls, struct job *j)
 {
 	struct bench_summary rs, ls;
 	uint64_t fails = atomic_load(&j->failures);
+	unsigned nt = (unsigned)c->o->threads[ti];
 
-	bench_summarize(c->rate + 1, c->o->reps, &rs);
-	bench_summarize(c->all.v, c->all.n, &ls);
+	bench_summarize(c->rate[ti] + 1, c->o->reps, &rs);
+	bench_summarize(c->all[ti].v, c->all[ti].n, &ls);
 	bench_table_cell(c->tab, "%s", op);
 	bench_table_cell(c->tab, "%zu", len);
 	bench_table_cell(c->tab, "%u", nt);
@@ -183,54 +193,93 @@ static int lookup_report_row(struct lookups *c, const char *op, size_t len, unsi
 }
 
 /*
- * One row: the chains of length index ci on nt threads, reps timed
- * repetitions after a warm-up. 0, 1 when calls were short, -1 when out of
- * memory. *median: the keys/s per thread (NAN when short).
+ * The median over repetitions of nt x rate[ti][rep] / rate[one][rep]: how
+ * the keys/s of all threads scale over one thread's, each repetition's
+ * against the one thread of the same repetition. NAN without both.
  */
-static int lookup_row(struct lookups *c, unsigned flags, const char *op, size_t ci,
-		      uint64_t calls, unsigned nt, double *median)
+static double paired_scale(const struct lookups *c, size_t ti, size_t one)
 {
-	size_t len = c->o->chains[ci];
-	struct rb_lat *lat = rb_lat_new(nt, calls);
-	struct job j = { .s = c->s,
-			 .chains = (const kvt_key *const *)c->chains + ci * c->nt_max,
-			 .chain_len = len, .flags = flags, .ops = calls, .lat = lat };
-	unsigned rep;
-
-	if (!lat)
-		return -1;
-	bench_samples_clear(&c->all);
-	for (rep = 0; rep <= c->o->reps; rep++) {
-		uint64_t wall = rb_run(&j, nt, lookup_thread);
-
-		c->rate[rep] = wall ? (double)len * calls / ((double)wall / 1e9) : 0;
-		rb_lat_collect(lat, nt, rep ? &c->all : NULL);
-	}
-	rb_lat_free(lat, nt);
-	int failed = lookup_report_row(c, op, len, nt, calls, &j);
+	unsigned reps = c->o->reps, n = 0;
+	double *x = calloc(reps, sizeof(*x));
 	struct bench_summary rs;
 
-	bench_summarize(c->rate + 1, c->o->reps, &rs);
-	*median = failed ? NAN : rs.median;
-	return failed;
+	for (unsigned rep = 1; x && rep <= reps; rep++)
+		if (c->rate[one][rep] > 0 && c->rate[ti][rep] > 0)
+			x[n++] = (double)c->o->threads[ti] * c->rate[ti][rep] /
+				 c->rate[one][rep];
+	if (!n) {
+		free(x);
+		return NAN;
+	}
+	bench_summarize(x, n, &rs);
+	free(x);
+	return rs.median;
 }
 
 /*
- * Keys per second of nt threads together over one thread's, for the
- * chains of length index ci, with (fi 1) or without lease: NAN when one
- * thread or nt threads were not measured (or came up short).
+ * The rows of the chains of length index ci, one per thread count: reps
+ * timed repetitions after a warm-up, the thread counts taking turns within
+ * each repetition, so that a slow spell of the machine falls on all of
+ * them rather than on one row. Sets median[fi][ci][] (keys/s per thread)
+ * and scale[fi][ci][] (NAN where short or not measured). 0, 1 when calls
+ * were short, -1 when out of memory.
  */
+static int lookup_rows(struct lookups *c, int fi, size_t ci, uint64_t calls)
+{
+	const struct ram_opts *o = c->o;
+	const char *op = fi ? "lookup+lease" : "lookup";
+	size_t len = o->chains[ci], ti, one = SIZE_MAX;
+	struct rb_lat *lat[RAM_MAX_LIST] = { 0 };
+	struct job j[RAM_MAX_LIST];
+	int failed = 0;
+
+	for (ti = 0; ti < o->nthreads; ti++) {
+		unsigned nt = (unsigned)o->threads[ti];
+
+		j[ti] = (struct job){ .s = c->s, .chain_len = len,
+				      .chains = (const kvt_key *const *)c->chains + ci * c->nt_max,
+				      .flags = fi ? KVT_LEASE : 0, .ops = calls };
+		lat[ti] = j[ti].lat = rb_lat_new(nt, calls);
+		bench_samples_clear(&c->all[ti]);
+		failed |= !lat[ti];
+		if (nt == 1)
+			one = ti;
+	}
+	for (unsigned rep = 0; !failed && rep <= o->reps; rep++) {
+		for (ti = 0; ti < o->nthreads; ti++) {
+			unsigned nt = (unsigned)o->threads[ti];
+			uint64_t wall = rb_run(&j[ti], nt, lookup_thread);
+
+			c->rate[ti][rep] = wall ? (double)len * calls / ((double)wall / 1e9) : 0;
+			rb_lat_collect(lat[ti], nt, rep ? &c->all[ti] : NULL);
+		}
+	}
+	for (ti = 0; ti < o->nthreads; ti++)
+		rb_lat_free(lat[ti], (unsigned)o->threads[ti]);
+	if (failed)
+		return -1;
+	for (ti = 0; ti < o->nthreads; ti++) {
+		int r = lookup_report_row(c, op, len, ti, calls, &j[ti]);
+		struct bench_summary rs;
+
+		bench_summarize(c->rate[ti] + 1, o->reps, &rs);
+		c->median[fi][ci][ti] = r ? NAN : rs.median;
+		failed |= r;
+	}
+	for (ti = 0; ti < o->nthreads; ti++)
+		c->scale[fi][ci][ti] = one == SIZE_MAX || isnan(c->median[fi][ci][ti]) ||
+				       isnan(c->median[fi][ci][one]) ? NAN :
+				       paired_scale(c, ti, one);
+	return failed;
+}
+
+/* scale[fi][ci][] of nt threads, or NAN where not measured. */
 static double lookup_scale(const struct lookups *c, int fi, size_t ci, unsigned long nt)
 {
-	double one = NAN, many = NAN;
-
-	for (size_t ti = 0; ti < c->o->nthreads; ti++) {
-		if (c->o->threads[ti] == 1)
-			one = c->median[fi][ci][ti];
+	for (size_t ti = 0; ti < c->o->nthreads; ti++)
 		if (c->o->threads[ti] == nt)
-			many = c->median[fi][ci][ti];
-	}
-	return (double)nt * many / one;
+			return c->scale[fi][ci][ti];
+	return NAN;
 }
 
 /* The scaling lines under the table, and their JSON results. */
@@ -252,7 +301,10 @@ static void lookup_report_scaling(struct lookups *c)
 					continue;
 				if (!printed++)
 					printf("\n  scaling: keys/s of all threads together over one "
-					       "thread's (%u CPUs):\n", bench_ncpus());
+					       "thread's in the same repetition,\n  median of the "
+					       "repetitions (%u CPUs, %u cores; threads pinned a "
+					       "core each\n  while there are cores):\n",
+					       bench_ncpus(), bench_ncores());
 				if (!row++)
 					printf("    %-13s %6lu keys:", op, o->chains[ci]);
 				printf("  %lu thr %.2fx", nt, x);
@@ -315,30 +367,23 @@ int rb_bench_lookup(const struct ram_opts *o, json_t *doc, double *lookup1,
 	for (fi = 0; fi < 2; fi++)
 		for (ci = 0; ci < RAM_MAX_LIST; ci++)
 			for (ti = 0; ti < RAM_MAX_LIST; ti++)
-				c.median[fi][ci][ti] = NAN;
+				c.median[fi][ci][ti] = c.scale[fi][ci][ti] = NAN;
 	if (failed)
 		goto out;
 	for (fi = 0; fi < 2; fi++) {
-		unsigned flags = fi ? KVT_LEASE : 0;
-		const char *op = fi ? "lookup+lease" : "lookup";
-
 		for (ci = 0; ci < o->nchains; ci++) {
 			size_t len = o->chains[ci];
-			uint64_t calls = lookup_calls(&c, ci, flags);
+			int r = lookup_rows(&c, fi, ci, lookup_calls(&c, ci, fi ? KVT_LEASE : 0));
 
-			for (ti = 0; ti < o->nthreads; ti++) {
-				unsigned nt = (unsigned)o->threads[ti];
-				int r = lookup_row(&c, flags, op, ci, calls, nt,
-						   &c.median[fi][ci][ti]);
-
-				if (r < 0) {
-					failed = 1;
-					goto out;
-				}
-				if (!fi && nt == 1 && !r && len == c.lmax)
-					*lookup1 = c.median[fi][ci][ti];
-				failed |= r;
+			if (r < 0) {
+				failed = 1;
+				goto out;
 			}
+			failed |= r;
+			for (ti = 0; ti < o->nthreads; ti++)
+				if (!fi && o->threads[ti] == 1 && len == c.lmax &&
+				    !isnan(c.median[fi][ci][ti]))
+					*lookup1 = c.median[fi][ci][ti];
 			if (fi && len == rb_goal_chain(o))
 				*lease2 = lookup_scale(&c, 1, ci, 2);
 		}
@@ -351,8 +396,10 @@ out:
 		for (t = 0; t < o->nchains * c.nt_max; t++)
 			free(c.chains[t]);
 	free(c.chains);
-	free(c.rate);
-	bench_samples_free(&c.all);
+	for (ti = 0; ti < RAM_MAX_LIST; ti++) {
+		free(c.rate[ti]);
+		bench_samples_free(&c.all[ti]);
+	}
 	bench_table_free(c.tab);
 	kvt_close(c.s);
 	return failed;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -322,6 +323,59 @@ static void parallel_runs_each_thread_once(void **state)
 	assert_int_equal(bench_parallel(1, 0, NULL, &c, NULL), -EINVAL);
 }
 
+static void cpu_list_rank_counts_the_cpus_before(void **state)
+{
+	(void)state;
+	assert_int_equal(bench_cpu_list_rank("0,8\n", 0), 0);
+	assert_int_equal(bench_cpu_list_rank("0,8\n", 8), 1);
+	assert_int_equal(bench_cpu_list_rank("2-3", 3), 1);
+	assert_int_equal(bench_cpu_list_rank("0-1,16-17", 16), 2);
+	assert_int_equal(bench_cpu_list_rank("0-1,16-17", 17), 3);
+	assert_int_equal(bench_cpu_list_rank("5", 5), 0);
+	assert_int_equal(bench_cpu_list_rank("5", 6), 0);
+	assert_int_equal(bench_cpu_list_rank("", 0), 0);
+	assert_int_equal(bench_cpu_list_rank("x,y", 1), 0);
+	assert_int_equal(bench_cpu_list_rank(NULL, 1), 0);
+}
+
+struct cpu_arg {
+	int cpu[4];
+};
+
+static void cpu_thread(unsigned tid, unsigned nthreads, void *arg)
+{
+	struct cpu_arg *c = arg;
+
+	(void)nthreads;
+	c->cpu[tid] = sched_getcpu();
+}
+
+/* Pinned threads stay on the CPUs the process may use (taskset), and take
+ * different CPUs while there are enough. */
+static void pinned_threads_keep_to_the_allowed_cpus(void **state)
+{
+	cpu_set_t old, one;
+	struct cpu_arg c;
+	int last = -1;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(old), &old), 0);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &old))
+			last = i;
+	assert_true(last >= 0);
+	CPU_ZERO(&one);
+	CPU_SET(last, &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	memset(&c, -1, sizeof(c));
+	/* a new process's view: this test binary has pinned nothing before */
+	int rc = bench_parallel(2, 1, cpu_thread, &c, NULL);
+	assert_int_equal(sched_setaffinity(0, sizeof(old), &old), 0);
+	assert_int_equal(rc, 0);
+	assert_int_equal(c.cpu[0], last);
+	assert_int_equal(c.cpu[1], last);
+}
+
 static void memcpy_probe_reports_a_rate_and_latencies(void **state)
 {
 	struct bench_memcpy *m = bench_memcpy_new(4096, 4 * 4096, 2, 2);
@@ -608,6 +662,8 @@ int main(void)
 		cmocka_unit_test(tokens_stay_below_the_vocabulary),
 		cmocka_unit_test(table_aligns_columns),
 		cmocka_unit_test(parallel_runs_each_thread_once),
+		cmocka_unit_test(cpu_list_rank_counts_the_cpus_before),
+		cmocka_unit_test(pinned_threads_keep_to_the_allowed_cpus),
 		cmocka_unit_test(memcpy_probe_reports_a_rate_and_latencies),
 		cmocka_unit_test(buffer_alloc_is_page_aligned_and_written),
 		cmocka_unit_test(tmpdir_is_removed_with_its_tree_but_not_link_targets),
