@@ -91,7 +91,7 @@ static int dial(struct peer_tier *p, unsigned m)
 			struct pollfd pf = { .fd = fd, .events = POLLOUT };
 			int pr;
 			do
-				pr = poll(&pf, 1, peer_ms_left(dl));
+				pr = poll(&pf, 1, kvt_ms_until(dl, 1000000));
 			while (pr < 0 && errno == EINTR);
 			int se = 0;
 			socklen_t sl = sizeof(se);

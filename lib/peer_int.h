@@ -223,8 +223,6 @@ int peer_any_host(const struct sockaddr_storage *a);
 const char *peer_host_str(const struct sockaddr_storage *a, char *buf, size_t n);
 /* Binds fd to this node's own address (p->src) before it connects. */
 int peer_bind_source(const struct peer_tier *p, int fd);
-/* Whole ms until deadline, 0 once passed. */
-int peer_ms_left(uint64_t deadline);
 /* Moves n bytes on a non-blocking fd before deadline (0: none, but give up
  * once wake is readable): 0, -ETIMEDOUT, -ECONNRESET (peer closed),
  * -ECANCELED (closing) or -errno. */

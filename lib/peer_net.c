@@ -106,15 +106,6 @@ int peer_bind_source(const struct peer_tier *p, int fd)
 	return bind(fd, (const struct sockaddr *)&p->src, p->srclen) < 0 ? -errno : 0;
 }
 
-int peer_ms_left(uint64_t deadline)
-{
-	uint64_t now = kvt_now_ns();
-	if (now >= deadline)
-		return 0;
-	uint64_t ms = (deadline - now + 999999) / 1000000;
-	return ms > 1000000 ? 1000000 : (int)ms;
-}
-
 /* A bulk receive wakes only once this many bytes (or all that is left)
  * wait in the socket (SO_RCVLOWAT), not for every segment. */
 #define BULK_LOWAT (256u << 10)
@@ -154,7 +145,7 @@ static int xfer(int fd, void *buf, size_t n, int out, uint64_t deadline, int wak
 		}
 		struct pollfd pf[2] = { { .fd = fd, .events = out ? POLLOUT : POLLIN },
 					{ .fd = wake, .events = POLLIN } };
-		int t = deadline ? peer_ms_left(deadline) : -1;
+		int t = deadline ? kvt_ms_until(deadline, 1000000) : -1;
 		if (deadline && t == 0)
 			return -ETIMEDOUT;
 		int pr = poll(pf, wake >= 0 ? 2 : 1, t);
