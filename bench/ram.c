@@ -25,7 +25,8 @@ static const char usage[] =
 	"  --threads LIST      thread counts (default 1,2)\n"
 	"  --working-set SIZE  bytes stored per block size (default 512MiB)\n"
 	"  --capacity SIZE     RAM tier capacity (default 2GiB); must hold the working set\n"
-	"  --volume SIZE       bytes each thread loads per repetition (default 1GiB)\n"
+	"  --volume SIZE       bytes each thread loads per repetition, up to 64GiB\n"
+	"                      (default 1GiB)\n"
 	"  --batch N           blocks per kvt_get_batch (default 32)\n"
 	"  --chain LIST        keys per lookup (default 64,1000,10000)\n"
 	"  --shared-prefix PCT share of each thread's chain, from its head, that is the\n"
@@ -251,7 +252,7 @@ static int ram_parse(int argc, char **argv, struct ram_opts *o, struct bench_com
 				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_VOLUME:
-			if (bench_size_arg(CMD, "--volume", optarg, 1, UINT64_MAX, &o->volume))
+			if (bench_size_arg(CMD, "--volume", optarg, 1, RAM_MAX_VOLUME, &o->volume))
 				return BENCH_EXIT_USAGE;
 			break;
 		case OPT_BATCH:

@@ -14,6 +14,9 @@
 #include "bench.h"
 
 #define RAM_MAX_LIST 16
+/* --volume's most: a repetition of 64 GiB per thread takes seconds at memory
+ * speed, one of terabytes an hour or more. */
+#define RAM_MAX_VOLUME (64ull << 30)
 
 struct ram_opts {
 	uint64_t sizes[RAM_MAX_LIST];

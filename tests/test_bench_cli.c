@@ -181,6 +181,8 @@ static void cli_sizes_use_the_library_grammar(void **state)
 			   "ram", "--no-copy and --no-lookup together leave nothing to measure");
 	expect_usage_error((const char *const[]){ "ram", "--sizes", "1.5", NULL },
 			   "ram", "a fraction needs a unit");
+	expect_usage_error((const char *const[]){ "ram", "--volume", "2TiB", NULL },
+			   "ram", "bad --volume '2TiB': from 1B to 64GiB");
 	expect_usage_error((const char *const[]){ "disk", "--size", "10XB", NULL },
 			   "disk", "unknown unit \"XB\"");
 	expect_usage_error((const char *const[]){ "disk", "--size", "1MiB", NULL },
