@@ -363,11 +363,13 @@ static void cut_report(struct disk_tier *d, const struct cut_loss *c)
  * Zeros the header page of each record a region scan found cut short
  * (live[r] 2: the record at wp[r]): a later scan, of the device at its
  * full size again, stops there too instead of finding a block whose
- * payload is gone.
+ * payload is gone. Each device written is synced, so that no power cut
+ * after the open can undo the zeroing.
  */
 static int cut_heads_clear(struct disk_tier *d, const uint32_t *wp, const uint8_t *live)
 {
 	void *page = NULL;
+	uint64_t wrote = 0; /* bit i: device i written (at most 64 devices) */
 	int err = 0;
 
 	for (uint32_t r = 0; r < d->nregions && !err; r++) {
@@ -381,8 +383,12 @@ static int cut_heads_clear(struct disk_tier *d, const uint32_t *wp, const uint8_
 		memset(page, 0, PAGE);
 		page_addr(d, (uint64_t)r * d->region_pages + wp[r], &dev, &off);
 		err = disk_meta_rw(d, DEV_WRITE, dev, page, PAGE, off);
+		wrote |= 1ull << dev;
 	}
 	disk_stage_put(d, page, PAGE);
+	for (uint32_t i = 0; i < d->ndev && !err; i++)
+		if (wrote >> i & 1)
+			err = d->ops->dev_sync(d->fds[i]);
 	return err;
 }
 

@@ -18,6 +18,8 @@ struct kvt_dev_ops fops;
 struct fq {
 	void *inner;
 	int broken;
+	unsigned nfds;
+	int fds[64];              /* the devices' fds, by io->dev */
 	unsigned npend;
 	struct dev_io *pend[8192];
 };
@@ -30,6 +32,9 @@ static int f_queue_open(const int *fds, unsigned nfds, unsigned entries,
 
 	if (!f)
 		return -ENOMEM;
+	f->nfds = nfds < 64 ? nfds : 64;
+	for (unsigned i = 0; i < f->nfds; i++)
+		f->fds[i] = fds[i];
 	err = uring_dev_ops.queue_open(fds, nfds, entries, base, len, nfixed, &f->inner);
 	if (err) {
 		free(f);
@@ -58,6 +63,23 @@ static int take(_Atomic int *c)
 	return 0;
 }
 
+/* Counts a write going to the device and marks its fd unsynced. */
+static void note_write(struct fq *f, const struct dev_io *io)
+{
+	atomic_fetch_add(&faults.writes, 1);
+	if (io->dev < f->nfds && f->fds[io->dev] >= 0 && f->fds[io->dev] < FAULT_FDS)
+		atomic_store(&faults.unsynced[f->fds[io->dev]], 1);
+}
+
+static int f_dev_sync(int fd)
+{
+	int r = uring_dev_ops.dev_sync(fd);
+
+	if (r == 0 && fd >= 0 && fd < FAULT_FDS)
+		atomic_store(&faults.unsynced[fd], 0);
+	return r;
+}
+
 static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
 {
 	struct fq *f = q;
@@ -76,7 +98,7 @@ static int f_submit(void *q, struct dev_io *const *ios, unsigned n)
 		} else {
 			fwd[m++] = ios[i];
 			if (ios[i]->op == DEV_WRITE)
-				atomic_fetch_add(&faults.writes, 1);
+				note_write(f, ios[i]);
 			if (ios[i]->op == DEV_READ) {
 				int k = atomic_fetch_add(&faults.nread_log, 1);
 				if (k < 256)
@@ -156,6 +178,7 @@ static unsigned f_max_segments(int fd)
 void faultdev_init(void)
 {
 	fops = uring_dev_ops;
+	fops.dev_sync = f_dev_sync;
 	fops.queue_open = f_queue_open;
 	fops.queue_close = f_queue_close;
 	fops.submit = f_submit;

@@ -13,6 +13,9 @@
 
 #include "dev.h"
 
+/* The fds whose writes faults.unsynced follows. */
+enum { FAULT_FDS = 1024 };
+
 struct fault_state {
 	_Atomic int fail_reads;   /* next N reads complete with -EIO */
 	_Atomic int fail_writes;  /* next N writes complete with -EIO */
@@ -36,12 +39,16 @@ struct fault_state {
 	_Atomic int nread_log;    /* reads_out before each read went out, */
 	int read_log[256];        /* in submission order (the first 256) */
 	_Atomic int fail_errno;   /* what failed ios complete with (0: EIO) */
+	/* per fd (below FAULT_FDS): 1 once a write to it was submitted, 0
+	   again at its dev_sync; so 1 marks writes not made durable */
+	_Atomic unsigned char unsynced[FAULT_FDS];
 };
 
 /* What the next I/O does; all zero is the real device unchanged. */
 extern struct fault_state faults;
 
-/* uring_dev_ops with the queue calls wrapped; set by faultdev_init(). */
+/* uring_dev_ops with the queue calls and dev_sync wrapped; set by
+ * faultdev_init(). */
 extern struct kvt_dev_ops fops;
 
 /* faults.max_segs: the device says it does not know (as tmpfs). */
