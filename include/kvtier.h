@@ -148,6 +148,9 @@ KVT_API size_t kvt_hash_chain(kvt_key parent, const uint32_t *tokens,
  * reach the same file or block device; -ENOSPC when the file system holding
  * a disk.path file has no room for it, or a block device is smaller than its
  * share of disk.capacity (kvt_last_error() names the path and the bytes);
+ * -EFBIG when that file system cannot hold a file of the file's share of
+ * disk.capacity, or the share is past the process's RLIMIT_FSIZE (named
+ * the same way);
  * -ENOENT when a disk.path file's directory does not exist, or the path is
  * a missing name under /dev (a device that is not there is never created as
  * a file); -EIO and others from opening disk tiers; -EADDRINUSE and others when peers.listen cannot be listened on;

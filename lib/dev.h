@@ -89,7 +89,9 @@ struct kvt_dev_ops {
 	 * or a negative errno with kvt_last_error() set: -EBUSY (in use; the
 	 * text names the holding process where /proc/locks tells it),
 	 * -ENOENT (missing directory), -ENOSPC (no room on the file system,
-	 * device too small), -EINVAL (no O_DIRECT on this file system),
+	 * device too small), -EFBIG (a file of want bytes is past what the
+	 * file system holds or past RLIMIT_FSIZE), -EINVAL (no O_DIRECT on
+	 * this file system),
 	 * others from open(2).
 	 */
 	int (*dev_open)(const char *path, uint64_t want, uint64_t *held);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -238,19 +239,42 @@ static int open_blockdev(const char *path, uint64_t want)
 	return fd;
 }
 
-/* Grows the file to want bytes (preallocated where the file system can). */
+/*
+ * Grows the file to want bytes (preallocated where the file system can).
+ * A size past this process's RLIMIT_FSIZE is refused before the kernel is
+ * asked, since it would also send SIGXFSZ, which kills a process that does
+ * not handle it. A file system that cannot hold a file that large (EFBIG,
+ * from fallocate or, where the file system cannot preallocate, from
+ * ftruncate) and one without room for it (ENOSPC) are told apart.
+ */
 static int preallocate(int fd, const char *path, uint64_t want)
 {
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    want > rl.rlim_cur)
+		return kvt_fail(-EFBIG, "disk.path %s cannot hold a file of %llu bytes, "
+				"its share of disk.capacity: that is past this "
+				"process's file size limit (RLIMIT_FSIZE) of %llu bytes",
+				path, (unsigned long long)want,
+				(unsigned long long)rl.rlim_cur);
 	if (fallocate(fd, 0, 0, (off_t)want) == 0)
 		return 0;
 	int e = errno;
 
-	if (e == EOPNOTSUPP && ftruncate(fd, (off_t)want) == 0) {
-		kvt_log(KVT_LOG_WARN, "disk.path %s: file system cannot "
-			"preallocate, using a sparse file", path);
-		return 0;
+	if (e == EOPNOTSUPP) {
+		if (ftruncate(fd, (off_t)want) == 0) {
+			kvt_log(KVT_LOG_WARN, "disk.path %s: file system cannot "
+				"preallocate, using a sparse file", path);
+			return 0;
+		}
+		e = errno; /* why the sparse file failed (ext2: EFBIG) */
 	}
-	if (e == ENOSPC || e == EFBIG)
+	if (e == EFBIG)
+		return kvt_fail(-EFBIG, "the file system holding disk.path %s cannot "
+				"hold a file of %llu bytes, its share of disk.capacity",
+				path, (unsigned long long)want);
+	if (e == ENOSPC)
 		return kvt_fail(-ENOSPC, "the file system holding disk.path %s has no "
 				"room for %llu bytes, its share of disk.capacity",
 				path, (unsigned long long)want);

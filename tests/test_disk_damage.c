@@ -3,13 +3,15 @@
  * short while the store was closed (in a record, at a record's header, at
  * a region's edge, in the checkpoint, in the superblock), where the store
  * opens with the blocks before the cut and misses for the rest, never other
- * bytes, and works on; and on a file system without room for it, where
- * kvt_open fails and says so.
+ * bytes, and works on; and on a file system without room for it, or
+ * that cannot hold a file that large, or past the process's file size
+ * limit, where kvt_open fails and says which.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -426,13 +429,14 @@ static int open_store(const char *path, const char *capacity, kvt_store **s)
 
 /* A small tmpfs mounted on a temp dir, unmounted however the case ends. */
 static char *mnt;
+static char mnt_at[4200]; /* where it is mounted: mnt or below it */
 static int mounted;
 
 static int mnt_teardown(void **st)
 {
 	(void)st;
 	if (mounted)
-		umount2(mnt, MNT_DETACH);
+		umount2(mnt_at, MNT_DETACH);
 	mounted = 0;
 	if (mnt)
 		rm_rf(mnt);
@@ -456,6 +460,7 @@ static void full_file_system_is_named(void **st)
 	TEST_NEED_DISK();
 	mnt = make_temp_dir("damage-full");
 	assert_non_null(mnt);
+	snprintf(mnt_at, sizeof(mnt_at), "%s", mnt);
 	if (mount("kvt-test", mnt, "tmpfs", 0, "size=8m") != 0) {
 		print_message("skipped: cannot mount a small tmpfs (%s)\n", strerror(errno));
 		skip();
@@ -492,6 +497,119 @@ static void full_file_system_is_named(void **st)
 	kvt_close(s);
 }
 
+static volatile sig_atomic_t xfsz_seen;
+
+static void on_xfsz(int sig)
+{
+	(void)sig;
+	xfsz_seen++;
+}
+
+/* open_store() with this process's RLIMIT_FSIZE at limit bytes, and
+ * SIGXFSZ counted in xfsz_seen; both as they were on return. */
+static int open_store_limited(const char *path, const char *capacity,
+			      uint64_t limit, kvt_store **s)
+{
+	struct rlimit was, lim;
+	struct sigaction sa = { .sa_handler = on_xfsz }, old_sa;
+
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+	if (was.rlim_max != RLIM_INFINITY && was.rlim_max < limit) {
+		print_message("skipped: RLIMIT_FSIZE is capped below %llu bytes\n",
+			      (unsigned long long)limit);
+		skip();
+	}
+	lim = was;
+	lim.rlim_cur = limit;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGXFSZ, &sa, &old_sa), 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	int rc = open_store(path, capacity, s);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+	assert_int_equal(sigaction(SIGXFSZ, &old_sa, NULL), 0);
+	return rc;
+}
+
+/*
+ * A tier file larger than this process may write (RLIMIT_FSIZE): kvt_open
+ * fails with -EFBIG, not -ENOSPC, and kvt_last_error names the path, the
+ * bytes and the limit; the kernel is not asked (no SIGXFSZ); a file it
+ * created is not left behind, and one that was there is left as it was.
+ */
+static void file_size_limit_is_named(void **st)
+{
+	(void)st;
+	char path[4200], want[4400];
+	kvt_store *s;
+	struct stat sb;
+
+	TEST_NEED_DISK();
+	char *dir = make_temp_dir("damage-fsize");
+	assert_non_null(dir);
+	snprintf(path, sizeof(path), "%s/tier", dir);
+	xfsz_seen = 0;
+	assert_int_equal(open_store_limited(path, "64MiB", 16 * MiB, &s), -EFBIG);
+	assert_null(s);
+	snprintf(want, sizeof(want), "disk.path %s cannot hold a file of %u bytes, "
+		 "its share of disk.capacity: that is past this process's file "
+		 "size limit (RLIMIT_FSIZE) of %u bytes", path, 64 * MiB, 16 * MiB);
+	if (!strstr(kvt_last_error(), want))
+		fail_msg("kvt_last_error: \"%s\", wanted \"%s\"", kvt_last_error(), want);
+	assert_int_equal(access(path, F_OK), -1);
+
+	/* a tier within the limit opens; grown past it, it stays as it was */
+	assert_int_equal(open_store_limited(path, "8MiB", 16 * MiB, &s), 0);
+	kvt_close(s);
+	assert_int_equal(open_store_limited(path, "64MiB", 16 * MiB, &s), -EFBIG);
+	assert_non_null(strstr(kvt_last_error(), want));
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_size, 8 * MiB);
+	assert_int_equal(xfsz_seen, 0);
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * A tier file larger than the largest file of its file system (an ext2
+ * of 1 KiB blocks holds about 16 GiB in one file; mounted from an image
+ * where mkfs.ext2 and loop devices are at hand): kvt_open fails with
+ * -EFBIG and says that the file system holding the path cannot hold a
+ * file of its bytes; a file it created is not left behind.
+ */
+static void file_system_too_small_for_the_file_is_named(void **st)
+{
+	(void)st;
+	char img[4200], path[4300], cmd[13000], want[4600];
+	kvt_store *s;
+
+	TEST_NEED_DISK();
+	mnt = make_temp_dir("damage-ext2");
+	assert_non_null(mnt);
+	snprintf(img, sizeof(img), "%s/img", mnt);
+	snprintf(mnt_at, sizeof(mnt_at), "%s/fs", mnt);
+	assert_int_equal(mkdir(mnt_at, 0700), 0);
+	int fd = open(img, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 8 * MiB), 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "mkfs.ext2 -q -F -b 1024 '%s' >/dev/null 2>&1 && "
+		 "mount -o loop '%s' '%s' >/dev/null 2>&1", img, img, mnt_at);
+	if (system(cmd) != 0) {
+		print_message("skipped: cannot make and mount an ext2 image here\n");
+		skip();
+	}
+	mounted = 1;
+	snprintf(path, sizeof(path), "%s/tier", mnt_at);
+	assert_int_equal(open_store(path, "64GiB", &s), -EFBIG);
+	assert_null(s);
+	snprintf(want, sizeof(want), "the file system holding disk.path %s cannot "
+		 "hold a file of %llu bytes, its share of disk.capacity", path,
+		 64ull << 30);
+	if (!strstr(kvt_last_error(), want))
+		fail_msg("kvt_last_error: \"%s\", wanted \"%s\"", kvt_last_error(), want);
+	assert_int_equal(access(path, F_OK), -1);
+}
+
 int main(void)
 {
 	faultdev_init();
@@ -505,6 +623,9 @@ int main(void)
 		cmocka_unit_test(cut_in_a_record_of_the_second_device),
 		cmocka_unit_test(cut_in_the_superblock_of_the_second_device),
 		cmocka_unit_test_teardown(full_file_system_is_named, mnt_teardown),
+		cmocka_unit_test(file_size_limit_is_named),
+		cmocka_unit_test_teardown(file_system_too_small_for_the_file_is_named,
+					  mnt_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
