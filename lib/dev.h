@@ -85,7 +85,9 @@ struct kvt_dev_ops {
 	 * block device is used raw and must hold want bytes. *held (NULL:
 	 * not wanted) = the bytes from offset 0 that hold what was there
 	 * before this open: want, less for a file found shorter (0 for one
-	 * created), whose bytes past that read as zeros now. Returns an fd
+	 * created), whose bytes past that read as zeros now; an existing
+	 * file found empty is logged at KVT_LOG_WARN (what it held is gone),
+	 * one created is not. Returns an fd
 	 * or a negative errno with kvt_last_error() set: -EBUSY (in use; the
 	 * text names the holding process where /proc/locks tells it),
 	 * -ENOENT (missing directory), -ENOSPC (no room on the file system,

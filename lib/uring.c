@@ -388,6 +388,10 @@ static int uring_dev_open(const char *path, uint64_t want, uint64_t *held)
 		close(fd);
 		return err;
 	}
+	if (!created && st.st_size == 0)
+		kvt_log(KVT_LOG_WARN, "disk.path %s was empty (0 bytes: cut to nothing "
+			"while closed?), so any blocks it held are gone; it is taken as "
+			"a new, empty tier file", path);
 	return fd;
 }
 

@@ -61,6 +61,16 @@ static int log_has(const char *what)
 	return r;
 }
 
+static int log_lacks(const char *what)
+{
+	pthread_mutex_lock(&loglock);
+	int r = strstr(logbuf, what) == NULL;
+	pthread_mutex_unlock(&loglock);
+	if (!r)
+		print_message("log holds \"%s\":\n%s", what, logbuf);
+	return r;
+}
+
 static size_t block_len(uint64_t i)
 {
 	return 64 * 1024 + (size_t)(i * 37 * 1024 % (900 * 1024));
@@ -279,6 +289,11 @@ static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
 			 (unsigned long long)cut, (unsigned long long)t->file_bytes);
 	if (at != CUT_TO_NOTHING)
 		assert_true(log_has(want));
+	/* a file cut to nothing: a warning says it was empty */
+	snprintf(want, sizeof(want), "4 disk.path %s was empty (0 bytes: cut to "
+		 "nothing while closed?), so any blocks it held are gone", t->path[dev]);
+	if (at == CUT_TO_NOTHING)
+		assert_true(log_has(want));
 	snprintf(want, sizeof(want), "%u blocks stored past its end are lost", lost);
 	if (at <= CUT_AT_REGION)
 		assert_true(log_has(want));
@@ -291,9 +306,10 @@ static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
  * disk tier, the rest are written there at close), cuts the last file at
  * `at`, and reopens (what that open wrote, synced): the file is its size
  * again, the blocks before the cut come back verified and the rest are
- * misses, a warning names the file and counts what was lost; so too
- * after a crash of that store (a scan of the files as it left them); and
- * new blocks are stored and read back, also after a restart.
+ * misses, a warning names the file and counts what was lost (or says it
+ * was empty; the first open, which created the files, says no such thing);
+ * so too after a crash of that store (a scan of the files as it left
+ * them); and new blocks are stored and read back, also after a restart.
  */
 static void cut_and_reopen(enum cut_at at, unsigned ndev)
 {
@@ -303,7 +319,11 @@ static void cut_and_reopen(enum cut_at at, unsigned ndev)
 	char crash[4300];
 
 	tier_init(&t, ndev);
+	logbuf[0] = 0;
+	kvt_set_log(grab_log, NULL, KVT_LOG_INFO);
 	kvt_store *s = open_tier(&t);
+	kvt_set_log(NULL, NULL, 0);
+	assert_true(log_lacks("was empty")); /* files it created */
 	for (uint64_t i = 0; i < NBLOCKS; i++)
 		store_put_block(s, test_key(i), block_len(i));
 	kvt_close(s);
@@ -392,6 +412,13 @@ static void cut_in_the_superblock(void **st)
 	(void)st;
 	TEST_NEED_DISK();
 	cut_and_reopen(CUT_IN_SUPERBLOCK, 1);
+}
+
+static void cut_to_nothing_of_the_second_device(void **st)
+{
+	(void)st;
+	TEST_NEED_DISK();
+	cut_and_reopen(CUT_TO_NOTHING, 2);
 }
 
 static void cut_in_a_record_of_the_second_device(void **st)
@@ -622,6 +649,7 @@ int main(void)
 		cmocka_unit_test(cut_to_nothing),
 		cmocka_unit_test(cut_in_a_record_of_the_second_device),
 		cmocka_unit_test(cut_in_the_superblock_of_the_second_device),
+		cmocka_unit_test(cut_to_nothing_of_the_second_device),
 		cmocka_unit_test_teardown(full_file_system_is_named, mnt_teardown),
 		cmocka_unit_test(file_size_limit_is_named),
 		cmocka_unit_test_teardown(file_system_too_small_for_the_file_is_named,
