@@ -607,6 +607,24 @@ static int recover_index(struct disk_tier *d)
 	return err;
 }
 
+/*
+ * The first file after bad whose superblock is the tier's (s holds a page
+ * for each file), or -1: a tier whose first files are new or empty but
+ * whose later ones held blocks is not a new tier, and formatting it drops
+ * them. An unreadable superblock counts as none.
+ */
+static int later_superblock(struct disk_tier *d, struct sb *s, uint32_t bad)
+{
+	for (uint32_t i = bad + 1; i < d->ndev; i++) {
+		struct sb *si = (struct sb *)((char *)s + (size_t)i * PAGE);
+
+		if (!disk_meta_rw(d, DEV_READ, (uint16_t)i, si, PAGE, 0) &&
+		    si->magic == SB_MAGIC)
+			return (int)i;
+	}
+	return -1;
+}
+
 /* Reads every superblock; formats the tier unless all agree with the config. */
 int disk_recover(struct disk_tier *d)
 {
@@ -632,12 +650,16 @@ int disk_recover(struct disk_tier *d)
 		bad = i;
 	}
 	if (why) {
-		char cut[128] = "";
+		char cut[4200] = "";
+		int later = fresh ? later_superblock(d, s, bad) : -1;
 		if (d->held[bad] > 0 && d->held[bad] < d->dev_bytes)
 			snprintf(cut, sizeof(cut), " (the file held only %llu of its %llu "
 				 "bytes: cut short while closed?)",
 				 (unsigned long long)d->held[bad],
 				 (unsigned long long)d->dev_bytes);
+		else if (later >= 0)
+			snprintf(cut, sizeof(cut), " (but %s holds this tier's superblock: "
+				 "the blocks of every file are dropped)", d->paths[later]);
 		if (!fresh || cut[0])
 			kvt_log(KVT_LOG_WARN, "disk: %s: %s%s; starting with an empty tier",
 				d->paths[bad], why, cut);

@@ -277,7 +277,7 @@ static uint64_t cut_point(enum cut_at at, const struct layout *l, unsigned dev)
 static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
 			  unsigned dev, unsigned lost)
 {
-	char want[4600];
+	char want[9000];
 
 	/* a warning (level 4, KVT_LOG_WARN) names the file and its bytes */
 	snprintf(want, sizeof(want), "4 disk: %s held only %llu of its %llu bytes",
@@ -294,6 +294,13 @@ static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
 		 "nothing while closed?), so any blocks it held are gone", t->path[dev]);
 	if (at == CUT_TO_NOTHING)
 		assert_true(log_has(want));
+	/* the first of several cut to nothing: the tier is not new, and a
+	 * warning says the other files' blocks are dropped too */
+	snprintf(want, sizeof(want), "4 disk: %s: no superblock (new or foreign device) "
+		 "(but %s holds this tier's superblock: the blocks of every file are "
+		 "dropped); starting with an empty tier", t->path[0], t->path[1]);
+	if (at == CUT_TO_NOTHING && dev == 0 && t->ndev > 1)
+		assert_true(log_has(want));
 	snprintf(want, sizeof(want), "%u blocks stored past its end are lost", lost);
 	if (at <= CUT_AT_REGION)
 		assert_true(log_has(want));
@@ -303,7 +310,7 @@ static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
 
 /*
  * Writes NBLOCKS blocks through a store of ndev files (most spill to the
- * disk tier, the rest are written there at close), cuts the last file at
+ * disk tier, the rest are written there at close), cuts file dev at
  * `at`, and reopens (what that open wrote, synced): the file is its size
  * again, the blocks before the cut come back verified and the rest are
  * misses, a warning names the file and counts what was lost (or says it
@@ -311,7 +318,7 @@ static void check_warning(const struct tier *t, enum cut_at at, uint64_t cut,
  * so too after a crash of that store (a scan of the files as it left
  * them); and new blocks are stored and read back, also after a restart.
  */
-static void cut_and_reopen(enum cut_at at, unsigned ndev)
+static void cut_file_and_reopen(enum cut_at at, unsigned ndev, unsigned dev)
 {
 	struct tier t;
 	struct layout l;
@@ -328,7 +335,7 @@ static void cut_and_reopen(enum cut_at at, unsigned ndev)
 		store_put_block(s, test_key(i), block_len(i));
 	kvt_close(s);
 	read_layout(&t, &l);
-	unsigned dev = ndev - 1, lost = 0;
+	unsigned lost = 0;
 	uint64_t cut = cut_point(at, &l, dev);
 	for (uint64_t i = 0; i < NBLOCKS; i++)
 		lost += !kept_by(&l, i, dev, cut);
@@ -377,6 +384,12 @@ static void cut_and_reopen(enum cut_at at, unsigned ndev)
 	assert_int_equal(check_kept(s, &l, dev, cut), kept);
 	kvt_close(s);
 	rm_rf(t.dir);
+}
+
+/* The same, with the last file cut. */
+static void cut_and_reopen(enum cut_at at, unsigned ndev)
+{
+	cut_file_and_reopen(at, ndev, ndev - 1);
 }
 
 static void cut_in_a_record(void **st)
@@ -433,6 +446,13 @@ static void cut_in_the_superblock_of_the_second_device(void **st)
 	(void)st;
 	TEST_NEED_DISK();
 	cut_and_reopen(CUT_IN_SUPERBLOCK, 2);
+}
+
+static void cut_to_nothing_of_the_first_device(void **st)
+{
+	(void)st;
+	TEST_NEED_DISK();
+	cut_file_and_reopen(CUT_TO_NOTHING, 2, 0);
 }
 
 static void cut_to_nothing(void **st)
@@ -650,6 +670,7 @@ int main(void)
 		cmocka_unit_test(cut_in_a_record_of_the_second_device),
 		cmocka_unit_test(cut_in_the_superblock_of_the_second_device),
 		cmocka_unit_test(cut_to_nothing_of_the_second_device),
+		cmocka_unit_test(cut_to_nothing_of_the_first_device),
 		cmocka_unit_test_teardown(full_file_system_is_named, mnt_teardown),
 		cmocka_unit_test(file_size_limit_is_named),
 		cmocka_unit_test_teardown(file_system_too_small_for_the_file_is_named,
