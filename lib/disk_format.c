@@ -607,57 +607,48 @@ static int recover_index(struct disk_tier *d)
 	return err;
 }
 
-/*
- * The first file after bad whose superblock is the tier's (s holds a page
- * for each file), or -1: a tier whose first files are new or empty but
- * whose later ones held blocks is not a new tier, and formatting it drops
- * them. An unreadable superblock counts as none.
- */
-static int later_superblock(struct disk_tier *d, struct sb *s, uint32_t bad)
-{
-	for (uint32_t i = bad + 1; i < d->ndev; i++) {
-		struct sb *si = (struct sb *)((char *)s + (size_t)i * PAGE);
-
-		if (!disk_meta_rw(d, DEV_READ, (uint16_t)i, si, PAGE, 0) &&
-		    si->magic == SB_MAGIC)
-			return (int)i;
-	}
-	return -1;
-}
-
 /* Reads every superblock; formats the tier unless all agree with the config. */
 int disk_recover(struct disk_tier *d)
 {
 	struct sb *s = disk_stage_get(d, (size_t)d->ndev * PAGE);
 	const char *why = NULL;
 	uint32_t bad = 0;
-	int fresh = 1, err = 0;
+	int fresh = 1, later = -1, err = 0;
 
 	if (!s)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < d->ndev && !why; i++) {
+	/* Past the first file with a problem, only whether a file still holds
+	 * the tier's superblock is asked (later): a tier whose first files are
+	 * new or empty but whose later ones held blocks is not a new tier. An
+	 * unreadable superblock there counts as none. */
+	for (uint32_t i = 0; i < d->ndev; i++) {
 		struct sb *si = (struct sb *)((char *)s + (size_t)i * PAGE);
 
 		err = disk_meta_rw(d, DEV_READ, (uint16_t)i, si, PAGE, 0);
-		if (err) {
+		if (err && !why) {
 			disk_stage_put(d, s, (size_t)d->ndev * PAGE);
 			return kvt_fail(err, "disk: reading the superblock of %s: %s",
 					d->paths[i], strerror(-err));
+		}
+		if (why) {
+			if (!err && later < 0 && si->magic == SB_MAGIC)
+				later = (int)i;
+			continue;
 		}
 		if (si->magic == SB_MAGIC)
 			fresh = 0;
 		why = sb_problem(d, si, i, i ? s : NULL);
 		bad = i;
 	}
+	err = 0;
 	if (why) {
 		char cut[4200] = "";
-		int later = fresh ? later_superblock(d, s, bad) : -1;
 		if (d->held[bad] > 0 && d->held[bad] < d->dev_bytes)
 			snprintf(cut, sizeof(cut), " (the file held only %llu of its %llu "
 				 "bytes: cut short while closed?)",
 				 (unsigned long long)d->held[bad],
 				 (unsigned long long)d->dev_bytes);
-		else if (later >= 0)
+		else if (fresh && later >= 0)
 			snprintf(cut, sizeof(cut), " (but %s holds this tier's superblock: "
 				 "the blocks of every file are dropped)", d->paths[later]);
 		if (!fresh || cut[0])
