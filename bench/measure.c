@@ -162,19 +162,28 @@ struct cpu_place {
 	int cpu, pkg, core, rank;
 };
 
-static int read_topology_int(int cpu, const char *name)
+/* The first line of cpu's sysfs topology file name into buf (empty where
+ * it cannot be read). */
+static void topology_line(int cpu, const char *name, char *buf, int n)
 {
 	char path[96];
-	int v = -1;
 
 	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, name);
 	FILE *f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%d", &v) != 1)
-			v = -1;
+	if (!f || !fgets(buf, n, f))
+		buf[0] = 0;
+	if (f)
 		fclose(f);
-	}
-	return v;
+}
+
+/* A number from cpu's sysfs topology, or -1. */
+static int read_topology_int(int cpu, const char *name)
+{
+	char line[64], *end;
+
+	topology_line(cpu, name, line, sizeof(line));
+	long v = strtol(line, &end, 10);
+	return end == line ? -1 : (int)v;
 }
 
 unsigned bench_cpu_list_rank(const char *list, int cpu)
@@ -202,16 +211,9 @@ unsigned bench_cpu_list_rank(const char *list, int cpu)
  * thread_siblings_list); 0 where unknown. */
 static int sibling_rank(int cpu)
 {
-	char path[96], list[256];
+	char list[256];
 
-	snprintf(path, sizeof(path),
-		 "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	if (!fgets(list, sizeof(list), f))
-		list[0] = 0;
-	fclose(f);
+	topology_line(cpu, "thread_siblings_list", list, sizeof(list));
 	return (int)bench_cpu_list_rank(list, cpu);
 }
 

@@ -148,9 +148,10 @@ static uint64_t lookup_calls(struct lookups *c, size_t ci, unsigned flags)
 	return calls ? calls : 1;
 }
 
-/* Reports one row: its table line, its JSON result, and any short calls. */
+/* Reports one row: its table line, its JSON result, and any short calls.
+ * *median: the row's median keys/s per thread. */
 static int lookup_report_row(struct lookups *c, const char *op, size_t len, size_t ti,
-			     uint64_t calls, struct job *j)
+			     uint64_t calls, struct job *j, double *median)
 {
 	struct bench_summary rs, ls;
 	uint64_t fails = atomic_load(&j->failures);
@@ -158,6 +159,7 @@ static int lookup_report_row(struct lookups *c, const char *op, size_t len, size
 
 	bench_summarize(c->rate[ti] + 1, c->o->reps, &rs);
 	bench_summarize(c->all[ti].v, c->all[ti].n, &ls);
+	*median = rs.median;
 	bench_table_cell(c->tab, "%s", op);
 	bench_table_cell(c->tab, "%zu", len);
 	bench_table_cell(c->tab, "%u", nt);
@@ -259,11 +261,10 @@ static int lookup_rows(struct lookups *c, int fi, size_t ci, uint64_t calls)
 	if (failed)
 		return -1;
 	for (ti = 0; ti < o->nthreads; ti++) {
-		int r = lookup_report_row(c, op, len, ti, calls, &j[ti]);
-		struct bench_summary rs;
+		double median;
+		int r = lookup_report_row(c, op, len, ti, calls, &j[ti], &median);
 
-		bench_summarize(c->rate[ti] + 1, o->reps, &rs);
-		c->median[fi][ci][ti] = r ? NAN : rs.median;
+		c->median[fi][ci][ti] = r ? NAN : median;
 		failed |= r;
 	}
 	for (ti = 0; ti < o->nthreads; ti++)
