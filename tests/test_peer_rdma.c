@@ -832,14 +832,6 @@ static int admit_none(void *arg, const struct sockaddr *from)
 
 static atomic_int warn_lines;
 
-static void count_warnings(int level, const char *msg, void *arg)
-{
-	(void)msg;
-	(void)arg;
-	if (level <= KVT_LOG_WARN)
-		atomic_fetch_add(&warn_lines, 1);
-}
-
 /* A stranger's RDMA connection requests are refused before any queue pair
  * exists, each counted, and logged as the TCP side's are: the first one
  * line, those that follow within peers.log_interval_ms one summary line
@@ -857,7 +849,7 @@ static void test_stranger_is_refused(void **state)
 	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&s,
 					 admit_none, NULL, &n), 0);
 	atomic_store(&warn_lines, 0);
-	kvt_set_log(count_warnings, NULL, KVT_LOG_DEBUG);
+	kvt_set_log(test_count_warnings, &warn_lines, KVT_LOG_DEBUG);
 	for (int i = 0; i < 5; i++) {
 		assert_int_equal(rlink_dial(n, (struct sockaddr *)&b, 1000, &l), -ECONNREFUSED);
 		assert_null(l);
@@ -887,7 +879,7 @@ static void test_member_host_has_a_cap_of_queue_pairs(void **state)
 	assert_int_equal(rlink_node_open(&fake_ops, (struct sockaddr *)&s, admit_none, NULL,
 					 &n), 0);
 	atomic_store(&warn_lines, 0);
-	kvt_set_log(count_warnings, NULL, KVT_LOG_DEBUG);
+	kvt_set_log(test_count_warnings, &warn_lines, KVT_LOG_DEBUG);
 	for (int i = 0; i < 20; i++)
 		assert_int_equal(rlink_dial(n, (struct sockaddr *)&b, 1000, &l[i]),
 				 i < 16 ? 0 : -ECONNREFUSED);

@@ -279,6 +279,17 @@ static void put_refused_when_only_leased_blocks_remain(void **state)
 	config_free(&cfg);
 }
 
+/* A RAM tier of 16 blocks (watermarks 0.8 and 0.7, all of it leasable) holding
+ * 12: below the high watermark (12.8). */
+static void open_twelve_of_sixteen(struct kvt_config *cfg, struct ram_tier **r)
+{
+	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
+				      " \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
+				      " \"mlock\": false}}", cfg), 0);
+	assert_int_equal(ram_open_cfg(cfg, NULL, NULL, NULL, r), 0);
+	put_blocks(*r, 0, 12);
+}
+
 /*
  * Without a disk tier an evicted block is gone. With leased blocks alone
  * above the low watermark, a put that takes RAM past the high watermark
@@ -293,11 +304,7 @@ static void put_refused_when_leases_would_drop_it_at_once(void **state)
 	uint8_t buf[BLK];
 
 	(void)state;
-	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
-				      " \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
-				      " \"mlock\": false}}", &cfg), 0);
-	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
-	put_blocks(r, 0, 12); /* 12 of 16 blocks: below the high watermark (12.8) */
+	open_twelve_of_sixteen(&cfg, &r);
 	for (uint64_t i = 0; i < 12; i++)
 		lease(r, i, 1);
 	fill_block(test_key(12), buf, sizeof(buf));
@@ -331,11 +338,7 @@ static void put_refused_when_pins_would_drop_it_at_once(void **state)
 	size_t len;
 
 	(void)state;
-	assert_int_equal(config_parse("{\"ram\": {\"capacity\": \"1MiB\", \"lease_cap\": 1,"
-				      " \"high_watermark\": 0.8, \"low_watermark\": 0.7,"
-				      " \"mlock\": false}}", &cfg), 0);
-	assert_int_equal(ram_open_cfg(&cfg, NULL, NULL, NULL, &r), 0);
-	put_blocks(r, 0, 12); /* 12 of 16 blocks: below the high watermark (12.8) */
+	open_twelve_of_sixteen(&cfg, &r);
 	assert_droppable_books(r);
 	for (uint64_t i = 0; i < 12; i++) /* 0-7 pinned, 8-11 leased */
 		if (i < 8)

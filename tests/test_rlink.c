@@ -301,14 +301,6 @@ static void test_stranger_gets_no_queue_pair(void **state)
 
 static atomic_int warn_lines;
 
-static void count_warnings(int level, const char *msg, void *arg)
-{
-	(void)msg;
-	(void)arg;
-	if (level <= KVT_LOG_WARN)
-		atomic_fetch_add(&warn_lines, 1);
-}
-
 /* With RLINK_ACCEPTED_MAX queue pairs accepted, a member's requests are
  * refused, each counted; the first is logged, those that follow within
  * the period only counted (and summed up in one line at close), so that
@@ -324,7 +316,7 @@ static void test_full_node_refuses_and_logs_once(void **state)
 		rlink_close(l);
 	}
 	atomic_store(&warn_lines, 0);
-	kvt_set_log(count_warnings, NULL, KVT_LOG_DEBUG);
+	kvt_set_log(test_count_warnings, &warn_lines, KVT_LOG_DEBUG);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(rlink_dial(f->req, (struct sockaddr *)&o, 1000, &l),
 				 -ECONNREFUSED);

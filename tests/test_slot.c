@@ -1145,6 +1145,29 @@ static void test_commit_above_the_high_watermark_wakes_the_evictor(void **state)
 	kvt_close(s);
 }
 
+/*
+ * A slot whose block the evictor would drop at once, after the call that
+ * should have refused it (rc: its result, 0 where it was reserved and
+ * committed; why: kvt_last_error() then): were it stored, it must load
+ * after the evictor ran; it is refused instead, -ENOSPC with the slot
+ * cleared, why naming call, counted in ram.refused_puts.
+ */
+static void expect_refused_slot(kvt_store *s, kvt_slot *sl, int rc, const char *why,
+				const char *call)
+{
+	char want[128];
+
+	if (rc == 0)
+		wake_the_evictor(s);
+	stored_means_loadable(rc, get_after_the_evictor(s, sl->key, MiB), "kvt_put_commit");
+	assert_int_equal(sl->result, -ENOSPC);
+	assert_null(sl->addr);
+	assert_int_equal(sl->ref, 0);
+	snprintf(want, sizeof(want), "%s: no tier can take block", call);
+	assert_non_null(strstr(why, want));
+	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+}
+
 /* A reservation that the evictor would drop as soon as it was committed
  * (here the other reservations, which it cannot drop, fill RAM above the
  * low watermark) is refused at kvt_put_reserve, before the caller copies:
@@ -1168,14 +1191,7 @@ static void test_reserve_refused_when_the_block_would_be_dropped(void **state)
 		fill_block(sl.key, sl.addr, MiB);
 		rc = kvt_put_commit(s, &sl, 1) == 1 ? sl.result : -1;
 	}
-	if (rc == 0)
-		wake_the_evictor(s);
-	stored_means_loadable(rc, get_after_the_evictor(s, sl.key, MiB), "kvt_put_commit");
-	assert_int_equal(sl.result, -ENOSPC);
-	assert_null(sl.addr);
-	assert_int_equal(sl.ref, 0);
-	assert_non_null(strstr(why, "kvt_put_reserve: no tier can take block"));
-	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+	expect_refused_slot(s, &sl, rc, why, "kvt_put_reserve");
 	assert_int_equal(store_stat(s, "slots", "reserve_refusals"), 1);
 	assert_int_equal(store_stat(s, "slots", "held"), 12);
 	/* The twelve below the high watermark are published, as blocks the
@@ -1208,14 +1224,7 @@ static void test_commit_refused_when_the_block_would_be_dropped(void **state)
 	int rc = kvt_put_commit(s, &sl, 1) == 1 ? sl.result : -1;
 	char why[512];
 	snprintf(why, sizeof(why), "%s", kvt_last_error());
-	if (rc == 0)
-		wake_the_evictor(s);
-	stored_means_loadable(rc, get_after_the_evictor(s, sl.key, MiB), "kvt_put_commit");
-	assert_int_equal(sl.result, -ENOSPC);
-	assert_null(sl.addr);
-	assert_int_equal(sl.ref, 0);
-	assert_non_null(strstr(why, "kvt_put_commit: no tier can take block"));
-	assert_int_equal(store_stat(s, "ram", "refused_puts"), 1);
+	expect_refused_slot(s, &sl, rc, why, "kvt_put_commit");
 	assert_int_equal(store_stat(s, "slots", "commits"), 0);
 	/* Nothing leaks: the reservation is gone, its bytes free. */
 	assert_int_equal(kvt_put_commit(s, &copy, 1), 0);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,4 +254,11 @@ void test_need_rdma_vm(int port)
 		exit(77);
 	}
 	rlink_node_close(n);
+}
+
+void test_count_warnings(int level, const char *msg, void *arg)
+{
+	(void)msg;
+	if (level <= KVT_LOG_WARN)
+		atomic_fetch_add((atomic_int *)arg, 1);
 }

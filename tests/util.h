@@ -86,4 +86,8 @@ void test_skip_without_disk(void);
  * and exits 77 (skip). */
 void test_need_rdma_vm(int port);
 
+/* A kvt_set_log() callback that counts the lines at KVT_LOG_WARN or worse
+ * in the atomic_int that arg points to. */
+void test_count_warnings(int level, const char *msg, void *arg);
+
 #endif
