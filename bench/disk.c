@@ -252,22 +252,25 @@ static json_t *jfig(const char *name, const struct bench_summary *s,
 	return o;
 }
 
-enum { F_SSPILL, F_SLOAD, F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
+enum { F_SSPILL, F_SLOAD, F_SALOAD, F_ONE, F_BATCH, F_NEW, F_LOAD, NF };
 static const char *const fname[NF] = {
 	"store: kvt_put_batch spill", "store: cold kvt_get_batch",
+	"store: cold async batches, 2 in flight",
 	"tier alone: spill, one put at a time", "tier alone: spill, put batches",
 	"tier alone: spill, put batches, new file", "tier alone: cold batch load" };
 static const char *const jname[NF] = {
-	"store_put_batch_spill", "store_get_batch_cold",
+	"store_put_batch_spill", "store_get_batch_cold", "store_get_batch_async_cold",
 	"spill_put", "spill_put_batch", "spill_put_batch_new_file", "batch_load" };
-static const char *const jlim[NF] = { "write", "randread",
+static const char *const jlim[NF] = { "write", "randread", "randread",
 	"write", "write", "write_new_file", "randread" };
 
 /* What the repetitions measured, and the summaries reported. */
 struct figures {
-	double *v;                        /* 3 * NF * reps */
+	double *v;                        /* 5 * NF * reps, then reps to sort */
 	double *fig[NF], *lim[NF], *shr[NF];
+	double *pre[NF], *post[NF];       /* the passes before and after */
 	unsigned done;                    /* counted repetitions completed */
+	unsigned reps;                    /* asked for (the arrays' length) */
 	struct bench_samples lat;         /* batch load latencies (us) */
 	struct bench_samples slat;        /* the store's, likewise */
 	int bad;                          /* blocks missing or wrong */
@@ -531,7 +534,7 @@ static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
 	char fresh[4096 + 8];
 
 	/* the store: write | kvt_put_batch | randread | cold kvt_get_batch |
-	 * randread, write */
+	 * randread | cold async batches | randread, write */
 	if (db_layout(r))
 		return BENCH_EXIT_FAIL;
 	before[F_SSPILL] = db_pass(r, r->tierpath, "write");
@@ -545,7 +548,13 @@ static int disk_rep(struct run *r, unsigned rep, double *x, double *before,
 		return BENCH_EXIT_FAIL;
 	x[F_SLOAD] = db_store_load(r, s, 4000 + rep, slat, bad);
 	kvt_close(s);
-	after[F_SLOAD] = db_pass(r, r->tierpath, "randread");
+	db_drop_page_cache();
+	after[F_SLOAD] = before[F_SALOAD] = db_pass(r, r->tierpath, "randread");
+	if (!(s = db_store_open(r)))
+		return BENCH_EXIT_FAIL;
+	x[F_SALOAD] = db_store_load_async(r, s, 4000 + rep, bad);
+	kvt_close(s);
+	after[F_SALOAD] = db_pass(r, r->tierpath, "randread");
 	after[F_SSPILL] = db_pass(r, r->tierpath, "write");
 
 	snprintf(fresh, sizeof(fresh), "%s.new", r->limpath);
@@ -591,13 +600,16 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 	struct disk_tier *d = NULL;
 	int rc = BENCH_EXIT_OK;
 
-	g->v = calloc(3 * NF * (size_t)reps, sizeof(double));
+	g->v = calloc((5 * NF + 1) * (size_t)reps, sizeof(double));
 	if (!g->v)
 		return BENCH_EXIT_FAIL;
+	g->reps = reps;
 	for (int f = 0; f < NF; f++) {
 		g->fig[f] = g->v + (3 * f) * (size_t)reps;
 		g->lim[f] = g->v + (3 * f + 1) * (size_t)reps;
 		g->shr[f] = g->v + (3 * f + 2) * (size_t)reps;
+		g->pre[f] = g->v + (3 * NF + 2 * f) * (size_t)reps;
+		g->post[f] = g->v + (3 * NF + 2 * f + 1) * (size_t)reps;
 	}
 	for (unsigned rep = 0; rep <= reps && rc == BENCH_EXIT_OK; rep++) {
 		double x[NF], before[NF], after[NF];
@@ -618,6 +630,8 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 		if (rep > 0 && rc == BENCH_EXIT_OK) {
 			for (int f = 0; f < NF; f++) {
 				g->fig[f][rep - 1] = x[f];
+				g->pre[f][rep - 1] = before[f];
+				g->post[f][rep - 1] = after[f];
 				g->lim[f][rep - 1] = db_better(before[f], after[f]);
 				g->shr[f][rep - 1] = x[f] / g->lim[f][rep - 1];
 			}
@@ -638,6 +652,17 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 	return rc;
 }
 
+/* Summarizes a per-repetition series through a copy (bench_summarize()
+ * sorts what it is given), so that the JSON's per_rep keeps the order the
+ * repetitions ran in. */
+static void summarize(struct figures *g, const double *v, struct bench_summary *s)
+{
+	double *tmp = g->v + 5 * NF * (size_t)g->reps;
+
+	memcpy(tmp, v, g->done * sizeof(*v));
+	bench_summarize(tmp, g->done, s);
+}
+
 /* The table and the notes under it. */
 static void disk_print(const struct run *r, struct figures *g)
 {
@@ -647,9 +672,9 @@ static void disk_print(const struct run *r, struct figures *g)
 	char a[32], b[32], c[32];
 
 	for (int f = 0; f < NF; f++) {
-		bench_summarize(g->fig[f], g->done, &g->sf[f]);
-		bench_summarize(g->lim[f], g->done, &g->sl[f]);
-		bench_summarize(g->shr[f], g->done, &g->ss[f]);
+		summarize(g, g->fig[f], &g->sf[f]);
+		summarize(g, g->lim[f], &g->sl[f]);
+		summarize(g, g->shr[f], &g->ss[f]);
 	}
 	bench_summarize(g->lat.v, g->lat.n, &g->sla);
 	bench_summarize(g->slat.v, g->slat.n, &g->ssla);
@@ -686,6 +711,21 @@ static void disk_print(const struct run *r, struct figures *g)
 		printf("  ERROR: %d blocks missing or with wrong bytes\n", g->bad);
 }
 
+/* Each counted repetition's figure f and the limit's passes right before
+ * and right after it, in the order they ran, so that the shares can be
+ * recomputed under another rule. */
+static json_t *per_rep(const struct figures *g, int f)
+{
+	json_t *a = json_array();
+
+	for (unsigned i = 0; i < g->done; i++)
+		json_array_append_new(a, json_pack("{s:o,s:o,s:o}", "value",
+						   bench_json_real(g->fig[f][i]), "limit_before",
+						   bench_json_real(g->pre[f][i]), "limit_after",
+						   bench_json_real(g->post[f][i])));
+	return a;
+}
+
 /* The JSON document. Returns 0 or BENCH_EXIT_FAIL. */
 static int disk_json(const struct run *r, const char *dir, unsigned reps,
 		     const struct figures *g, const char *path)
@@ -718,6 +758,8 @@ static int disk_json(const struct run *r, const char *dir, unsigned reps,
 	}
 	for (int f = 0; f < NF; f++) {
 		json_t *o = jfig(jname[f], &g->sf[f], &g->sl[f], jlim[f], &g->ss[f]);
+
+		json_object_set_new(o, "per_rep", per_rep(g, f));
 
 		if (f == F_LOAD)
 			json_object_set_new(o, "batch_latency_us", bench_json_latency(&g->sla));

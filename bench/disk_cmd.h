@@ -71,5 +71,10 @@ double db_store_spill(struct run *r, kvt_store *s, unsigned rep);
  * missing), latencies into lat: bytes/s, or NAN. */
 double db_store_load(struct run *r, kvt_store *s, unsigned rep,
 		     struct bench_samples *lat, int *bad);
+/* Async batches a cold load through kvt_batch_submit() keeps in flight. */
+#define DB_ASYNC_DEPTH 2
+/* Cold loads of rep's blocks through kvt_batch_submit(), DB_ASYNC_DEPTH
+ * batches of --batch in flight, every byte verified; bytes/s or NAN. */
+double db_store_load_async(struct run *r, kvt_store *s, unsigned rep, int *bad);
 
 #endif

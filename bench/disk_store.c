@@ -110,6 +110,35 @@ double db_store_spill(struct run *r, kvt_store *s, unsigned rep)
 	return (double)(w1 - w0) * (double)r->o.bs / dt;
 }
 
+/* Checks the m ops of a completed load against the blocks they name
+ * (order[at..at+m)); counts found blocks and bytes, and bad ones. */
+static void db_check_loaded(const struct run *r, const kvt_op *ops, size_t m,
+			    const size_t *order, size_t at, size_t *found, uint64_t *bytes,
+			    int *bad)
+{
+	for (size_t j = 0; j < m; j++) {
+		if (ops[j].result == 0) {
+			(*found)++;
+			*bytes += ops[j].len;
+			if (common_check(ops[j].buf, ops[j].len, order[at + j] % r->o.batch + 1) != -1)
+				(*bad)++;
+		} else if (ops[j].result != -ENOENT) {
+			(*bad)++;
+		}
+	}
+}
+
+/* More misses than the RAM tier holds blocks (they were all written to
+ * disk at the close before) count as bad. */
+static void db_check_found(const struct run *r, size_t found, int *bad)
+{
+	if (found + r->o.ram / r->o.bs + 1 < r->nblocks) {
+		fprintf(stderr, "kvbench disk: the store found %zu of %zu blocks\n", found,
+			r->nblocks);
+		(*bad)++;
+	}
+}
+
 /*
  * Cold kvt_get_batch of rep's blocks, shuffled, into the caller buffers;
  * verifies every byte. The close before wrote the blocks left in RAM to
@@ -140,23 +169,92 @@ double db_store_load(struct run *r, kvt_store *s, unsigned rep,
 		uint64_t dt = bench_now_ns() - t0;
 		busy += dt;
 		bench_samples_add(lat, (double)dt / 1e3);
-		for (size_t j = 0; j < m; j++) {
-			if (ops[j].result == 0) {
-				found++;
-				bytes += ops[j].len;
-				if (common_check(ops[j].buf, ops[j].len,
-						 order[i + j] % B + 1) != -1)
-					(*bad)++;
-			} else if (ops[j].result != -ENOENT) {
-				(*bad)++;
-			}
-		}
+		db_check_loaded(r, ops, m, order, i, &found, &bytes, bad);
 	}
-	if (found + r->o.ram / r->o.bs + 1 < n) {
-		fprintf(stderr, "kvbench disk: the store found %zu of %zu blocks\n", found, n);
-		(*bad)++;
-	}
+	db_check_found(r, found, bad);
 	free(order);
 	free(ops);
 	return busy ? (double)bytes / ((double)busy / 1e9) : NAN;
+}
+
+/* Caller buffers for the async loads: len bytes from posix_memalign, or in
+ * transparent huge pages with --huge-buffers; NULL on failure. */
+static char *db_async_buffers(const struct run *r, size_t len)
+{
+	char *p = NULL;
+
+	if (r->o.huge) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		madvise(p, len, MADV_HUGEPAGE);
+	} else if (posix_memalign((void **)&p, 4096, len)) {
+		return NULL;
+	}
+	return p;
+}
+
+static void db_async_buffers_free(const struct run *r, char *p, size_t len)
+{
+	if (r->o.huge)
+		munmap(p, len);
+	else
+		free(p);
+}
+
+/*
+ * Cold loads through the asynchronous batch API, as an engine that keeps
+ * DB_ASYNC_DEPTH batches in flight: rep's blocks, shuffled, in batches of
+ * --batch by kvt_batch_submit(), the next submitted before the oldest is
+ * waited for, each batch's blocks checked once it completes (while the
+ * other runs). bytes/s over the whole loop, or NAN.
+ */
+double db_store_load_async(struct run *r, kvt_store *s, unsigned rep, int *bad)
+{
+	size_t n = r->nblocks, B = r->o.batch, found = 0, at[DB_ASYNC_DEPTH] = { 0 };
+	size_t cnt[DB_ASYNC_DEPTH] = { 0 }, len = DB_ASYNC_DEPTH * B * r->o.bs, next = 0;
+	size_t *order = db_shuffled(n);
+	kvt_op *ops = calloc(DB_ASYNC_DEPTH * B, sizeof(*ops));
+	char *buf = db_async_buffers(r, len);
+	kvt_batch *b[DB_ASYNC_DEPTH] = { NULL };
+	unsigned head = 0, live = 0;
+	uint64_t bytes = 0, t0 = bench_now_ns();
+	int err = order && ops && buf ? 0 : -ENOMEM;
+
+	while (!err && (next < n || live)) {
+		if (next < n && live < DB_ASYNC_DEPTH) {
+			unsigned k = (head + live) % DB_ASYNC_DEPTH;
+			size_t m = n - next < B ? n - next : B;
+
+			for (size_t j = 0; j < m; j++)
+				ops[k * B + j] = (kvt_op){ bkey(rep, order[next + j]),
+							   buf + (k * B + j) * r->o.bs, r->o.bs, 1 };
+			err = kvt_batch_submit(s, KVT_OP_GET, ops + k * B, m, &b[k]);
+			at[k] = next;
+			cnt[k] = m;
+			next += m;
+			live += !err;
+			continue;
+		}
+		kvt_batch_wait(b[head], -1);
+		db_check_loaded(r, ops + head * B, cnt[head], order, at[head], &found, &bytes,
+				bad);
+		kvt_batch_free(b[head]);
+		b[head] = NULL;
+		head = (head + 1) % DB_ASYNC_DEPTH;
+		live--;
+	}
+	double dt = (double)(bench_now_ns() - t0) / 1e9;
+	for (unsigned k = 0; k < DB_ASYNC_DEPTH; k++)
+		kvt_batch_free(b[k]); /* after a failed submission: waits for the rest */
+	if (err)
+		fprintf(stderr, "kvbench disk: kvt_batch_submit: %s (%s)\n", kvt_strerror(err),
+			kvt_last_error());
+	else
+		db_check_found(r, found, bad);
+	free(order);
+	free(ops);
+	if (buf)
+		db_async_buffers_free(r, buf, len);
+	return err || !bytes ? NAN : (double)bytes / dt;
 }

@@ -32,7 +32,8 @@
 static void disk_writes_json_results(void **state)
 {
 	static const char *const names[] = { "store_put_batch_spill",
-					      "store_get_batch_cold", "spill_put",
+					      "store_get_batch_cold",
+					      "store_get_batch_async_cold", "spill_put",
 					      "spill_put_batch", "spill_put_batch_new_file",
 					      "batch_load" };
 	char path[512], dir[256];
@@ -48,7 +49,7 @@ static void disk_writes_json_results(void **state)
 				  "--ram", "8MiB", "--reps", "1", "--json", path, NULL), 0);
 	doc = load(path);
 	assert_int_equal(json_array_size(json_object_get(doc, "errors")), 0);
-	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 6);
+	assert_int_equal(json_array_size(json_object_get(doc, "limits")), 7);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "config"),
 							      "caller_buffers")),
 			    "posix_memalign");
@@ -60,6 +61,17 @@ static void disk_writes_json_results(void **state)
 		assert_true(json_number_value(json_object_get(r, "share")) > 0);
 		assert_int_equal(json_integer_value(json_object_get(
 			json_object_get(r, "share_reps"), "n")), 1);
+		/* the repetition as it ran: its figure and the passes around it,
+		 * the better of which is the limit */
+		json_t *pr = json_object_get(r, "per_rep");
+		assert_int_equal(json_array_size(pr), 1);
+		json_t *p0 = json_array_get(pr, 0);
+		double b = json_number_value(json_object_get(p0, "limit_before"));
+		double a = json_number_value(json_object_get(p0, "limit_after"));
+		assert_true(b > 0 && a > 0);
+		assert_true(json_number_value(json_object_get(p0, "value")) ==
+			    json_number_value(json_object_get(r, "value")));
+		assert_true((a > b ? a : b) == json_number_value(json_object_get(r, "limit_value")));
 	}
 	r = result_named(doc, "reopen", 0);
 	assert_non_null(r);
