@@ -100,6 +100,7 @@ struct run {
 	unsigned next;            /* first io never taken for submission */
 	unsigned prepped;         /* ios [0, prepped) went through prep */
 	unsigned rhead, nretry, nin, nfinal, nfin;
+	unsigned held;            /* room taken on the shared counter, not used yet */
 	int qerr;
 };
 
@@ -158,6 +159,24 @@ static void fail_unsent(struct run *r, int err)
 		finish(r, r->ios[r->next], err, 0);
 }
 
+/* The counter of ios in flight the runs sharing the device keep together
+ * (hooks->shared), or NULL where the run does not share. */
+static _Atomic uint64_t *shared_of(const struct run *r)
+{
+	return r->h && r->h->sharers ? r->h->shared : NULL;
+}
+
+/* n of the run's ios are no longer in flight: off its counters. */
+static void count_back(struct run *r, unsigned n)
+{
+	_Atomic uint64_t *sh = shared_of(r);
+
+	if (r->inflight)
+		atomic_fetch_sub_explicit(r->inflight, n, memory_order_relaxed);
+	if (sh)
+		atomic_fetch_sub_explicit(sh, n, memory_order_relaxed);
+}
+
 /* Submits sub[0..k). What the queue did not take goes back to the retry
  * ring, to be submitted again. On failure nothing of it went out: it and
  * every io not yet sent fail with the error, and no more is submitted. */
@@ -180,6 +199,49 @@ static void flush(struct run *r, unsigned k)
 	r->nin += sent;
 	if (r->inflight)
 		atomic_fetch_add_explicit(r->inflight, sent, memory_order_relaxed);
+	_Atomic uint64_t *sh = shared_of(r);
+	if (sh) {
+		/* those the fill took room for are counted already */
+		unsigned held = sent < r->held ? sent : r->held;
+
+		r->held -= held;
+		if (sent > held)
+			atomic_fetch_add_explicit(sh, sent - held, memory_order_relaxed);
+	}
+}
+
+/*
+ * The most ios the run may have in flight once this fill is done. Alone,
+ * its depth. Where runs share the device (hooks->sharers, hooks->shared),
+ * its share of the depth among them (rounded up), and no more than the
+ * depth leaves beside what they have in flight together, but at least one
+ * while none of its own is; the room it may use is taken on the shared
+ * counter before its ios go out (r->held), so that runs filling at once
+ * cannot take the same room.
+ */
+static unsigned fill_limit(struct run *r)
+{
+	_Atomic uint64_t *sh = shared_of(r);
+
+	if (!sh)
+		return r->depth;
+	unsigned s = atomic_load_explicit(r->h->sharers, memory_order_relaxed);
+	unsigned share = s <= 1 ? r->depth : (r->depth + s - 1) / s;
+	uint64_t all = atomic_load_explicit(sh, memory_order_relaxed), want;
+
+	do {
+		uint64_t room = all < r->depth ? r->depth - all : 0;
+
+		want = share > r->nin ? share - r->nin : 0;
+		if (want > room)
+			want = room;
+		if (!want && !r->nin)
+			want = 1;
+	} while (want && !atomic_compare_exchange_weak_explicit(sh, &all, all + want,
+								 memory_order_relaxed,
+								 memory_order_relaxed));
+	r->held = (unsigned)want;
+	return r->nin + (unsigned)want;
 }
 
 /* Fills the free slots: retries first, then fresh ios (prepared first). */
@@ -187,9 +249,9 @@ static void fill(struct run *r)
 {
 	int prep = r->h && r->h->prep;
 	uint64_t bytes = 0;
-	unsigned k = 0;
+	unsigned k = 0, depth = fill_limit(r);
 
-	while (!r->qerr && r->nin + k < r->depth) {
+	while (!r->qerr && r->nin + k < depth) {
 		struct dev_io *io;
 
 		if (r->nretry) {
@@ -219,6 +281,10 @@ static void fill(struct run *r)
 	}
 	if (k && !r->qerr)
 		flush(r, k);
+	if (r->held) { /* room taken and not used: given back */
+		atomic_fetch_sub_explicit(shared_of(r), r->held, memory_order_relaxed);
+		r->held = 0;
+	}
 }
 
 /*
@@ -245,9 +311,7 @@ static void drain(struct run *r)
 			continue;
 		}
 		r->nin -= (unsigned)got;
-		if (r->inflight)
-			atomic_fetch_sub_explicit(r->inflight, (unsigned)got,
-						  memory_order_relaxed);
+		count_back(r, (unsigned)got);
 		for (int i = 0; i < got; i++)
 			finish(r, r->reaped[i], r->qerr, 0);
 	}
@@ -255,8 +319,7 @@ static void drain(struct run *r)
 		kvt_log(KVT_LOG_ERR, "disk: an I/O queue failed (%s) with %u I/Os in "
 			"flight that could not be reaped in %u ms", strerror(-r->qerr),
 			r->nin, DRAIN_MS);
-		if (r->inflight)
-			atomic_fetch_sub_explicit(r->inflight, r->nin, memory_order_relaxed);
+		count_back(r, r->nin);
 	}
 }
 
@@ -328,9 +391,7 @@ int dev_run_hooks(const struct kvt_dev_ops *ops, void *q, struct dev_io **ios,
 			break;
 		}
 		r.nin -= (unsigned)got;
-		if (inflight)
-			atomic_fetch_sub_explicit(inflight, (unsigned)got,
-						  memory_order_relaxed);
+		count_back(&r, (unsigned)got);
 		for (int i = 0; i < got; i++) {
 			struct dev_io *io = r.reaped[i];
 			int32_t res = io->res;

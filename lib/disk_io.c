@@ -263,20 +263,13 @@ static void fail_ios(struct dev_io **ios, unsigned n, const struct dev_hooks *ho
 }
 
 /*
- * Runs ios on a free queue with hooks (NULL: none); counts failures. An io
- * its prep hook declined (-ECANCELED) never reached the device and is not
- * an I/O error.
+ * Runs ios on a free queue with hooks (NULL: none), at most depth in flight
+ * (1 .. 2 * queue depth: the queue's slots); counts failures. An io its
+ * prep hook declined (-ECANCELED) never reached the device and is not an
+ * I/O error.
  */
-void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
-	      const struct dev_hooks *hooks)
-{
-	disk_run_depth(d, ios, n, 2 * d->qd, hooks);
-}
-
-/* disk_run with at most depth ios in flight (1 .. 2 * queue depth: the
- * queue's slots). */
-void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
-		    const struct dev_hooks *hooks)
+static void run_on_queue(struct disk_tier *d, struct dev_io **ios, unsigned n,
+			 unsigned depth, const struct dev_hooks *hooks)
 {
 	void *q;
 
@@ -303,6 +296,27 @@ void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsign
 				(unsigned long long)ios[i]->off, d->paths[ios[i]->dev],
 				strerror(-ios[i]->res));
 		}
+}
+
+void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
+	      const struct dev_hooks *hooks)
+{
+	run_on_queue(d, ios, n, 2 * d->qd, hooks);
+}
+
+/* Batch loads side by side (several threads', or async batches on the
+ * store's workers) share the queue depth, each its share (dev_hooks'
+ * sharers): disk.queue_depth is the device's, not each load's. */
+void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
+		    const struct dev_hooks *hooks)
+{
+	struct dev_hooks h = hooks ? *hooks : (struct dev_hooks){ 0 };
+
+	h.sharers = &d->load_runs;
+	h.shared = &d->loads_out;
+	atomic_fetch_add(&d->load_runs, 1);
+	run_on_queue(d, ios, n, depth, &h);
+	atomic_fetch_sub(&d->load_runs, 1);
 }
 
 /* The registered buffer holding [p, p+len), or -1. */

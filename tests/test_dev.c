@@ -148,6 +148,46 @@ static void dev_run_keeps_depth_and_completes_all(void **st)
 		assert_memory_equal(src[i], dst[i], 4096);
 }
 
+/* Runs that share the device (hooks.sharers, hooks.shared) keep their
+ * depth divided among them in flight, and no more than the depth leaves
+ * beside the others' ios in flight (the shared counter), at least one;
+ * every io still completes. */
+static void dev_run_shares_its_depth_with_other_runs(void **st)
+{
+	(void)st;
+	static const struct { unsigned sharers, others, depth, want; } c[] = {
+		{ 0, 0, 8, 8 }, { 1, 0, 8, 8 }, { 2, 0, 8, 4 }, { 3, 0, 8, 3 },
+		{ 20, 0, 8, 1 }, { 2, 6, 8, 2 }, { 2, 8, 8, 1 }, { 2, 30, 8, 1 },
+		{ 1, 4, 8, 4 }, /* alone, the counter still tells what is out */
+	};
+	struct dev_io io[40], *p[40];
+	static unsigned char buf[40][4096];
+
+	for (size_t t = 0; t < sizeof(c) / sizeof(c[0]); t++) {
+		_Atomic unsigned sharers = c[t].sharers;
+		_Atomic uint64_t shared = c[t].others, inflight = 0;
+		struct dev_hooks hooks = { .sharers = &sharers, .shared = &shared };
+
+		fake_reset();
+		for (int i = 0; i < 40; i++) {
+			memset(buf[i], i + 1, sizeof(buf[i]));
+			io[i] = (struct dev_io){ .op = DEV_WRITE, .buf = buf[i],
+						 .off = (uint64_t)i * 4096, .len = 4096,
+						 .fixed = -1 };
+			p[i] = &io[i];
+		}
+		assert_int_equal(dev_run_hooks(&fake_ops, NULL, p, 40, c[t].depth, &inflight,
+					       &hooks), 0);
+		assert_int_equal(fake.max_inflight, c[t].want);
+		assert_int_equal(inflight, 0);
+		assert_int_equal(shared, c[t].others); /* its own counted back */
+		for (int i = 0; i < 40; i++) {
+			assert_int_equal(io[i].res, 4096);
+			assert_memory_equal(fake.mem + i * 4096, buf[i], 4096);
+		}
+	}
+}
+
 static void dev_run_finishes_short_transfers(void **st)
 {
 	(void)st;
@@ -548,6 +588,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(dev_run_keeps_depth_and_completes_all),
+		cmocka_unit_test(dev_run_shares_its_depth_with_other_runs),
 		cmocka_unit_test(dev_run_finishes_short_transfers),
 		cmocka_unit_test(dev_run_fails_transfer_without_progress),
 		cmocka_unit_test(dev_run_hooks_prepare_in_order_before_submitting),

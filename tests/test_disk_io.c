@@ -666,6 +666,68 @@ static void batch_holds_back_its_last_records(void **st)
 	fix_done(&f);
 }
 
+struct sharing_loader {
+	struct disk_tier *d;
+	kvt_op *ops;              /* its own 16 blocks */
+	int bad;
+};
+
+static void *sharing_loader_main(void *a)
+{
+	struct sharing_loader *l = a;
+
+	for (int r = 0; r < 3; r++) {
+		for (int i = 0; i < 16; i++)
+			memset(l->ops[i].buf, 0, l->ops[i].len);
+		l->bad += disk_get_batch(l->d, l->ops, 16) != 0;
+		for (int i = 0; i < 16; i++)
+			l->bad += !check_block(l->ops[i].key, l->ops[i].buf, l->ops[i].len);
+	}
+	return NULL;
+}
+
+/* disk.queue_depth is the device's: batches of four threads at once share
+ * it (each its share, at least one read), instead of keeping a queue depth
+ * in flight each (four times as many, 32 here, as before 2026-12-04);
+ * every block loads whole. */
+static void batches_side_by_side_share_the_queue_depth(void **st)
+{
+	(void)st;
+	struct fix f;
+	enum { T = 4, N = 16 * T, LEN = 64 << 10 };
+	kvt_op ops[N];
+
+	fix_init(&f, 64 * MiB, 4 * MiB);
+	struct disk_tier *d = open_ok(&f, &fops);
+	char *bufs = filled_ops(ops, N, 1500, LEN);
+	assert_int_equal(disk_put_batch(d, ops, N), 0);
+	/* reaps slowed, so that the batches overlap */
+	atomic_store(&faults.delay_us, 300);
+	atomic_store(&faults.nread_log, 0);
+	struct sharing_loader l[T];
+	pthread_t t[T];
+	for (int i = 0; i < T; i++) {
+		l[i] = (struct sharing_loader){ d, ops + 16 * i, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, sharing_loader_main, &l[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(l[i].bad, 0);
+	}
+	atomic_store(&faults.delay_us, 0);
+	/* the reads out when each went out (192, all logged): the depth, and
+	 * one more for each other run that found none left */
+	int most = 0, logged = atomic_load(&faults.nread_log);
+	assert_int_equal(logged, 3 * N);
+	for (int i = 0; i < logged; i++)
+		most = faults.read_log[i] > most ? faults.read_log[i] : most;
+	if (most + 1 > 8 + T - 1)
+		fail_msg("%d reads in flight at once, queue depth 8", most + 1);
+	disk_close(d);
+	free(bufs);
+	fix_done(&f);
+}
+
 /* What the each hook of disk_get_batch_each saw: calls per op, and hooks
  * whose bytes, length or sum were wrong. Hooks run on several threads. */
 struct verified_probe {
@@ -871,6 +933,7 @@ int main(void)
 		cmocka_unit_test(staged_batches_are_verified_beside_their_reads),
 		cmocka_unit_test(each_hook_runs_once_per_verified_block),
 		cmocka_unit_test(batch_holds_back_its_last_records),
+		cmocka_unit_test(batches_side_by_side_share_the_queue_depth),
 		cmocka_unit_test(put_batch_runs_work_beside_its_writes),
 		cmocka_unit_test(put_batch_each_tells_each_block_once),
 		cmocka_unit_test(put_batch_sums_write_the_given_checksum),
