@@ -163,7 +163,7 @@ static void fail_unsent(struct run *r, int err)
  * (hooks->shared), or NULL where the run does not share. */
 static _Atomic uint64_t *shared_of(const struct run *r)
 {
-	return r->h && r->h->sharers ? r->h->shared : NULL;
+	return r->h ? r->h->shared : NULL;
 }
 
 /* n of the run's ios are no longer in flight: off its counters. */
@@ -211,11 +211,10 @@ static void flush(struct run *r, unsigned k)
 }
 
 /*
- * The most ios the run may have in flight once this fill is done. Alone,
- * its depth. Where runs share the device (hooks->sharers, hooks->shared),
- * its share of the depth among them (rounded up), and no more than the
+ * The most ios the run may have in flight once this fill is done: its
+ * depth, and where runs share the device (hooks->shared), no more than the
  * depth leaves beside what they have in flight together, but at least one
- * while none of its own is; the room it may use is taken on the shared
+ * while none of its own is. The room it may use is taken on the shared
  * counter before its ios go out (r->held), so that runs filling at once
  * cannot take the same room.
  */
@@ -225,14 +224,12 @@ static unsigned fill_limit(struct run *r)
 
 	if (!sh)
 		return r->depth;
-	unsigned s = atomic_load_explicit(r->h->sharers, memory_order_relaxed);
-	unsigned share = s <= 1 ? r->depth : (r->depth + s - 1) / s;
 	uint64_t all = atomic_load_explicit(sh, memory_order_relaxed), want;
 
 	do {
 		uint64_t room = all < r->depth ? r->depth - all : 0;
 
-		want = share > r->nin ? share - r->nin : 0;
+		want = r->depth - r->nin;
 		if (want > room)
 			want = room;
 		if (!want && !r->nin)

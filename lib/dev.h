@@ -185,17 +185,13 @@ struct dev_hooks {
 	 * 0 when it has none (the run waits). */
 	int (*idle)(void *arg);
 	void *arg;
-	/* Optional, together: how many runs share the device now, this one
-	 * included, and the ios they have in flight together (the caller
-	 * counts the runs; the runs count their ios). The run then keeps no
-	 * more than its depth divided among the runs (rounded up) in flight,
-	 * nor more than the depth leaves beside what they have in flight
-	 * together, but at least one: runs side by side keep one depth in
-	 * flight between them (plus one for each run that found none left),
-	 * each its share, not one depth each. The room is taken on the shared
-	 * counter before the ios go out, each time the run fills its free
-	 * slots. */
-	_Atomic unsigned *sharers;
+	/* Optional: the ios in flight of the runs that share the device,
+	 * this one's included (the runs count them). The run keeps no more
+	 * than its depth leaves beside them in flight, but at least one:
+	 * runs side by side keep one depth in flight between them (plus one
+	 * for each run that found none left), not one depth each; a run takes
+	 * what room the others leave, as soon as it fills its free slots. The
+	 * room is taken on the counter before the ios go out. */
 	_Atomic uint64_t *shared;
 };
 

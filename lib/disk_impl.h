@@ -153,8 +153,7 @@ struct disk_tier {
 	/* counters */
 	_Atomic uint64_t hits, misses, puts, reclaims, reinsertions;
 	_Atomic uint64_t checksum_failures, io_errors, refused, inflight;
-	_Atomic unsigned load_runs;   /* batch loads' reads running (disk_run_depth) */
-	_Atomic uint64_t loads_out;   /* their reads in flight together */
+	_Atomic uint64_t loads_out;   /* batch loads' reads in flight (disk_run_depth) */
 	_Atomic uint64_t queue_failures;
 	_Atomic uint64_t mem_fixed_ios, mem_plain_ios, mem_refusals;
 	_Atomic uint64_t staged_reads; /* records read whole into a huge-page stage */
@@ -239,7 +238,8 @@ void disk_hstage_put(struct disk_tier *d, void *p, size_t bytes);
 void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 	      const struct dev_hooks *hooks);
 /* The reads of a batch load, at most depth in flight, and with other batch
- * loads running beside it, its share of that (dev_hooks.sharers). */
+ * loads running beside it, no more than depth among them all (at least one
+ * each: dev_hooks.shared). */
 void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
 		    const struct dev_hooks *hooks);
 int8_t disk_fixed_index(const struct disk_tier *d, const void *p, size_t len);

@@ -305,18 +305,15 @@ void disk_run(struct disk_tier *d, struct dev_io **ios, unsigned n,
 }
 
 /* Batch loads side by side (several threads', or async batches on the
- * store's workers) share the queue depth, each its share (dev_hooks'
- * sharers): disk.queue_depth is the device's, not each load's. */
+ * store's workers) share the queue depth (dev_hooks' shared counter):
+ * disk.queue_depth is the device's, not each load's. */
 void disk_run_depth(struct disk_tier *d, struct dev_io **ios, unsigned n, unsigned depth,
 		    const struct dev_hooks *hooks)
 {
 	struct dev_hooks h = hooks ? *hooks : (struct dev_hooks){ 0 };
 
-	h.sharers = &d->load_runs;
 	h.shared = &d->loads_out;
-	atomic_fetch_add(&d->load_runs, 1);
 	run_on_queue(d, ios, n, depth, &h);
-	atomic_fetch_sub(&d->load_runs, 1);
 }
 
 /* The registered buffer holding [p, p+len), or -1. */

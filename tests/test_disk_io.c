@@ -687,7 +687,7 @@ static void *sharing_loader_main(void *a)
 }
 
 /* disk.queue_depth is the device's: batches of four threads at once share
- * it (each its share, at least one read), instead of keeping a queue depth
+ * it (at least one read each), instead of keeping a queue depth
  * in flight each (four times as many, 32 here, as before 2026-12-04);
  * every block loads whole. */
 static void batches_side_by_side_share_the_queue_depth(void **st)
