@@ -270,7 +270,7 @@ struct figures {
 	double *fig[NF], *lim[NF], *shr[NF];
 	double *pre[NF], *post[NF];       /* the passes before and after */
 	unsigned done;                    /* counted repetitions completed */
-	unsigned reps;                    /* asked for (the arrays' length) */
+	double *sorted;                   /* room to summarize a series in */
 	struct bench_samples lat;         /* batch load latencies (us) */
 	struct bench_samples slat;        /* the store's, likewise */
 	int bad;                          /* blocks missing or wrong */
@@ -484,7 +484,9 @@ static int disk_setup(struct run *r, char *dir, size_t cap)
 	r->nblocks = (size_t)(nregions * per_region * 8 / 10);
 	if (r->nblocks < r->o.batch)
 		r->nblocks = r->o.batch;
-	r->arena_len = 2 * r->o.batch * r->o.bs;
+	/* --batch blocks to spill, then buffers for DB_ASYNC_DEPTH batches to
+	 * load into (the synchronous loads use the first) */
+	r->arena_len = (1 + DB_ASYNC_DEPTH) * r->o.batch * r->o.bs;
 	r->arena = mmap(NULL, r->arena_len, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r->arena == MAP_FAILED) {
@@ -603,7 +605,7 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
 	g->v = calloc((5 * NF + 1) * (size_t)reps, sizeof(double));
 	if (!g->v)
 		return BENCH_EXIT_FAIL;
-	g->reps = reps;
+	g->sorted = g->v + 5 * NF * (size_t)reps;
 	for (int f = 0; f < NF; f++) {
 		g->fig[f] = g->v + (3 * f) * (size_t)reps;
 		g->lim[f] = g->v + (3 * f + 1) * (size_t)reps;
@@ -657,10 +659,8 @@ static int disk_measure(struct run *r, unsigned reps, struct figures *g)
  * repetitions ran in. */
 static void summarize(struct figures *g, const double *v, struct bench_summary *s)
 {
-	double *tmp = g->v + 5 * NF * (size_t)g->reps;
-
-	memcpy(tmp, v, g->done * sizeof(*v));
-	bench_summarize(tmp, g->done, s);
+	memcpy(g->sorted, v, g->done * sizeof(*v));
+	bench_summarize(g->sorted, g->done, s);
 }
 
 /* The table and the notes under it. */

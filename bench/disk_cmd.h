@@ -24,12 +24,16 @@ struct opts {
 	int fio, huge;
 };
 
+/* Async batches a cold load through kvt_batch_submit() keeps in flight. */
+#define DB_ASYNC_DEPTH 2
+
 struct run {
 	struct opts o;
 	char tierpath[4096], limpath[4096];
 	char *paths[1];
 	struct kvt_config cfg;
-	char *arena;              /* blocks to spill and buffers to load into */
+	char *arena;              /* blocks to spill and buffers to load into
+				     (1 + DB_ASYNC_DEPTH batches) */
 	size_t arena_len;
 	char *ubuf;               /* the same, as a caller's buffers (store figures) */
 	size_t nblocks;           /* blocks per repetition */
@@ -71,8 +75,6 @@ double db_store_spill(struct run *r, kvt_store *s, unsigned rep);
  * missing), latencies into lat: bytes/s, or NAN. */
 double db_store_load(struct run *r, kvt_store *s, unsigned rep,
 		     struct bench_samples *lat, int *bad);
-/* Async batches a cold load through kvt_batch_submit() keeps in flight. */
-#define DB_ASYNC_DEPTH 2
 /* Cold loads of rep's blocks through kvt_batch_submit(), DB_ASYNC_DEPTH
  * batches of --batch in flight, every byte verified; bytes/s or NAN. */
 double db_store_load_async(struct run *r, kvt_store *s, unsigned rep, int *bad);

@@ -177,31 +177,6 @@ double db_store_load(struct run *r, kvt_store *s, unsigned rep,
 	return busy ? (double)bytes / ((double)busy / 1e9) : NAN;
 }
 
-/* Caller buffers for the async loads: len bytes from posix_memalign, or in
- * transparent huge pages with --huge-buffers; NULL on failure. */
-static char *db_async_buffers(const struct run *r, size_t len)
-{
-	char *p = NULL;
-
-	if (r->o.huge) {
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return NULL;
-		madvise(p, len, MADV_HUGEPAGE);
-	} else if (posix_memalign((void **)&p, 4096, len)) {
-		return NULL;
-	}
-	return p;
-}
-
-static void db_async_buffers_free(const struct run *r, char *p, size_t len)
-{
-	if (r->o.huge)
-		munmap(p, len);
-	else
-		free(p);
-}
-
 /*
  * Cold loads through the asynchronous batch API, as an engine that keeps
  * DB_ASYNC_DEPTH batches in flight: rep's blocks, shuffled, in batches of
@@ -212,14 +187,14 @@ static void db_async_buffers_free(const struct run *r, char *p, size_t len)
 double db_store_load_async(struct run *r, kvt_store *s, unsigned rep, int *bad)
 {
 	size_t n = r->nblocks, B = r->o.batch, found = 0, at[DB_ASYNC_DEPTH] = { 0 };
-	size_t cnt[DB_ASYNC_DEPTH] = { 0 }, len = DB_ASYNC_DEPTH * B * r->o.bs, next = 0;
+	size_t cnt[DB_ASYNC_DEPTH] = { 0 }, next = 0;
 	size_t *order = db_shuffled(n);
 	kvt_op *ops = calloc(DB_ASYNC_DEPTH * B, sizeof(*ops));
-	char *buf = db_async_buffers(r, len);
+	char *buf = r->ubuf + B * r->o.bs; /* the caller's, as the sync loads' */
 	kvt_batch *b[DB_ASYNC_DEPTH] = { NULL };
 	unsigned head = 0, live = 0;
 	uint64_t bytes = 0, t0 = bench_now_ns();
-	int err = order && ops && buf ? 0 : -ENOMEM;
+	int err = order && ops ? 0 : -ENOMEM;
 
 	while (!err && (next < n || live)) {
 		if (next < n && live < DB_ASYNC_DEPTH) {
@@ -254,7 +229,5 @@ double db_store_load_async(struct run *r, kvt_store *s, unsigned rep, int *bad)
 		db_check_found(r, found, bad);
 	free(order);
 	free(ops);
-	if (buf)
-		db_async_buffers_free(r, buf, len);
 	return err || !bytes ? NAN : (double)bytes / dt;
 }

@@ -539,27 +539,30 @@ static void put_batch_sums_write_the_given_checksum(void **st)
 	fix_done(&f);
 }
 
-struct staged_loader {
+/* A thread's batch loads: rounds times the n blocks of len bytes from
+ * first on (n at most 16), each block checked; bad counts failures. */
+struct batch_loader {
 	struct disk_tier *d;
-	int first, rounds, bad;
+	int first, rounds, n;
+	size_t len;
+	int bad;
 };
 
-static void *staged_loader_main(void *a)
+static void *batch_loader_main(void *a)
 {
-	struct staged_loader *l = a;
-	enum { N = 8, LEN = 100000 };
-	kvt_op ops[N];
+	struct batch_loader *l = a;
+	kvt_op ops[16];
 	char *bufs = NULL;
 
-	if (posix_memalign((void **)&bufs, 4096, N * (size_t)LEN))
+	if (posix_memalign((void **)&bufs, 4096, (size_t)l->n * l->len))
 		return NULL;
 	for (int r = 0; r < l->rounds; r++) {
-		for (int i = 0; i < N; i++)
+		for (int i = 0; i < l->n; i++)
 			ops[i] = (kvt_op){ test_key((uint64_t)(l->first + i)),
-					   bufs + (size_t)i * LEN, LEN, 0 };
-		l->bad += disk_get_batch(l->d, ops, N) != 0;
-		for (int i = 0; i < N; i++)
-			l->bad += !check_block(ops[i].key, ops[i].buf, LEN);
+					   bufs + (size_t)i * l->len, l->len, 0 };
+		l->bad += disk_get_batch(l->d, ops, (size_t)l->n) != 0;
+		for (int i = 0; i < l->n; i++)
+			l->bad += !check_block(ops[i].key, ops[i].buf, l->len);
 	}
 	free(bufs);
 	return NULL;
@@ -607,11 +610,11 @@ static void staged_batches_are_verified_beside_their_reads(void **st)
 	for (int g = 0; g < 4; g++)
 		if (bad / 8 != g)
 			runs[k++] = 700 + 8 * g;
-	struct staged_loader l[4];
+	struct batch_loader l[4];
 	pthread_t t[4];
 	for (int i = 0; i < 4; i++) {
-		l[i] = (struct staged_loader){ d, runs[i % 3], 20, 0 };
-		assert_int_equal(pthread_create(&t[i], NULL, staged_loader_main, &l[i]), 0);
+		l[i] = (struct batch_loader){ d, runs[i % 3], 20, 8, LEN, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, batch_loader_main, &l[i]), 0);
 	}
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
@@ -666,26 +669,6 @@ static void batch_holds_back_its_last_records(void **st)
 	fix_done(&f);
 }
 
-struct sharing_loader {
-	struct disk_tier *d;
-	kvt_op *ops;              /* its own 16 blocks */
-	int bad;
-};
-
-static void *sharing_loader_main(void *a)
-{
-	struct sharing_loader *l = a;
-
-	for (int r = 0; r < 3; r++) {
-		for (int i = 0; i < 16; i++)
-			memset(l->ops[i].buf, 0, l->ops[i].len);
-		l->bad += disk_get_batch(l->d, l->ops, 16) != 0;
-		for (int i = 0; i < 16; i++)
-			l->bad += !check_block(l->ops[i].key, l->ops[i].buf, l->ops[i].len);
-	}
-	return NULL;
-}
-
 /* disk.queue_depth is the device's: batches of four threads at once share
  * it (at least one read each), instead of keeping a queue depth
  * in flight each (four times as many, 32 here, as before 2026-12-04);
@@ -704,11 +687,11 @@ static void batches_side_by_side_share_the_queue_depth(void **st)
 	/* reaps slowed, so that the batches overlap */
 	atomic_store(&faults.delay_us, 300);
 	atomic_store(&faults.nread_log, 0);
-	struct sharing_loader l[T];
+	struct batch_loader l[T];
 	pthread_t t[T];
 	for (int i = 0; i < T; i++) {
-		l[i] = (struct sharing_loader){ d, ops + 16 * i, 0 };
-		assert_int_equal(pthread_create(&t[i], NULL, sharing_loader_main, &l[i]), 0);
+		l[i] = (struct batch_loader){ d, 1500 + 16 * i, 3, 16, LEN, 0 };
+		assert_int_equal(pthread_create(&t[i], NULL, batch_loader_main, &l[i]), 0);
 	}
 	for (int i = 0; i < T; i++) {
 		pthread_join(t[i], NULL);
